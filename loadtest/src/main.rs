@@ -1,0 +1,2 @@
+//! Placeholder: the load generator lands with issue 4.
+fn main() {}

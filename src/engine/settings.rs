@@ -1,0 +1,141 @@
+//! What an operator sets for a room: its identity, its size and its timeouts.
+//!
+//! These are plain, already-validated values. Parsing and validation live in
+//! `config` (for the TOML file) and in the admin API (for JSON); the engine
+//! trusts what it is given here, so `RoomId` can only be built from a valid
+//! name.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A room's name: `[a-z0-9][a-z0-9-]{0,63}`. It appears in URLs, cookie names
+/// and Redis keys, so nothing else may get in.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct RoomId(String);
+
+/// Why a string is not a room name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("room ids are 1 to 64 characters of a-z, 0-9 and '-', starting with a letter or digit")]
+pub struct InvalidRoomId;
+
+impl RoomId {
+    pub const MAX_LEN: usize = 64;
+
+    pub fn new(name: &str) -> Result<Self, InvalidRoomId> {
+        let bytes = name.as_bytes();
+        let valid_char = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-';
+        match bytes.first() {
+            Some(first)
+                if bytes.len() <= Self::MAX_LEN
+                    && *first != b'-'
+                    && bytes.iter().all(valid_char) =>
+            {
+                Ok(Self(name.to_owned()))
+            }
+            _ => Err(InvalidRoomId),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RoomId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromStr for RoomId {
+    type Err = InvalidRoomId;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::new(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for RoomId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        RoomId::new(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// How the pre-queue (visitors who joined before `opens_at`) is ordered at
+/// opening.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Order {
+    /// Shuffle the pre-queue once, so arriving early or refreshing gains
+    /// nothing; later arrivals queue first-come first-served behind it.
+    #[default]
+    Lottery,
+    /// Keep arrival order for everyone.
+    Fifo,
+}
+
+/// Everything the engine needs to run one room. Times are wall-clock Unix
+/// milliseconds so that they survive a restart and cross instances.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoomSettings {
+    pub id: RoomId,
+    /// Visitors admitted at once (the semaphore's permits).
+    pub capacity: u32,
+    /// How often the room's worker admits from the head and reaps timeouts.
+    pub tick: Duration,
+    /// An admitted visitor idle this long loses the permit.
+    pub pass_idle: Duration,
+    /// An admitted visitor who never shows up within this loses the permit.
+    pub arrival_grace: Duration,
+    /// A waiting visitor with no stream and no poll for this long is skipped.
+    pub queue_idle: Duration,
+    /// Joins per client address per minute (enforced by the HTTP layer); 0 = off.
+    pub join_limit_per_minute: u32,
+    /// A cap on new admissions per minute, besides capacity; `None` = no cap.
+    pub admit_per_minute: Option<u32>,
+    /// Unix milliseconds at which the room opens; `None` = open now.
+    pub opens_at: Option<u64>,
+    pub order: Order,
+    /// Admission stopped by an operator; joins still queue.
+    pub paused: bool,
+}
+
+impl RoomSettings {
+    pub const DEFAULT_CAPACITY: u32 = 100;
+
+    /// A room with the documented defaults (design §4).
+    pub fn new(id: RoomId) -> Self {
+        Self {
+            id,
+            capacity: Self::DEFAULT_CAPACITY,
+            tick: Duration::from_secs(1),
+            pass_idle: Duration::from_secs(10 * 60),
+            arrival_grace: Duration::from_secs(2 * 60),
+            queue_idle: Duration::from_secs(5 * 60),
+            join_limit_per_minute: 120,
+            admit_per_minute: None,
+            opens_at: None,
+            order: Order::Lottery,
+            paused: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn room_ids_follow_the_contract() {
+        for ok in ["a", "0", "sale", "big-sale-2026", &"a".repeat(64)] {
+            assert!(RoomId::new(ok).is_ok(), "{ok} should be valid");
+        }
+        for bad in ["", "-a", "A", "sale_1", "säle", "a b", "a/b", &"a".repeat(65)] {
+            assert_eq!(RoomId::new(bad), Err(InvalidRoomId), "{bad} should be invalid");
+        }
+    }
+}

@@ -1,0 +1,2 @@
+//! Narabu: a fair virtual waiting room.
+pub mod engine;
