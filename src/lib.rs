@@ -1,2 +1,3 @@
 //! Narabu: a fair virtual waiting room.
 pub mod engine;
+pub mod http;

@@ -1,0 +1,2 @@
+//! The HTTP layer (work in progress; see issue 3): thin handlers over the
+//! backend trait, with every route assembled in `router`.
