@@ -1,0 +1,837 @@
+//! One room: the fair semaphore for web sites.
+//!
+//! The shape follows the reservation semaphore of the source article:
+//!
+//! - `join` only appends to the queue and answers at once;
+//! - the worker (`tick`, in `worker.rs`) hands out the permits in its hand
+//!   to the head of the queue, once per tick;
+//! - a finisher hands its permit straight to the head (`give_back`); only
+//!   when nobody waits does it put the permit on the tray, an atomic counter
+//!   the worker empties into its hand when its hand is empty.
+//!
+//! The queue is an append-only vector of ticket ids with a `head` cursor.
+//! Whoever pops (a releaser or the worker) claims the head index with a CAS,
+//! then moves that ticket `Waiting -> Admitted` with a CAS; a ticket that
+//! left or went quiet fails the second CAS and is skipped. Claiming indices
+//! in order is what makes admission follow queue order exactly.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use crossbeam_queue::SegQueue;
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
+use tokio::sync::{Notify, watch};
+
+use super::clock::{Clock, millis};
+use super::departures::{Departures, MAX_QUEUE};
+use super::lottery::LotterySeed;
+use super::rate::AdmitLimiter;
+use super::settings::{Order, RoomId, RoomSettings};
+use super::ticket::{Ticket, TicketId, TicketState};
+use super::view::{
+    Counters, Eta, PermitLedger, RoomStats, RoomView, TicketStatus, WaitHistogram,
+};
+use super::worker::Worker;
+
+/// Who a join is for, so that the same visitor joining twice (double click,
+/// refresh, retried request) gets the same ticket. The HTTP layer derives it
+/// from an `Idempotency-Key` or similar, hashed, so the engine stores 16
+/// bytes whatever the key's length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Identity(pub u128);
+
+/// The answer to a join.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Joined {
+    pub ticket: TicketId,
+    /// Queue number; `None` while the ticket waits in the pre-queue.
+    pub number: Option<u64>,
+    /// False when the identity already held this ticket.
+    pub is_new: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum JoinError {
+    #[error("the room is closed")]
+    Closed,
+    #[error("the room's queue is full")]
+    Full,
+}
+
+/// What became of a permit that was given back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handoff {
+    /// Went straight to the next waiting ticket.
+    To(TicketId),
+    /// Nobody could take it now; it waits on the tray for the worker.
+    Tray,
+    /// Retired to pay for a capacity decrease.
+    Retired,
+}
+
+/// What `leave`, `release` or `revoke` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Departure {
+    /// Left the queue before admission.
+    LeftQueue,
+    /// Gave a permit back, and this is where it went.
+    GaveBack(Handoff),
+    /// The ticket was not in a state this call could change (already gone,
+    /// or not admitted for a release): nothing was freed.
+    Nothing(TicketState),
+}
+
+/// The hot copies of settings that the lock-free paths read.
+#[derive(Debug)]
+pub(crate) struct HotSettings {
+    pub capacity: AtomicU32,
+    pub paused: AtomicBool,
+    pub open: AtomicBool,
+    pub closed: AtomicBool,
+    pub queue_idle_ms: AtomicU64,
+    pub pass_idle_ms: AtomicU64,
+    pub arrival_grace_ms: AtomicU64,
+    /// 0 means no cap.
+    pub admit_per_minute: AtomicU32,
+}
+
+impl HotSettings {
+    fn from(s: &RoomSettings, open: bool) -> Self {
+        Self {
+            capacity: AtomicU32::new(s.capacity),
+            paused: AtomicBool::new(s.paused),
+            open: AtomicBool::new(open),
+            closed: AtomicBool::new(false),
+            queue_idle_ms: AtomicU64::new(millis(s.queue_idle)),
+            pass_idle_ms: AtomicU64::new(millis(s.pass_idle)),
+            arrival_grace_ms: AtomicU64::new(millis(s.arrival_grace)),
+            admit_per_minute: AtomicU32::new(s.admit_per_minute.unwrap_or(0)),
+        }
+    }
+
+    fn store_timeouts(&self, s: &RoomSettings) {
+        self.queue_idle_ms
+            .store(millis(s.queue_idle), Ordering::Release);
+        self.pass_idle_ms.store(millis(s.pass_idle), Ordering::Release);
+        self.arrival_grace_ms
+            .store(millis(s.arrival_grace), Ordering::Release);
+        self.admit_per_minute
+            .store(s.admit_per_minute.unwrap_or(0), Ordering::Release);
+    }
+
+    pub(crate) fn admit_cap(&self) -> Option<u32> {
+        Some(self.admit_per_minute.load(Ordering::Acquire)).filter(|&c| c > 0)
+    }
+}
+
+/// A room. Shared as `Arc<Room>` by the HTTP handlers, the worker task and
+/// the streams.
+pub struct Room {
+    id: RoomId,
+    epoch: u64,
+    pub(crate) clock: Arc<dyn Clock>,
+    settings: RwLock<RoomSettings>,
+    pub(crate) hot: HotSettings,
+
+    pub(crate) tickets: boxcar::Vec<Ticket>,
+    pub(crate) queue: boxcar::Vec<TicketId>,
+    /// Next queue index to pop.
+    pub(crate) head: AtomicU32,
+    pub(crate) departures: Departures,
+    identities: DashMap<Identity, TicketId>,
+    /// Tickets that joined before opening; `None` once the room is open.
+    /// A mutex because it is touched only before opening and at the draw,
+    /// and the draw must see a complete list.
+    pub(crate) prequeue: Mutex<Option<Vec<TicketId>>>,
+    pub(crate) lottery: Option<LotterySeed>,
+
+    pub(crate) tray: AtomicU64,
+    pub(crate) debt: AtomicU64,
+    pub(crate) admitted: AtomicU64,
+    pub(crate) peak_admitted: AtomicU64,
+    pub(crate) waiting: AtomicU64,
+    pub(crate) limiter: AdmitLimiter,
+    /// New admissions, for the worker to watch for stalls.
+    pub(crate) admitted_log: SegQueue<TicketId>,
+    waiters: DashMap<TicketId, Arc<Notify>>,
+    pub(crate) counters: Counters,
+    pub(crate) waits: WaitHistogram,
+
+    /// State only the worker touches: its hand of permits and its lists.
+    pub(crate) worker: Mutex<Worker>,
+    pub(crate) view_tx: watch::Sender<RoomView>,
+}
+
+impl std::fmt::Debug for Room {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Room")
+            .field("id", &self.id)
+            .field("epoch", &self.epoch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Room {
+    /// A new, empty room. Its worker holds all `capacity` permits.
+    pub fn new(settings: RoomSettings, clock: Arc<dyn Clock>) -> Arc<Self> {
+        Self::with_epoch(settings, clock, rand::random())
+    }
+
+    /// A room with a given incarnation id (used when restoring a room).
+    pub fn with_epoch(settings: RoomSettings, clock: Arc<dyn Clock>, epoch: u64) -> Arc<Self> {
+        let now = clock.now_ms();
+        let open = settings.opens_at.is_none_or(|t| t <= now);
+        let lottery = (!open && settings.order == Order::Lottery).then(LotterySeed::random);
+        let room = Self {
+            id: settings.id.clone(),
+            epoch,
+            hot: HotSettings::from(&settings, open),
+            clock,
+            tickets: boxcar::Vec::new(),
+            queue: boxcar::Vec::new(),
+            head: AtomicU32::new(0),
+            departures: Departures::new(),
+            identities: DashMap::new(),
+            prequeue: Mutex::new((!open).then(Vec::new)),
+            lottery,
+            tray: AtomicU64::new(0),
+            debt: AtomicU64::new(0),
+            admitted: AtomicU64::new(0),
+            peak_admitted: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
+            limiter: AdmitLimiter::new(),
+            admitted_log: SegQueue::new(),
+            waiters: DashMap::new(),
+            counters: Counters::default(),
+            waits: WaitHistogram::default(),
+            worker: Mutex::new(Worker::new(u64::from(settings.capacity), now)),
+            view_tx: watch::Sender::new(RoomView::default()),
+            settings: RwLock::new(settings),
+        };
+        let room = Arc::new(room);
+        room.publish_view(now, true);
+        room
+    }
+
+    pub fn id(&self) -> &RoomId {
+        &self.id
+    }
+
+    /// The room's incarnation: tickets of a deleted and recreated room with
+    /// the same id must not be honoured, so tokens carry this.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    pub fn settings(&self) -> RoomSettings {
+        let mut s = read(&self.settings).clone();
+        s.capacity = self.hot.capacity.load(Ordering::Acquire);
+        s.paused = self.hot.paused.load(Ordering::Acquire);
+        s
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// Follow the room view. Cheap to clone and to hold by the thousand.
+    pub fn subscribe_view(&self) -> watch::Receiver<RoomView> {
+        self.view_tx.subscribe()
+    }
+
+    pub fn view(&self) -> RoomView {
+        self.view_tx.borrow().clone()
+    }
+
+    // ----- joining -------------------------------------------------------
+
+    /// Take a ticket. Never blocks on the queue; the same identity gets the
+    /// same ticket back.
+    pub fn join(&self, identity: Option<Identity>) -> Result<Joined, JoinError> {
+        if self.hot.closed.load(Ordering::Acquire) {
+            return Err(JoinError::Closed);
+        }
+        let Some(identity) = identity else {
+            return self.issue().map(|(ticket, number)| Joined {
+                ticket,
+                number,
+                is_new: true,
+            });
+        };
+        // The shard lock is held while the ticket is issued, so two racing
+        // joins with one identity cannot both create a ticket.
+        match self.identities.entry(identity) {
+            Entry::Occupied(e) => {
+                let ticket = *e.get();
+                Ok(Joined {
+                    ticket,
+                    number: self.number_of(ticket),
+                    is_new: false,
+                })
+            }
+            Entry::Vacant(e) => {
+                let (ticket, number) = self.issue()?;
+                e.insert(ticket);
+                Ok(Joined {
+                    ticket,
+                    number,
+                    is_new: true,
+                })
+            }
+        }
+    }
+
+    /// The ticket an identity already holds, if any.
+    pub fn ticket_of(&self, identity: Identity) -> Option<TicketId> {
+        self.identities.get(&identity).map(|e| *e)
+    }
+
+    fn issue(&self) -> Result<(TicketId, Option<u64>), JoinError> {
+        // A margin below the hard limit, because the check and the push race.
+        if self.tickets.count() >= MAX_QUEUE - 4096 {
+            return Err(JoinError::Full);
+        }
+        let now = self.clock.now_ms();
+        let id = self.tickets.push(Ticket::new(now)) as TicketId;
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        self.counters.joins.fetch_add(1, Ordering::Relaxed);
+        if !self.hot.open.load(Ordering::Acquire) {
+            let mut pre = lock(&self.prequeue);
+            if let Some(pre) = pre.as_mut() {
+                pre.push(id);
+                return Ok((id, None));
+            }
+            // Opened while we were getting here: queue normally, behind the
+            // drawn pre-queue.
+        }
+        let index = self.enqueue(id);
+        Ok((id, Some(u64::from(index) + 1)))
+    }
+
+    /// Append a ticket to the queue; returns its queue index.
+    pub(crate) fn enqueue(&self, id: TicketId) -> u32 {
+        let index = self.queue.push(id) as u32;
+        let ahead = self.waiting_ahead(index);
+        if let Some(t) = self.tickets.get(id as usize) {
+            t.set_queue_index(index, ahead.min(u64::from(u32::MAX)) as u32);
+        }
+        index
+    }
+
+    /// Tickets still waiting ahead of queue index `index`.
+    fn waiting_ahead(&self, index: u32) -> u64 {
+        let head = self.head.load(Ordering::Acquire);
+        if index < head {
+            return 0;
+        }
+        u64::from(index - head) - self.departures.count(head, index)
+    }
+
+    fn number_of(&self, id: TicketId) -> Option<u64> {
+        self.ticket(id)
+            .and_then(Ticket::queue_index)
+            .map(|i| u64::from(i) + 1)
+    }
+
+    pub(crate) fn ticket(&self, id: TicketId) -> Option<&Ticket> {
+        self.tickets.get(id as usize)
+    }
+
+    // ----- popping and handing off --------------------------------------
+
+    /// Whether anyone might be waiting at the head right now.
+    pub(crate) fn has_queued(&self) -> bool {
+        (self.head.load(Ordering::Acquire) as usize) < self.queue.count()
+    }
+
+    fn is_quiet(&self, t: &Ticket, now: u64) -> bool {
+        let idle = self.hot.queue_idle_ms.load(Ordering::Acquire);
+        t.last_seen().saturating_add(idle) < now
+    }
+
+    /// Claim the next waiting ticket and admit it. Quiet tickets met on the
+    /// way are marked abandoned and skipped.
+    pub(crate) fn pop_and_admit(&self, now: u64) -> Option<TicketId> {
+        loop {
+            let head = self.head.load(Ordering::Acquire);
+            // A slot whose push has not finished yet reads as the end of the
+            // queue; the worker will get it on its next tick.
+            let id = *self.queue.get(head as usize)?;
+            if self
+                .head
+                .compare_exchange(head, head + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                continue;
+            }
+            let Some(t) = self.ticket(id) else { continue };
+            if t.state() != TicketState::Waiting {
+                continue;
+            }
+            if self.is_quiet(t, now) {
+                if t.transition(TicketState::Waiting, TicketState::Abandoned) {
+                    self.on_left_waiting(id, TicketState::Abandoned);
+                }
+                continue;
+            }
+            // The timestamp goes first so the worker never sees an admitted
+            // ticket without one.
+            t.set_admitted_at(now);
+            if t.transition(TicketState::Waiting, TicketState::Admitted) {
+                self.on_admitted(id, t, now);
+                return Some(id);
+            }
+        }
+    }
+
+    fn on_admitted(&self, id: TicketId, t: &Ticket, now: u64) {
+        let admitted = self.admitted.fetch_add(1, Ordering::AcqRel) + 1;
+        self.peak_admitted.fetch_max(admitted, Ordering::AcqRel);
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        self.counters.admissions.fetch_add(1, Ordering::Relaxed);
+        self.waits.record(now.saturating_sub(t.joined_at));
+        self.admitted_log.push(id);
+        self.notify_ticket(id);
+    }
+
+    fn on_left_waiting(&self, id: TicketId, to: TicketState) {
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        let counter = match to {
+            TicketState::Abandoned => &self.counters.abandonments,
+            TicketState::Revoked => &self.counters.revocations,
+            _ => &self.counters.leaves,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        self.notify_ticket(id);
+    }
+
+    /// A permit comes back from a finisher: pay any capacity debt first,
+    /// else hand it straight to the head of the queue, else onto the tray.
+    pub(crate) fn give_back(&self, now: u64) -> Handoff {
+        let mut debt = self.debt.load(Ordering::Acquire);
+        while debt > 0 {
+            match self.debt.compare_exchange_weak(
+                debt,
+                debt - 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Handoff::Retired,
+                Err(d) => debt = d,
+            }
+        }
+        let may_admit =
+            self.hot.open.load(Ordering::Acquire) && !self.hot.paused.load(Ordering::Acquire);
+        if may_admit
+            && self.has_queued()
+            && self.limiter.try_take(self.hot.admit_cap(), now)
+            && let Some(next) = self.pop_and_admit(now)
+        {
+            self.counters.handoffs.fetch_add(1, Ordering::Relaxed);
+            return Handoff::To(next);
+        }
+        self.tray.fetch_add(1, Ordering::AcqRel);
+        Handoff::Tray
+    }
+
+    // ----- leaving -------------------------------------------------------
+
+    /// The visitor is done: an admitted ticket gives its permit back (handed
+    /// to the next in line); a waiting one leaves the queue.
+    pub fn leave(&self, id: TicketId) -> Departure {
+        self.end(id, TicketState::Released, TicketState::Left)
+    }
+
+    /// The origin reports a purchase done: only an admitted ticket can be
+    /// released; anything else frees nothing.
+    pub fn release(&self, id: TicketId) -> Departure {
+        let Some(t) = self.ticket(id) else {
+            return Departure::Nothing(TicketState::Left);
+        };
+        if t.transition(TicketState::Admitted, TicketState::Released) {
+            self.counters.releases.fetch_add(1, Ordering::Relaxed);
+            return Departure::GaveBack(self.after_permit_freed(id));
+        }
+        Departure::Nothing(t.state())
+    }
+
+    /// An operator takes a ticket's place or permit away.
+    pub fn revoke(&self, id: TicketId) -> Departure {
+        self.end(id, TicketState::Revoked, TicketState::Revoked)
+    }
+
+    fn end(&self, id: TicketId, admitted_to: TicketState, waiting_to: TicketState) -> Departure {
+        let Some(t) = self.ticket(id) else {
+            return Departure::Nothing(TicketState::Left);
+        };
+        loop {
+            match t.state() {
+                TicketState::Admitted => {
+                    if t.transition(TicketState::Admitted, admitted_to) {
+                        let counter = if admitted_to == TicketState::Revoked {
+                            &self.counters.revocations
+                        } else {
+                            &self.counters.releases
+                        };
+                        counter.fetch_add(1, Ordering::Relaxed);
+                        return Departure::GaveBack(self.after_permit_freed(id));
+                    }
+                }
+                TicketState::Waiting => {
+                    if self.depart_waiting(id, t, waiting_to) {
+                        return Departure::LeftQueue;
+                    }
+                }
+                other => return Departure::Nothing(other),
+            }
+        }
+    }
+
+    fn after_permit_freed(&self, id: TicketId) -> Handoff {
+        self.admitted.fetch_sub(1, Ordering::AcqRel);
+        self.notify_ticket(id);
+        self.give_back(self.clock.now_ms())
+    }
+
+    /// Move a waiting ticket out of the line, keeping positions exact.
+    pub(crate) fn depart_waiting(&self, id: TicketId, t: &Ticket, to: TicketState) -> bool {
+        if t.queue_index().is_none() {
+            // In the pre-queue: the draw records departures of what it
+            // places, so decide under its lock which side of it we are on.
+            let pre = lock(&self.prequeue);
+            if pre.is_some() {
+                let moved = t.transition(TicketState::Waiting, to);
+                if moved {
+                    self.on_left_waiting(id, to);
+                }
+                return moved;
+            }
+        }
+        let moved = t.transition(TicketState::Waiting, to);
+        if moved {
+            if let Some(index) = t.queue_index() {
+                self.departures.record(index);
+            }
+            self.on_left_waiting(id, to);
+        }
+        moved
+    }
+
+    /// Record activity: a gate check, a live stream, a status poll.
+    pub fn touch(&self, id: TicketId) -> Option<TicketState> {
+        Some(self.ticket(id)?.touch(self.clock.now_ms()))
+    }
+
+    // ----- ticket notifications -----------------------------------------
+
+    /// A `Notify` that fires whenever this ticket's state changes (admitted,
+    /// expired, left…). Streams wait on it so that an admission reaches its
+    /// visitor at once, ahead of any room-wide broadcast.
+    pub fn ticket_notify(&self, id: TicketId) -> Arc<Notify> {
+        self.waiters.entry(id).or_default().clone()
+    }
+
+    /// Drop interest in a ticket; the entry goes when its last holder does.
+    pub fn forget_ticket_notify(&self, id: TicketId, notify: Arc<Notify>) {
+        drop(notify);
+        self.waiters.remove_if(&id, |_, n| Arc::strong_count(n) == 1);
+    }
+
+    pub(crate) fn notify_ticket(&self, id: TicketId) {
+        if let Some(n) = self.waiters.get(&id) {
+            n.notify_waiters();
+        }
+    }
+
+    // ----- reading -------------------------------------------------------
+
+    /// A ticket's status, with its position clamped so that what its holder
+    /// sees never goes up.
+    pub fn status(&self, id: TicketId) -> Option<TicketStatus> {
+        let t = self.ticket(id)?;
+        let state = t.state();
+        let mut status = TicketStatus {
+            id,
+            state,
+            number: t.queue_index().map(|i| u64::from(i) + 1),
+            position: None,
+            ahead: None,
+            eta: None,
+            progress: 0.0,
+            queue_length: self.waiting.load(Ordering::Acquire),
+            joined_at: t.joined_at,
+            admitted_at: None,
+            pass_expires_at: None,
+            opens_at: if self.hot.open.load(Ordering::Acquire) {
+                None
+            } else {
+                read(&self.settings).opens_at
+            },
+            paused: self.hot.paused.load(Ordering::Acquire),
+            closed: self.hot.closed.load(Ordering::Acquire),
+        };
+        match state {
+            TicketState::Waiting => {
+                if let Some(index) = t.queue_index() {
+                    let computed = self.waiting_ahead(index) + 1;
+                    let position =
+                        u64::from(t.report_position(computed.min(u64::from(u32::MAX)) as u32));
+                    let ahead = position - 1;
+                    status.position = Some(position);
+                    status.ahead = Some(ahead);
+                    let initial = u64::from(t.initial_ahead());
+                    status.progress = if initial == 0 {
+                        1.0
+                    } else {
+                        1.0 - (ahead.min(initial) as f64 / initial as f64)
+                    };
+                    status.eta = self.eta(position);
+                }
+            }
+            TicketState::Admitted => {
+                status.progress = 1.0;
+                status.admitted_at = Some(t.admitted_at());
+                status.pass_expires_at = Some(self.pass_deadline(t));
+            }
+            _ => {}
+        }
+        Some(status)
+    }
+
+    fn eta(&self, position: u64) -> Option<Eta> {
+        // Copy out what is needed rather than hold the view's lock.
+        let (free, rate, halted) = {
+            let v = self.view_tx.borrow();
+            (v.held + v.tray, v.rate, !v.open || v.paused || v.closed)
+        };
+        if halted {
+            return None;
+        }
+        if position <= free {
+            // Permits are free: the next tick takes them.
+            let tick = millis(read(&self.settings).tick).div_ceil(1000);
+            return Some(Eta {
+                low_secs: 0,
+                expected_secs: tick,
+                high_secs: tick,
+            });
+        }
+        rate.eta(position).map(|(low, expected, high)| Eta {
+            low_secs: low,
+            expected_secs: expected,
+            high_secs: high,
+        })
+    }
+
+    /// When an admitted ticket's pass lapses if nothing more is heard.
+    pub(crate) fn pass_deadline(&self, t: &Ticket) -> u64 {
+        if t.has_arrived() {
+            t.last_seen()
+                .saturating_add(self.hot.pass_idle_ms.load(Ordering::Acquire))
+        } else {
+            t.admitted_at()
+                .saturating_add(self.hot.arrival_grace_ms.load(Ordering::Acquire))
+        }
+    }
+
+    pub fn stats(&self) -> RoomStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RoomStats {
+            joins: get(&c.joins),
+            admissions: get(&c.admissions),
+            handoffs: get(&c.handoffs),
+            releases: get(&c.releases),
+            leaves: get(&c.leaves),
+            revocations: get(&c.revocations),
+            expirations: get(&c.expirations),
+            abandonments: get(&c.abandonments),
+            peak_admitted: get(&self.peak_admitted),
+            waits: self.waits.snapshot(),
+        }
+    }
+
+    /// Where every permit is. Takes the worker's lock to read its hand.
+    pub fn ledger(&self) -> PermitLedger {
+        let w = lock(&self.worker);
+        PermitLedger {
+            capacity: u64::from(self.hot.capacity.load(Ordering::Acquire)),
+            held: w.hand,
+            tray: self.tray.load(Ordering::Acquire),
+            admitted: self.admitted.load(Ordering::Acquire),
+            debt: self.debt.load(Ordering::Acquire),
+        }
+    }
+
+    pub fn admitted_count(&self) -> u64 {
+        self.admitted.load(Ordering::Acquire)
+    }
+
+    pub fn waiting_count(&self) -> u64 {
+        self.waiting.load(Ordering::Acquire)
+    }
+
+    /// Tickets issued so far (the ids are `0..issued`).
+    pub fn issued(&self) -> u32 {
+        self.tickets.count() as u32
+    }
+
+    pub fn state_of(&self, id: TicketId) -> Option<TicketState> {
+        self.ticket(id).map(Ticket::state)
+    }
+
+    // ----- operators' controls -------------------------------------------
+
+    /// Change capacity live. Raising it gives the worker more permits (or
+    /// cancels debt); lowering it takes permits from the worker's hand and
+    /// the tray, and whatever is still out becomes debt that the next
+    /// finishers pay instead of handing off. Nobody is revoked, and nobody
+    /// new is admitted until the count is below the new capacity.
+    pub fn set_capacity(&self, capacity: u32) {
+        let mut w = lock(&self.worker);
+        let old = self.hot.capacity.swap(capacity, Ordering::AcqRel);
+        write(&self.settings).capacity = capacity;
+        if capacity >= old {
+            let mut more = u64::from(capacity - old);
+            more -= take_up_to(&self.debt, more);
+            w.hand += more;
+        } else {
+            let mut less = u64::from(old - capacity);
+            let from_hand = less.min(w.hand);
+            w.hand -= from_hand;
+            less -= from_hand;
+            less -= take_up_to(&self.tray, less);
+            self.debt.fetch_add(less, Ordering::AcqRel);
+        }
+        self.publish_locked(&w, self.clock.now_ms(), false);
+    }
+
+    /// Stop or resume admission. Joins still queue while paused, and
+    /// finishers' permits wait on the tray.
+    pub fn set_paused(&self, paused: bool) {
+        let w = lock(&self.worker);
+        self.hot.paused.store(paused, Ordering::Release);
+        write(&self.settings).paused = paused;
+        self.publish_locked(&w, self.clock.now_ms(), false);
+    }
+
+    /// Open a scheduled room now: the pre-queue is drawn at once.
+    pub fn open_now(&self) {
+        let mut w = lock(&self.worker);
+        let now = self.clock.now_ms();
+        if !self.hot.open.load(Ordering::Acquire) {
+            write(&self.settings).opens_at = Some(now);
+            self.open(&mut w);
+        }
+        self.publish_locked(&w, now, false);
+    }
+
+    /// Change timeouts, tick, the admission cap or the join limit (the
+    /// fields other than capacity, paused and opens_at, which have their own
+    /// controls).
+    pub fn update_settings(&self, new: &RoomSettings) {
+        let w = lock(&self.worker);
+        {
+            let mut s = write(&self.settings);
+            s.tick = new.tick;
+            s.pass_idle = new.pass_idle;
+            s.arrival_grace = new.arrival_grace;
+            s.queue_idle = new.queue_idle;
+            s.join_limit_per_minute = new.join_limit_per_minute;
+            s.admit_per_minute = new.admit_per_minute;
+            self.hot.store_timeouts(&s);
+        }
+        self.publish_locked(&w, self.clock.now_ms(), false);
+    }
+
+    /// Close the room: no more joins, no more admissions. Streams see a
+    /// `closed` view and end.
+    pub fn close(&self) {
+        let w = lock(&self.worker);
+        self.hot.closed.store(true, Ordering::Release);
+        self.publish_locked(&w, self.clock.now_ms(), false);
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.hot.closed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn settings_snapshot(&self) -> RoomSettings {
+        read(&self.settings).clone()
+    }
+
+    /// Publish the room view if anything visible changed (or `force`).
+    pub(crate) fn publish_view(&self, now: u64, force: bool) {
+        let w = lock(&self.worker);
+        self.publish_locked(&w, now, force);
+    }
+
+    pub(crate) fn publish_locked(&self, w: &MutexGuard<'_, Worker>, now: u64, force: bool) {
+        let open = self.hot.open.load(Ordering::Acquire);
+        let settings = read(&self.settings);
+        let next = RoomView {
+            version: 0,
+            at_ms: now,
+            capacity: self.hot.capacity.load(Ordering::Acquire),
+            waiting: self.waiting.load(Ordering::Acquire),
+            admitted: self.admitted.load(Ordering::Acquire),
+            held: w.hand,
+            tray: self.tray.load(Ordering::Acquire),
+            debt: self.debt.load(Ordering::Acquire),
+            paused: self.hot.paused.load(Ordering::Acquire),
+            open,
+            closed: self.hot.closed.load(Ordering::Acquire),
+            opens_at: settings.opens_at,
+            lottery_commitment: self.lottery.as_ref().map(LotterySeed::commitment),
+            lottery_seed: self
+                .lottery
+                .as_ref()
+                .filter(|_| open)
+                .map(LotterySeed::to_hex),
+            admit_rate: w.rate.mean,
+            rate: w.rate,
+            admissions_total: self.counters.admissions.load(Ordering::Relaxed),
+        };
+        drop(settings);
+        self.view_tx.send_if_modified(|current| {
+            if force || next.differs_from(current) {
+                let version = current.version + 1;
+                *current = RoomView { version, ..next };
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+/// Subtract up to `want` from an atomic counter; returns what was taken.
+pub(crate) fn take_up_to(counter: &AtomicU64, want: u64) -> u64 {
+    let mut have = counter.load(Ordering::Acquire);
+    loop {
+        let take = have.min(want);
+        if take == 0 {
+            return 0;
+        }
+        match counter.compare_exchange_weak(have, have - take, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => return take,
+            Err(h) => have = h,
+        }
+    }
+}
+
+/// Locks here guard plain data and are never held across a panic that
+/// could leave it half-changed, so a poisoned lock is still usable.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

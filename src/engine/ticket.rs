@@ -1,0 +1,203 @@
+//! A ticket (整理券): one visitor's place in a room, and its life cycle.
+//!
+//! Every transition is a compare-and-swap on the ticket's atomic state. That
+//! is what makes the semaphore safe without locks: the worker revoking a
+//! stalled permit, the visitor releasing it and an operator revoking it may
+//! race, but exactly one CAS out of `Admitted` succeeds, so exactly one of
+//! them gives the permit back. A late release of a revoked ticket fails its
+//! CAS and frees nothing (invariant 5).
+
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+/// A ticket's id within its room: the order in which tickets were issued.
+/// Not the same as the queue number when a lottery reorders the pre-queue.
+pub type TicketId = u32;
+
+/// Where a ticket is in its life. Only `Waiting` and `Admitted` are live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[repr(u8)]
+pub enum TicketState {
+    /// In the queue (or the pre-queue, before opening).
+    Waiting = 0,
+    /// Holds a permit.
+    Admitted = 1,
+    /// Gave its permit back (finished, or left after admission).
+    Released = 2,
+    /// An operator took its permit or place away.
+    Revoked = 3,
+    /// Held a permit but went idle past `pass_idle`, or never arrived within
+    /// `arrival_grace`: the worker took the permit back.
+    Expired = 4,
+    /// Left the queue before being admitted.
+    Left = 5,
+    /// Went quiet in the queue past `queue_idle`; skipped when reached.
+    Abandoned = 6,
+}
+
+impl TicketState {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            0 => Self::Waiting,
+            1 => Self::Admitted,
+            2 => Self::Released,
+            3 => Self::Revoked,
+            4 => Self::Expired,
+            5 => Self::Left,
+            _ => Self::Abandoned,
+        }
+    }
+
+    pub fn is_live(self) -> bool {
+        matches!(self, Self::Waiting | Self::Admitted)
+    }
+}
+
+/// Sentinel for "not placed in the queue yet" (pre-queue before the draw).
+pub(crate) const NOT_QUEUED: u32 = u32::MAX;
+
+/// One ticket, stored inline in the room's append-only ticket vector. Kept
+/// small on purpose: a million of them wait in a busy room.
+#[derive(Debug)]
+pub(crate) struct Ticket {
+    state: AtomicU8,
+    /// Seen at least once since admission (a gate check): until then the
+    /// pass lapses after `arrival_grace`, afterwards after `pass_idle`.
+    arrived: AtomicBool,
+    /// Index in the room's queue; its queue number is this plus one.
+    queue_index: AtomicU32,
+    /// The lowest position ever reported, so that what a visitor sees never
+    /// goes up even when a concurrent reader races a departure.
+    reported_position: AtomicU32,
+    /// People ahead when the ticket was placed, for the progress bar.
+    initial_ahead: AtomicU32,
+    pub(crate) joined_at: u64,
+    admitted_at: AtomicU64,
+    last_seen: AtomicU64,
+}
+
+impl Ticket {
+    pub(crate) fn new(now_ms: u64) -> Self {
+        Self {
+            state: AtomicU8::new(TicketState::Waiting as u8),
+            arrived: AtomicBool::new(false),
+            queue_index: AtomicU32::new(NOT_QUEUED),
+            reported_position: AtomicU32::new(u32::MAX),
+            initial_ahead: AtomicU32::new(0),
+            joined_at: now_ms,
+            admitted_at: AtomicU64::new(0),
+            last_seen: AtomicU64::new(now_ms),
+        }
+    }
+
+    pub(crate) fn state(&self) -> TicketState {
+        TicketState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    /// The one way a state changes: succeeds only if nobody else moved the
+    /// ticket first.
+    pub(crate) fn transition(&self, from: TicketState, to: TicketState) -> bool {
+        self.state
+            .compare_exchange(from as u8, to as u8, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    pub(crate) fn queue_index(&self) -> Option<u32> {
+        match self.queue_index.load(Ordering::Acquire) {
+            NOT_QUEUED => None,
+            i => Some(i),
+        }
+    }
+
+    pub(crate) fn set_queue_index(&self, index: u32, ahead: u32) {
+        self.initial_ahead.store(ahead, Ordering::Relaxed);
+        self.queue_index.store(index, Ordering::Release);
+    }
+
+    pub(crate) fn initial_ahead(&self) -> u32 {
+        self.initial_ahead.load(Ordering::Relaxed)
+    }
+
+    /// Clamp a freshly computed position to never exceed one already shown.
+    pub(crate) fn report_position(&self, computed: u32) -> u32 {
+        let previous = self
+            .reported_position
+            .fetch_min(computed, Ordering::AcqRel);
+        previous.min(computed)
+    }
+
+    pub(crate) fn admitted_at(&self) -> u64 {
+        self.admitted_at.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_admitted_at(&self, now_ms: u64) {
+        self.admitted_at.store(now_ms, Ordering::Release);
+    }
+
+    pub(crate) fn last_seen(&self) -> u64 {
+        self.last_seen.load(Ordering::Acquire)
+    }
+
+    /// Record a sign of life; on an admitted ticket it also counts as the
+    /// visitor's arrival.
+    pub(crate) fn touch(&self, now_ms: u64) -> TicketState {
+        let state = self.state();
+        if state.is_live() {
+            self.last_seen.fetch_max(now_ms, Ordering::AcqRel);
+            if state == TicketState::Admitted {
+                self.arrived.store(true, Ordering::Release);
+            }
+        }
+        state
+    }
+
+    pub(crate) fn has_arrived(&self) -> bool {
+        self.arrived.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_one_transition_out_of_a_state_wins() {
+        let t = Ticket::new(0);
+        assert!(t.transition(TicketState::Waiting, TicketState::Admitted));
+        assert!(!t.transition(TicketState::Waiting, TicketState::Left));
+        assert!(t.transition(TicketState::Admitted, TicketState::Expired));
+        // A late release of an expired permit frees nothing.
+        assert!(!t.transition(TicketState::Admitted, TicketState::Released));
+        assert_eq!(t.state(), TicketState::Expired);
+    }
+
+    #[test]
+    fn reported_position_never_goes_up() {
+        let t = Ticket::new(0);
+        assert_eq!(t.report_position(7), 7);
+        assert_eq!(t.report_position(9), 7);
+        assert_eq!(t.report_position(3), 3);
+    }
+
+    #[test]
+    fn state_round_trips_through_u8() {
+        for s in [
+            TicketState::Waiting,
+            TicketState::Admitted,
+            TicketState::Released,
+            TicketState::Revoked,
+            TicketState::Expired,
+            TicketState::Left,
+            TicketState::Abandoned,
+        ] {
+            assert_eq!(TicketState::from_u8(s as u8), s);
+        }
+    }
+
+    #[test]
+    fn a_ticket_stays_small() {
+        assert!(std::mem::size_of::<Ticket>() <= 48);
+    }
+}

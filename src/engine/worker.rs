@@ -1,0 +1,210 @@
+//! The room's worker (案内人): once per tick it opens a scheduled room,
+//! takes back stalled permits, admits from the head with the permits in its
+//! hand, and sweeps quiet tickets out of the line.
+//!
+//! Its hand of permits is owned by the worker alone (behind a mutex that
+//! only the tick and operators' controls take, never a visitor's request).
+//! Finishers never touch the hand: they hand off directly or use the tray,
+//! and the worker empties the tray into its hand only when its hand is
+//! empty, as in the source article, so the two sides share one atomic.
+
+use std::sync::atomic::Ordering;
+
+use super::rate::AdmissionRate;
+use super::room::{Room, lock, take_up_to};
+use super::ticket::{TicketId, TicketState};
+use super::view::TickReport;
+
+/// How many waiting tickets one tick checks for quietness. Bounded so a
+/// tick stays short with a million waiting; the sweep resumes where it
+/// stopped, so the whole line is covered every `waiting / SWEEP_BUDGET`
+/// ticks (100 s for a million at one tick a second), well inside the
+/// default five-minute `queue_idle`.
+const SWEEP_BUDGET: u32 = 10_000;
+
+#[derive(Debug)]
+pub(crate) struct Worker {
+    /// Permits in the worker's hand.
+    pub(crate) hand: u64,
+    /// Tickets admitted and not yet seen to end, checked for stalls.
+    admitted: Vec<TicketId>,
+    sweep_cursor: u32,
+    pub(crate) rate: AdmissionRate,
+    last_tick_ms: u64,
+    admissions_at_last_tick: u64,
+}
+
+impl Worker {
+    pub(crate) fn new(capacity: u64, now: u64) -> Self {
+        Self {
+            hand: capacity,
+            admitted: Vec::new(),
+            sweep_cursor: 0,
+            rate: AdmissionRate::default(),
+            last_tick_ms: now,
+            admissions_at_last_tick: 0,
+        }
+    }
+}
+
+impl Room {
+    /// One turn of the worker. Call it every `tick`; tests call it on
+    /// virtual time.
+    pub fn tick(&self) -> TickReport {
+        let now = self.clock.now_ms();
+        let mut w = lock(&self.worker);
+        let mut report = TickReport::default();
+        if self.hot.closed.load(Ordering::Acquire) {
+            return report;
+        }
+        if !self.hot.open.load(Ordering::Acquire)
+            && self.settings_snapshot().opens_at.is_some_and(|t| t <= now)
+        {
+            self.open(&mut w);
+            report.opened = true;
+        }
+        self.reap_stalled(&mut w, now, &mut report);
+        self.pay_debt(&mut w);
+        if self.hot.open.load(Ordering::Acquire) && !self.hot.paused.load(Ordering::Acquire) {
+            self.admit_from_hand(&mut w, now, &mut report);
+        }
+        report.abandoned = self.sweep_quiet(&mut w, now);
+        self.observe_rate(&mut w, now);
+        self.publish_locked(&w, now, false);
+        report
+    }
+
+    fn admit_from_hand(&self, w: &mut Worker, now: u64, report: &mut TickReport) {
+        loop {
+            if w.hand == 0 {
+                w.hand += self.tray.swap(0, Ordering::AcqRel);
+                self.pay_debt(w);
+                if w.hand == 0 {
+                    return;
+                }
+            }
+            if !self.has_queued() || !self.limiter.try_take(self.hot.admit_cap(), now) {
+                return;
+            }
+            match self.pop_and_admit(now) {
+                Some(id) => {
+                    w.hand -= 1;
+                    report.admitted.push(id);
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// Permits owed after a capacity decrease come out of the hand first.
+    fn pay_debt(&self, w: &mut Worker) {
+        let paid = take_up_to(&self.debt, w.hand);
+        w.hand -= paid;
+    }
+
+    /// Take back permits from admitted visitors who went idle past
+    /// `pass_idle`, or never arrived within `arrival_grace`.
+    fn reap_stalled(&self, w: &mut Worker, now: u64, report: &mut TickReport) {
+        while let Some(id) = self.admitted_log.pop() {
+            w.admitted.push(id);
+        }
+        let mut returned = 0;
+        w.admitted.retain(|&id| {
+            let Some(t) = self.ticket(id) else {
+                return false;
+            };
+            if t.state() != TicketState::Admitted {
+                return false;
+            }
+            if self.pass_deadline(t) >= now {
+                return true;
+            }
+            // Whoever wins this CAS owns the permit; a release racing us
+            // either won (and handed off) or will find the ticket expired.
+            if t.transition(TicketState::Admitted, TicketState::Expired) {
+                self.admitted.fetch_sub(1, Ordering::AcqRel);
+                self.counters.expirations.fetch_add(1, Ordering::Relaxed);
+                returned += 1;
+                report.expired.push(id);
+            }
+            false
+        });
+        for &id in &report.expired {
+            self.notify_ticket(id);
+        }
+        w.hand += returned;
+    }
+
+    /// Mark quiet waiting tickets abandoned, a bounded slice per tick, so
+    /// that people behind them see their true position before the head
+    /// reaches them. (Whoever pops a quiet ticket skips it regardless.)
+    fn sweep_quiet(&self, w: &mut Worker, now: u64) -> u64 {
+        let head = self.head.load(Ordering::Acquire);
+        let end = self.queue.count() as u32;
+        if head >= end {
+            return 0;
+        }
+        let idle = self.hot.queue_idle_ms.load(Ordering::Acquire);
+        // Resume where the last sweep stopped and wrap to the head once, so
+        // a line shorter than the budget is covered whole every tick.
+        let mut cursor = w.sweep_cursor.clamp(head, end);
+        let mut budget = SWEEP_BUDGET.min(end - head);
+        let mut abandoned = 0;
+        while budget > 0 {
+            if cursor >= end {
+                cursor = head;
+            }
+            budget -= 1;
+            let index = cursor;
+            cursor += 1;
+            let Some(&id) = self.queue.get(index as usize) else {
+                continue;
+            };
+            if let Some(t) = self.ticket(id)
+                && t.state() == TicketState::Waiting
+                && t.last_seen().saturating_add(idle) < now
+                && self.depart_waiting(id, t, TicketState::Abandoned)
+            {
+                abandoned += 1;
+            }
+        }
+        w.sweep_cursor = cursor;
+        abandoned
+    }
+
+    fn observe_rate(&self, w: &mut Worker, now: u64) {
+        let total = self.counters.admissions.load(Ordering::Relaxed);
+        if self.hot.open.load(Ordering::Acquire) && !self.hot.paused.load(Ordering::Acquire) {
+            w.rate.observe(
+                total - w.admissions_at_last_tick,
+                now.saturating_sub(w.last_tick_ms),
+            );
+        }
+        w.admissions_at_last_tick = total;
+        w.last_tick_ms = now;
+    }
+
+    /// The opening: draw the pre-queue (or keep arrival order for `fifo`)
+    /// and place it ahead of everyone who joins from now on.
+    pub(crate) fn open(&self, _w: &mut Worker) {
+        let mut pre = lock(&self.prequeue);
+        let mut ids = pre.take().unwrap_or_default();
+        ids.sort_unstable();
+        let order = match &self.lottery {
+            Some(seed) => seed.draw(&ids),
+            None => ids,
+        };
+        for id in order {
+            let index = self.enqueue(id);
+            // Left or revoked before the draw: keep positions exact.
+            if self.ticket(id).is_some_and(|t| t.state() != TicketState::Waiting) {
+                self.departures.record(index);
+            }
+        }
+        // Joins that see `open` go straight to the queue, behind the draw;
+        // joins that saw it closed wait on the pre-queue lock we hold and
+        // then find it gone.
+        self.hot.open.store(true, Ordering::Release);
+        drop(pre);
+    }
+}
