@@ -35,6 +35,8 @@ mod worker;
 mod model_tests;
 #[cfg(test)]
 mod room_tests;
+#[cfg(test)]
+mod stress_tests;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use lottery::LotterySeed;
