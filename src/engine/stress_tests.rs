@@ -78,6 +78,11 @@ fn stress(revocations: bool) {
                         mine.push(room.join(None).unwrap().ticket);
                         // Notice admissions among my waiting tickets.
                         mine.retain(|&id| match room.state_of(id).unwrap() {
+                            // Some visitors walk away once admitted: their
+                            // pass must lapse after arrival_grace.
+                            TicketState::Admitted if revocations && rng.random_ratio(1, 10) => {
+                                false
+                            }
                             TicketState::Admitted => {
                                 let n = in_use.fetch_add(1, Ordering::AcqRel) + 1;
                                 peak_in_use.fetch_max(n, Ordering::AcqRel);
@@ -123,7 +128,7 @@ fn stress(revocations: bool) {
     }
     let stats = room.stats();
     assert!(stats.peak_admitted <= u64::from(CAPACITY), "{stats:?}");
-    assert!(stats.admissions > 1_000, "the run admitted too little: {stats:?}");
+    assert!(stats.admissions > 100, "the run admitted too little: {stats:?}");
     assert!(stats.handoffs > 0, "{stats:?}");
     if revocations {
         assert!(stats.expirations > 0 && stats.revocations > 0, "{stats:?}");
