@@ -315,8 +315,20 @@ impl Room {
         let ahead = self.waiting_ahead(index);
         if let Some(t) = self.tickets.get(id as usize) {
             t.set_queue_index(index, ahead.min(u64::from(u32::MAX)) as u32);
+            // Gone before it had an index (revoked mid-join, or left the
+            // pre-queue before the draw): count it now. Counting a ticket
+            // the head already passed is harmless.
+            if t.state() != TicketState::Waiting {
+                self.count_departure(t);
+            }
         }
         index
+    }
+
+    fn count_departure(&self, t: &Ticket) {
+        if let Some(index) = t.departure_to_count() {
+            self.departures.record(index);
+        }
     }
 
     /// Tickets still waiting ahead of queue index `index`.
@@ -496,23 +508,10 @@ impl Room {
 
     /// Move a waiting ticket out of the line, keeping positions exact.
     pub(crate) fn depart_waiting(&self, id: TicketId, t: &Ticket, to: TicketState) -> bool {
-        if t.queue_index().is_none() {
-            // In the pre-queue: the draw records departures of what it
-            // places, so decide under its lock which side of it we are on.
-            let pre = lock(&self.prequeue);
-            if pre.is_some() {
-                let moved = t.transition(TicketState::Waiting, to);
-                if moved {
-                    self.on_left_waiting(id, to);
-                }
-                return moved;
-            }
-        }
         let moved = t.transition(TicketState::Waiting, to);
         if moved {
-            if let Some(index) = t.queue_index() {
-                self.departures.record(index);
-            }
+            // Without an index yet, `enqueue` counts it once it has one.
+            self.count_departure(t);
             self.on_left_waiting(id, to);
         }
         moved

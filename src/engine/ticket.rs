@@ -66,6 +66,10 @@ pub(crate) struct Ticket {
     /// Seen at least once since admission (a gate check): until then the
     /// pass lapses after `arrival_grace`, afterwards after `pass_idle`.
     arrived: AtomicBool,
+    /// Whether this ticket's departure from the line has been counted, so
+    /// that the two racing sides (a departure before the ticket's index is
+    /// set, and the enqueue that sets it) count it exactly once.
+    departure_counted: AtomicBool,
     /// Index in the room's queue; its queue number is this plus one.
     queue_index: AtomicU32,
     /// The lowest position ever reported, so that what a visitor sees never
@@ -83,6 +87,7 @@ impl Ticket {
         Self {
             state: AtomicU8::new(TicketState::Waiting as u8),
             arrived: AtomicBool::new(false),
+            departure_counted: AtomicBool::new(false),
             queue_index: AtomicU32::new(NOT_QUEUED),
             reported_position: AtomicU32::new(u32::MAX),
             initial_ahead: AtomicU32::new(0),
@@ -92,20 +97,23 @@ impl Ticket {
         }
     }
 
+    // State and queue index use SeqCst: a departure writes the state then
+    // reads the index, while `enqueue` writes the index then reads the
+    // state, and at least one of them must see the other's write.
     pub(crate) fn state(&self) -> TicketState {
-        TicketState::from_u8(self.state.load(Ordering::Acquire))
+        TicketState::from_u8(self.state.load(Ordering::SeqCst))
     }
 
     /// The one way a state changes: succeeds only if nobody else moved the
     /// ticket first.
     pub(crate) fn transition(&self, from: TicketState, to: TicketState) -> bool {
         self.state
-            .compare_exchange(from as u8, to as u8, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(from as u8, to as u8, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
     }
 
     pub(crate) fn queue_index(&self) -> Option<u32> {
-        match self.queue_index.load(Ordering::Acquire) {
+        match self.queue_index.load(Ordering::SeqCst) {
             NOT_QUEUED => None,
             i => Some(i),
         }
@@ -113,7 +121,13 @@ impl Ticket {
 
     pub(crate) fn set_queue_index(&self, index: u32, ahead: u32) {
         self.initial_ahead.store(ahead, Ordering::Relaxed);
-        self.queue_index.store(index, Ordering::Release);
+        self.queue_index.store(index, Ordering::SeqCst);
+    }
+
+    /// The queue index to count as a departure, the first time only.
+    pub(crate) fn departure_to_count(&self) -> Option<u32> {
+        let index = self.queue_index()?;
+        (!self.departure_counted.swap(true, Ordering::AcqRel)).then_some(index)
     }
 
     pub(crate) fn initial_ahead(&self) -> u32 {

@@ -194,12 +194,9 @@ impl Room {
             Some(seed) => seed.draw(&ids),
             None => ids,
         };
+        // `enqueue` counts those who left before the draw as departures.
         for id in order {
-            let index = self.enqueue(id);
-            // Left or revoked before the draw: keep positions exact.
-            if self.ticket(id).is_some_and(|t| t.state() != TicketState::Waiting) {
-                self.departures.record(index);
-            }
+            self.enqueue(id);
         }
         // Joins that see `open` go straight to the queue, behind the draw;
         // joins that saw it closed wait on the pre-queue lock we hold and
