@@ -201,6 +201,8 @@ impl PermitLedger {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TickReport {
     pub opened: bool,
+    /// Permits the worker took from the tray into its empty hand.
+    pub from_tray: u64,
     pub admitted: Vec<TicketId>,
     pub expired: Vec<TicketId>,
     pub abandoned: u64,

@@ -77,7 +77,9 @@ impl Room {
     fn admit_from_hand(&self, w: &mut Worker, now: u64, report: &mut TickReport) {
         loop {
             if w.hand == 0 {
-                w.hand += self.tray.swap(0, Ordering::AcqRel);
+                let moved = self.tray.swap(0, Ordering::AcqRel);
+                report.from_tray += moved;
+                w.hand += moved;
                 self.pay_debt(w);
                 if w.hand == 0 {
                     return;
