@@ -8,7 +8,11 @@ mod reservation;
 fn check(quiet: bool) {
     for seed in 0..50 {
         let outcome = reservation::simulate(seed, quiet);
-        assert_eq!(outcome.admissions.len(), 20, "seed {seed}: everyone admitted");
+        assert_eq!(
+            outcome.admissions.len(),
+            20,
+            "seed {seed}: everyone admitted"
+        );
         assert!(outcome.peak_holding <= 2, "seed {seed}: capacity exceeded");
         let numbers: Vec<u64> = outcome.admissions.iter().map(|a| a.number).collect();
         assert_eq!(numbers, (1..=20).collect::<Vec<_>>(), "seed {seed}: order");

@@ -45,6 +45,5 @@ pub use room::{Departure, Handoff, Identity, JoinError, Joined, Room};
 pub use settings::{InvalidRoomId, Order, RoomId, RoomSettings};
 pub use ticket::{TicketId, TicketState};
 pub use view::{
-    Eta, PermitLedger, RoomStats, RoomView, TickReport, TicketStatus, WAIT_BUCKETS_MS,
-    WaitSnapshot,
+    Eta, PermitLedger, RoomStats, RoomView, TickReport, TicketStatus, WAIT_BUCKETS_MS, WaitSnapshot,
 };

@@ -273,7 +273,9 @@ fn run(initial_capacity: u32, ops: Vec<Op>) -> Result<(), TestCaseError> {
         match op {
             Op::Join(identity) => {
                 let (expected, is_new) = model.join(identity);
-                let joined = room.join(identity.map(|i| Identity(u128::from(i)))).unwrap();
+                let joined = room
+                    .join(identity.map(|i| Identity(u128::from(i))))
+                    .unwrap();
                 prop_assert_eq!(joined.ticket as usize, expected, "idempotent joins");
                 prop_assert_eq!(joined.is_new, is_new);
             }

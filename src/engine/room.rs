@@ -29,9 +29,7 @@ use super::lottery::LotterySeed;
 use super::rate::AdmitLimiter;
 use super::settings::{Order, RoomId, RoomSettings};
 use super::ticket::{Ticket, TicketId, TicketState};
-use super::view::{
-    Counters, Eta, PermitLedger, RoomStats, RoomView, TicketStatus, WaitHistogram,
-};
+use super::view::{Counters, Eta, PermitLedger, RoomStats, RoomView, TicketStatus, WaitHistogram};
 use super::worker::Worker;
 
 /// Who a join is for, so that the same visitor joining twice (double click,
@@ -113,7 +111,8 @@ impl HotSettings {
     fn store_timeouts(&self, s: &RoomSettings) {
         self.queue_idle_ms
             .store(millis(s.queue_idle), Ordering::Release);
-        self.pass_idle_ms.store(millis(s.pass_idle), Ordering::Release);
+        self.pass_idle_ms
+            .store(millis(s.pass_idle), Ordering::Release);
         self.arrival_grace_ms
             .store(millis(s.arrival_grace), Ordering::Release);
         self.admit_per_minute
@@ -534,7 +533,8 @@ impl Room {
     /// Drop interest in a ticket; the entry goes when its last holder does.
     pub fn forget_ticket_notify(&self, id: TicketId, notify: Arc<Notify>) {
         drop(notify);
-        self.waiters.remove_if(&id, |_, n| Arc::strong_count(n) == 1);
+        self.waiters
+            .remove_if(&id, |_, n| Arc::strong_count(n) == 1);
     }
 
     pub(crate) fn notify_ticket(&self, id: TicketId) {

@@ -35,7 +35,10 @@ fn position(room: &Room, id: TicketId) -> Option<u64> {
 fn joins_only_queue_and_the_worker_admits_from_the_head() {
     let (room, _) = room(2);
     let ids = join_n(&room, 10);
-    assert!(ids.iter().all(|&id| state(&room, id) == TicketState::Waiting));
+    assert!(
+        ids.iter()
+            .all(|&id| state(&room, id) == TicketState::Waiting)
+    );
     let numbers: Vec<_> = ids
         .iter()
         .map(|&id| room.status(id).unwrap().number.unwrap())
@@ -116,7 +119,10 @@ fn releasing_twice_or_after_revocation_frees_nothing() {
         room.release(ids[0]),
         Departure::Nothing(TicketState::Released)
     );
-    assert_eq!(room.revoke(ids[1]), Departure::GaveBack(Handoff::To(ids[2])));
+    assert_eq!(
+        room.revoke(ids[1]),
+        Departure::GaveBack(Handoff::To(ids[2]))
+    );
     assert_eq!(room.leave(ids[1]), Departure::Nothing(TicketState::Revoked));
     assert_eq!(room.admitted_count(), 1);
     assert!(room.ledger().balances());
@@ -225,7 +231,11 @@ fn a_scheduled_room_draws_its_pre_queue_at_opening() {
     let early: Vec<_> = join_n(&room, 50);
     let commitment = room.view().lottery_commitment.clone().unwrap();
     assert_eq!(room.view().lottery_seed, None);
-    assert!(early.iter().all(|&id| room.status(id).unwrap().number.is_none()));
+    assert!(
+        early
+            .iter()
+            .all(|&id| room.status(id).unwrap().number.is_none())
+    );
     assert!(room.tick().admitted.is_empty(), "closed until opens_at");
 
     room.leave(early[3]);
@@ -233,7 +243,11 @@ fn a_scheduled_room_draws_its_pre_queue_at_opening() {
     let report = room.tick();
     assert!(report.opened);
     let late = room.join(None).unwrap();
-    assert_eq!(late.number, Some(51), "later arrivals queue behind the draw");
+    assert_eq!(
+        late.number,
+        Some(51),
+        "later arrivals queue behind the draw"
+    );
 
     // Anyone can recompute the order from the revealed seed.
     let seed_hex = room.view().lottery_seed.clone().unwrap();

@@ -128,7 +128,10 @@ fn stress(revocations: bool) {
     }
     let stats = room.stats();
     assert!(stats.peak_admitted <= u64::from(CAPACITY), "{stats:?}");
-    assert!(stats.admissions > 100, "the run admitted too little: {stats:?}");
+    assert!(
+        stats.admissions > 100,
+        "the run admitted too little: {stats:?}"
+    );
     assert!(stats.handoffs > 0, "{stats:?}");
     if revocations {
         assert!(stats.expirations > 0 && stats.revocations > 0, "{stats:?}");

@@ -136,9 +136,7 @@ impl Ticket {
 
     /// Clamp a freshly computed position to never exceed one already shown.
     pub(crate) fn report_position(&self, computed: u32) -> u32 {
-        let previous = self
-            .reported_position
-            .fetch_min(computed, Ordering::AcqRel);
+        let previous = self.reported_position.fetch_min(computed, Ordering::AcqRel);
         previous.min(computed)
     }
 

@@ -103,8 +103,20 @@ pub(crate) struct Counters {
 
 /// Upper bounds (ms) of the wait-time histogram buckets: join to admission.
 pub const WAIT_BUCKETS_MS: [u64; 14] = [
-    100, 500, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000, 120_000, 300_000, 600_000, 1_800_000,
-    3_600_000, u64::MAX,
+    100,
+    500,
+    1_000,
+    2_000,
+    5_000,
+    10_000,
+    30_000,
+    60_000,
+    120_000,
+    300_000,
+    600_000,
+    1_800_000,
+    3_600_000,
+    u64::MAX,
 ];
 
 /// A fixed-bucket histogram of waits, lock-free, in the shape Prometheus
