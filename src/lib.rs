@@ -2,3 +2,4 @@
 pub mod config;
 pub mod engine;
 pub mod http;
+pub mod token;
