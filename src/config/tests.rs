@@ -295,6 +295,9 @@ fn backend_settings_must_agree() {
         "redis://",
         "redis:///",
         "127.0.0.1:6379",
+        "redis+unix://",
+        "unix:///",
+        "unix://run/redis.sock",
         "redis://a b",
         "",
     ] {
