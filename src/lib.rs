@@ -1,3 +1,5 @@
 //! Narabu: a fair virtual waiting room.
+pub mod config;
 pub mod engine;
 pub mod http;
+pub mod token;

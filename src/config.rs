@@ -1,0 +1,568 @@
+//! Configuration, parsed and validated once at start-up into typed values.
+//!
+//! Everything downstream (engine, backends, HTTP) receives a [`Config`] whose
+//! values are already checked: durations are `Duration`s, room names are
+//! [`RoomId`]s, proxy networks are [`IpNet`]s, `opens_at` is Unix
+//! milliseconds. Nothing re-parses a string later, so a bad setting stops the
+//! server at start with a message naming the file, the field and the problem
+//! (`config/narabu.toml: rooms[1].capacity: must be between 1 and 1000000,
+//! got 0`) instead of surfacing during a sale.
+//!
+//! The order at start is: [`Config::load`] (or [`Config::default`] when no
+//! file is given), then command-line overrides, then [`Config::apply_env`],
+//! which takes secrets from the environment and checks the rules that depend
+//! on both file and environment.
+//!
+//! Secrets are [`Secret`]s, which print as `[redacted]`; URLs that may carry
+//! credentials (Redis passwords, webhook tokens) are redacted in `Debug` too,
+//! so the whole `Config` can be logged.
+//!
+//! `config/narabu.toml` documents every key; its tests load it.
+
+mod room;
+mod secret;
+mod values;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use ipnet::IpNet;
+use serde::Deserialize;
+
+use crate::engine::{RoomId, RoomSettings};
+
+pub use room::{
+    CAPACITY_MAX, CAPACITY_MIN, OPENS_AT_MAX, RoomTable, TICK_MAX, TICK_MIN, TIMEOUT_MAX,
+    parse_rfc3339_ms, validate_room,
+};
+pub use secret::Secret;
+use values::{
+    ProxyNet, RedactedUrl, check_http_url, check_public_url, check_redis_url, listen_address,
+};
+
+/// What is wrong with the configuration, and where.
+///
+/// Displays as `origin: field: message`, leaving out empty parts. It never
+/// contains a secret's value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    origin: String,
+    field: String,
+    message: String,
+}
+
+impl ConfigError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            origin: String::new(),
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    fn in_origin(mut self, origin: &str) -> Self {
+        self.origin = origin.to_owned();
+        self
+    }
+
+    /// The file (or `environment`) the bad value came from; empty for a
+    /// value that came from elsewhere, such as an admin API body.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// The field, as a path like `rooms[1].capacity`; for a syntax error, the
+    /// line and column instead.
+    pub fn field(&self) -> &str {
+        &self.field
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts = [&self.origin, &self.field, &self.message];
+        let mut first = true;
+        for part in parts.into_iter().filter(|p| !p.is_empty()) {
+            if !first {
+                f.write_str(": ")?;
+            }
+            f.write_str(part)?;
+            first = false;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn join_field(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{prefix}.{name}")
+    }
+}
+
+/// Where room state lives.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// In process, journalled to `data_dir`: one instance.
+    Embedded,
+    /// In Redis (or Redis Cluster, when `cluster_nodes` is not empty), shared
+    /// by every instance.
+    Redis {
+        url: String,
+        cluster_nodes: Vec<String>,
+    },
+}
+
+impl fmt::Debug for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Backend::Embedded => f.write_str("Embedded"),
+            Backend::Redis { url, cluster_nodes } => {
+                let nodes: Vec<_> = cluster_nodes.iter().map(|n| RedactedUrl(n)).collect();
+                f.debug_struct("Redis")
+                    .field("url", &RedactedUrl(url))
+                    .field("cluster_nodes", &nodes)
+                    .finish()
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum BackendKind {
+    #[default]
+    Embedded,
+    Redis,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Plain,
+    /// One JSON object a line, for log collectors.
+    Json,
+}
+
+/// What the gate answers when the backend cannot be reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnBackendError {
+    /// Refuse (send visitors to the queue): the origin is never flooded.
+    #[default]
+    Closed,
+    /// Let visitors through: the sale goes on unprotected.
+    Open,
+}
+
+/// One webhook receiver.
+#[derive(Clone)]
+pub struct WebhookConfig {
+    pub url: String,
+    /// Signs each delivery so the receiver can check where it came from.
+    pub secret: Secret,
+    /// The events to send; empty means every event.
+    pub events: Vec<String>,
+    /// Also notify when a room's queue grows past this many waiting.
+    pub queue_threshold: Option<u64>,
+}
+
+impl fmt::Debug for WebhookConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WebhookConfig")
+            .field("url", &RedactedUrl(&self.url))
+            .field("secret", &self.secret)
+            .field("events", &self.events)
+            .field("queue_threshold", &self.queue_threshold)
+            .finish()
+    }
+}
+
+/// The whole configuration, validated.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub backend: Backend,
+    /// The ticket signing key; when absent, a key is kept in
+    /// `data_dir/secret.key`.
+    pub secret: Option<Secret>,
+    /// The key before the last rotation; tickets it signed stay valid.
+    pub previous_secret: Option<Secret>,
+    /// Bearer token for the admin API; the admin API is off without it.
+    pub admin_token: Option<Secret>,
+    /// Mark cookies `Secure` (set it when visitors reach Narabu over HTTPS).
+    pub cookie_secure: bool,
+    /// Peers whose `X-Forwarded-For` / `Forwarded` headers are believed.
+    pub trusted_proxies: Vec<IpNet>,
+    pub log_format: LogFormat,
+    pub on_backend_error: OnBackendError,
+    /// Open event streams per client address; 0 turns the limit off.
+    pub max_streams_per_address: u32,
+    /// Absolute base (`https://queue.example.com`, no trailing slash) for
+    /// queue URLs handed to proxies; relative URLs when absent.
+    pub public_url: Option<String>,
+    pub webhooks: Vec<WebhookConfig>,
+    /// At least one, ids unique.
+    pub rooms: Vec<RoomSettings>,
+}
+
+impl Config {
+    pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+    pub const DEFAULT_DATA_DIR: &str = "./narabu-data";
+    pub const DEFAULT_ROOM: &str = "default";
+    pub const DEFAULT_MAX_STREAMS_PER_ADDRESS: u32 = 20;
+
+    /// Reads and validates a TOML file. Errors name the file as given.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::new("", format!("cannot read: {e}")).in_origin(&origin))?;
+        Self::from_toml_str(&text, &origin)
+    }
+
+    /// Parses and validates TOML text; `origin_name` (usually the file name)
+    /// starts every error message.
+    pub fn from_toml_str(text: &str, origin_name: &str) -> Result<Config, ConfigError> {
+        parse_file(text)
+            .and_then(FileConfig::into_config)
+            .map_err(|e| e.in_origin(origin_name))
+    }
+
+    /// Takes `NARABU_SECRET` and `NARABU_ADMIN_TOKEN` from `get` (the real
+    /// environment in `main`, a map in tests); a set, non-empty variable
+    /// overrides the file. Then checks the rules that need the final
+    /// secrets: a Redis backend needs a configured `secret`, since every
+    /// instance must sign with the same key, and `previous_secret` only
+    /// makes sense beside a `secret`.
+    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        let from_env = |name: &str| -> Result<Option<Secret>, ConfigError> {
+            match get(name).filter(|v| !v.is_empty()) {
+                None => Ok(None),
+                Some(v) => {
+                    let s = Secret::new(v);
+                    check_secret(name, &s).map_err(|e| e.in_origin("environment"))?;
+                    Ok(Some(s))
+                }
+            }
+        };
+        if let Some(s) = from_env("NARABU_SECRET")? {
+            self.secret = Some(s);
+        }
+        if let Some(s) = from_env("NARABU_ADMIN_TOKEN")? {
+            self.admin_token = Some(s);
+        }
+        if self.secret.is_none() {
+            if matches!(self.backend, Backend::Redis { .. }) {
+                return Err(ConfigError::new(
+                    "secret",
+                    "required with backend = \"redis\", so that every instance signs tickets \
+                     with the same key (set it in the file or in NARABU_SECRET)",
+                ));
+            }
+            if self.previous_secret.is_some() {
+                return Err(ConfigError::new(
+                    "previous_secret",
+                    "set only together with secret (or NARABU_SECRET)",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One embedded instance on 127.0.0.1:8080 with the default room: what
+/// `narabu serve` runs with no arguments.
+impl Default for Config {
+    fn default() -> Self {
+        let room = RoomId::new(Self::DEFAULT_ROOM).expect("\"default\" is a valid room id");
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: PathBuf::from(Self::DEFAULT_DATA_DIR),
+            backend: Backend::Embedded,
+            secret: None,
+            previous_secret: None,
+            admin_token: None,
+            cookie_secure: false,
+            trusted_proxies: Vec::new(),
+            log_format: LogFormat::Plain,
+            on_backend_error: OnBackendError::Closed,
+            max_streams_per_address: Self::DEFAULT_MAX_STREAMS_PER_ADDRESS,
+            public_url: None,
+            webhooks: Vec::new(),
+            rooms: vec![RoomSettings::new(room)],
+        }
+    }
+}
+
+/// The file as written: every key optional, checked in `into_config`.
+#[derive(Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct FileConfig {
+    #[serde(deserialize_with = "listen_address")]
+    listen: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    backend: BackendKind,
+    redis_url: Option<String>,
+    redis_cluster_nodes: Vec<String>,
+    secret: Option<Secret>,
+    previous_secret: Option<Secret>,
+    admin_token: Option<Secret>,
+    cookie_secure: bool,
+    trusted_proxies: Vec<ProxyNet>,
+    log_format: LogFormat,
+    on_backend_error: OnBackendError,
+    max_streams_per_address: Option<u32>,
+    public_url: Option<String>,
+    webhooks: Vec<WebhookTable>,
+    rooms: Option<Vec<RoomTable>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WebhookTable {
+    url: String,
+    secret: Secret,
+    #[serde(default)]
+    events: Vec<String>,
+    queue_threshold: Option<u64>,
+}
+
+/// Keys whose values are secrets: errors about them never quote the value.
+const SECRET_KEYS: [&str; 3] = ["secret", "previous_secret", "admin_token"];
+
+fn parse_file(text: &str) -> Result<FileConfig, ConfigError> {
+    let deserializer =
+        toml::Deserializer::parse(text).map_err(|e| syntax_error(text, e.message(), e.span()))?;
+    serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let inner = e.inner();
+        let path = e.path().to_string();
+        if path.is_empty() || path == "." {
+            return syntax_error(text, inner.message(), inner.span());
+        }
+        let is_secret = matches!(
+            e.path().iter().next_back(),
+            Some(serde_path_to_error::Segment::Map { key }) if SECRET_KEYS.contains(&key.as_str())
+        );
+        let message = if is_secret {
+            "must be a string (the value is not shown: it is a secret)".to_owned()
+        } else {
+            inner.message().to_owned()
+        };
+        let message = match inner.span() {
+            Some(span) => {
+                let (line, column) = line_column(text, span.start);
+                format!("{message} (line {line}, column {column})")
+            }
+            None => message,
+        };
+        ConfigError::new(path, message)
+    })
+}
+
+/// An error with no field path to name (TOML syntax): name the place.
+fn syntax_error(text: &str, message: &str, span: Option<std::ops::Range<usize>>) -> ConfigError {
+    let Some(span) = span else {
+        return ConfigError::new("", message);
+    };
+    let (line, column) = line_column(text, span.start);
+    let message = if line_sets_secret(text, span.start) {
+        "cannot be parsed (the line is not shown: it sets a secret)"
+    } else {
+        message
+    };
+    ConfigError::new(format!("line {line}, column {column}"), message)
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = text.as_bytes().get(..offset).unwrap_or_default();
+    let line_start = before
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let column = String::from_utf8_lossy(&before[line_start..])
+        .chars()
+        .count()
+        + 1;
+    (line, column)
+}
+
+fn line_sets_secret(text: &str, offset: usize) -> bool {
+    let offset = offset.min(text.len());
+    let bytes = text.as_bytes();
+    let start = bytes[..offset]
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    let line = String::from_utf8_lossy(&bytes[start..]);
+    let line = line.lines().next().unwrap_or_default();
+    let key = line.split('=').next().unwrap_or_default();
+    let key = key.trim().trim_matches(|c| c == '"' || c == '\'');
+    SECRET_KEYS.contains(&key)
+}
+
+fn check_secret(field: &str, secret: &Secret) -> Result<(), ConfigError> {
+    if secret.len() < Secret::MIN_LEN {
+        return Err(ConfigError::new(
+            field,
+            format!(
+                "must be at least {} bytes, got {} (make one with `openssl rand -hex 32`)",
+                Secret::MIN_LEN,
+                secret.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl FileConfig {
+    fn into_config(self) -> Result<Config, ConfigError> {
+        let defaults = Config::default();
+        let backend = self.backend()?;
+        for (field, secret) in [
+            ("secret", &self.secret),
+            ("previous_secret", &self.previous_secret),
+            ("admin_token", &self.admin_token),
+        ] {
+            if let Some(s) = secret {
+                check_secret(field, s)?;
+            }
+        }
+        let data_dir = self.data_dir.unwrap_or(defaults.data_dir);
+        if data_dir.as_os_str().is_empty() {
+            return Err(ConfigError::new("data_dir", "must not be empty"));
+        }
+        let public_url = match self.public_url {
+            None => None,
+            Some(url) => Some(check_public_url(&url)?),
+        };
+        let webhooks = self
+            .webhooks
+            .into_iter()
+            .enumerate()
+            .map(|(i, w)| w.into_config(&format!("webhooks[{i}]")))
+            .collect::<Result<_, _>>()?;
+        let rooms = match self.rooms {
+            None => defaults.rooms,
+            Some(tables) => rooms_from_tables(tables)?,
+        };
+        Ok(Config {
+            listen: self.listen.unwrap_or(defaults.listen),
+            data_dir,
+            backend,
+            secret: self.secret,
+            previous_secret: self.previous_secret,
+            admin_token: self.admin_token,
+            cookie_secure: self.cookie_secure,
+            trusted_proxies: self.trusted_proxies.into_iter().map(|p| p.0).collect(),
+            log_format: self.log_format,
+            on_backend_error: self.on_backend_error,
+            max_streams_per_address: self
+                .max_streams_per_address
+                .unwrap_or(defaults.max_streams_per_address),
+            public_url,
+            webhooks,
+            rooms,
+        })
+    }
+
+    fn backend(&self) -> Result<Backend, ConfigError> {
+        match self.backend {
+            // A Redis setting beside the embedded backend usually means a
+            // forgotten `backend = "redis"`: instances would then each run
+            // their own queue, which is unfair, so it is an error.
+            BackendKind::Embedded => {
+                if self.redis_url.is_some() {
+                    return Err(ConfigError::new(
+                        "redis_url",
+                        "set, but backend is \"embedded\" (add backend = \"redis\", or remove it)",
+                    ));
+                }
+                if !self.redis_cluster_nodes.is_empty() {
+                    return Err(ConfigError::new(
+                        "redis_cluster_nodes",
+                        "set, but backend is \"embedded\" (add backend = \"redis\", or remove it)",
+                    ));
+                }
+                Ok(Backend::Embedded)
+            }
+            BackendKind::Redis => {
+                let url = self.redis_url.clone().ok_or_else(|| {
+                    ConfigError::new("redis_url", "required with backend = \"redis\"")
+                })?;
+                check_redis_url("redis_url", &url)?;
+                for (i, node) in self.redis_cluster_nodes.iter().enumerate() {
+                    check_redis_url(&format!("redis_cluster_nodes[{i}]"), node)?;
+                }
+                Ok(Backend::Redis {
+                    url,
+                    cluster_nodes: self.redis_cluster_nodes.clone(),
+                })
+            }
+        }
+    }
+}
+
+fn rooms_from_tables(tables: Vec<RoomTable>) -> Result<Vec<RoomSettings>, ConfigError> {
+    if tables.is_empty() {
+        return Err(ConfigError::new(
+            "rooms",
+            "at least one room is needed (leave rooms out for the default room)",
+        ));
+    }
+    let mut rooms: Vec<RoomSettings> = Vec::with_capacity(tables.len());
+    for (i, table) in tables.into_iter().enumerate() {
+        let prefix = format!("rooms[{i}]");
+        if let Some(first) = rooms.iter().position(|r| r.id == table.id) {
+            return Err(ConfigError::new(
+                format!("{prefix}.id"),
+                format!("duplicate room id \"{}\" (also rooms[{first}])", table.id),
+            ));
+        }
+        rooms.push(table.into_settings(&prefix)?);
+    }
+    Ok(rooms)
+}
+
+impl WebhookTable {
+    fn into_config(self, prefix: &str) -> Result<WebhookConfig, ConfigError> {
+        check_http_url(&join_field(prefix, "url"), &self.url)?;
+        check_secret(&join_field(prefix, "secret"), &self.secret)?;
+        for (i, event) in self.events.iter().enumerate() {
+            if event.is_empty() || event.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(ConfigError::new(
+                    format!("{prefix}.events[{i}]"),
+                    "must be a non-empty name without spaces",
+                ));
+            }
+        }
+        if self.queue_threshold == Some(0) {
+            return Err(ConfigError::new(
+                join_field(prefix, "queue_threshold"),
+                "must be at least 1 (leave it out for no threshold), got 0",
+            ));
+        }
+        Ok(WebhookConfig {
+            url: self.url,
+            secret: self.secret,
+            events: self.events,
+            queue_threshold: self.queue_threshold,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

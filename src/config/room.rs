@@ -1,0 +1,575 @@
+//! One room as an operator writes it: a `[[rooms]]` table in the config file,
+//! or the JSON body of `PUT /admin/rooms/{room}`.
+//!
+//! [`RoomTable`] is the wire form (every key but `id` optional, durations as
+//! `"10m"`, `opens_at` as RFC 3339) and [`RoomTable::into_settings`] turns it
+//! into the engine's [`RoomSettings`], filling the documented defaults and
+//! checking every limit. The same limits are available on their own as
+//! [`validate_room`] for changes that do not go through a table (`PATCH`).
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+
+use super::{ConfigError, join_field};
+use crate::engine::{Order, RoomId, RoomSettings};
+
+/// Smallest and largest room: one permit up to a million (a bigger room is
+/// not a waiting room any more).
+pub const CAPACITY_MIN: u32 = 1;
+pub const CAPACITY_MAX: u32 = 1_000_000;
+/// A tick faster than 10 ms is busy-waiting; slower than a minute makes the
+/// liveness promise ("a free permit meets a waiting ticket within a tick")
+/// meaningless.
+pub const TICK_MIN: Duration = Duration::from_millis(10);
+pub const TICK_MAX: Duration = Duration::from_secs(60);
+/// The longest timeout accepted, so that "now + timeout" in milliseconds can
+/// never overflow and a typo like "10y" is caught rather than obeyed.
+pub const TIMEOUT_MAX: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+/// 9999-12-30T22:00:00Z, the last whole millisecond `jiff` accepts, so the
+/// admin API can always write an `opens_at` back as RFC 3339.
+pub const OPENS_AT_MAX: u64 = 253_402_207_200_000;
+
+/// The keys of one `[[rooms]]` table. Only `id` is required; every other key
+/// falls back to the default of [`RoomSettings::new`].
+///
+/// It deserializes from TOML and from JSON alike, and serializes back to the
+/// same shape, so the admin API can show a room in the form it accepts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoomTable {
+    pub id: RoomId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<u32>,
+    #[serde(
+        default,
+        with = "opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub tick: Option<Duration>,
+    #[serde(
+        default,
+        with = "opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pass_idle: Option<Duration>,
+    #[serde(
+        default,
+        with = "opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub arrival_grace: Option<Duration>,
+    #[serde(
+        default,
+        with = "opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub queue_idle: Option<Duration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join_limit_per_minute: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admit_per_minute: Option<u32>,
+    /// Unix milliseconds; written as RFC 3339 with an offset.
+    #[serde(
+        default,
+        with = "opt_opens_at",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub opens_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<Order>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+}
+
+impl RoomTable {
+    /// A table naming only the room: every setting at its default.
+    pub fn new(id: RoomId) -> Self {
+        Self {
+            id,
+            capacity: None,
+            tick: None,
+            pass_idle: None,
+            arrival_grace: None,
+            queue_idle: None,
+            join_limit_per_minute: None,
+            admit_per_minute: None,
+            opens_at: None,
+            order: None,
+            paused: None,
+        }
+    }
+
+    /// Fills in defaults and checks every limit. Errors name the field as
+    /// `{field_prefix}.{key}` (e.g. `rooms[1].capacity`), or just `{key}`
+    /// when the prefix is empty, as it is for an admin API body.
+    pub fn into_settings(self, field_prefix: &str) -> Result<RoomSettings, ConfigError> {
+        let mut s = RoomSettings::new(self.id);
+        if let Some(v) = self.capacity {
+            s.capacity = v;
+        }
+        if let Some(v) = self.tick {
+            s.tick = v;
+        }
+        if let Some(v) = self.pass_idle {
+            s.pass_idle = v;
+        }
+        if let Some(v) = self.arrival_grace {
+            s.arrival_grace = v;
+        }
+        if let Some(v) = self.queue_idle {
+            s.queue_idle = v;
+        }
+        if let Some(v) = self.join_limit_per_minute {
+            s.join_limit_per_minute = v;
+        }
+        s.admit_per_minute = self.admit_per_minute;
+        s.opens_at = self.opens_at;
+        if let Some(v) = self.order {
+            s.order = v;
+        }
+        if let Some(v) = self.paused {
+            s.paused = v;
+        }
+        validate_room(&s, field_prefix)?;
+        Ok(s)
+    }
+}
+
+/// Every key written out, so that a table made from a room's settings
+/// describes it completely.
+impl From<&RoomSettings> for RoomTable {
+    fn from(s: &RoomSettings) -> Self {
+        Self {
+            id: s.id.clone(),
+            capacity: Some(s.capacity),
+            tick: Some(s.tick),
+            pass_idle: Some(s.pass_idle),
+            arrival_grace: Some(s.arrival_grace),
+            queue_idle: Some(s.queue_idle),
+            join_limit_per_minute: Some(s.join_limit_per_minute),
+            admit_per_minute: s.admit_per_minute,
+            opens_at: s.opens_at,
+            order: Some(s.order),
+            paused: Some(s.paused),
+        }
+    }
+}
+
+/// The limits every room must keep, however its settings were made.
+pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigError> {
+    let field = |name: &str| join_field(field_prefix, name);
+    if !(CAPACITY_MIN..=CAPACITY_MAX).contains(&s.capacity) {
+        return Err(ConfigError::new(
+            field("capacity"),
+            format!(
+                "must be between {CAPACITY_MIN} and {CAPACITY_MAX}, got {}",
+                s.capacity
+            ),
+        ));
+    }
+    if !(TICK_MIN..=TICK_MAX).contains(&s.tick) {
+        return Err(ConfigError::new(
+            field("tick"),
+            format!(
+                "must be between {} and {}, got {}",
+                show(TICK_MIN),
+                show(TICK_MAX),
+                show(s.tick)
+            ),
+        ));
+    }
+    for (name, value) in [
+        ("pass_idle", s.pass_idle),
+        ("arrival_grace", s.arrival_grace),
+        ("queue_idle", s.queue_idle),
+    ] {
+        if value.is_zero() {
+            return Err(ConfigError::new(field(name), "must be more than 0"));
+        }
+        if value > TIMEOUT_MAX {
+            return Err(ConfigError::new(
+                field(name),
+                format!("must be at most {}, got {}", show(TIMEOUT_MAX), show(value)),
+            ));
+        }
+    }
+    if s.admit_per_minute == Some(0) {
+        return Err(ConfigError::new(
+            field("admit_per_minute"),
+            "must be at least 1 (leave it out for no cap), got 0",
+        ));
+    }
+    if let Some(at) = s.opens_at
+        && at > OPENS_AT_MAX
+    {
+        return Err(ConfigError::new(
+            field("opens_at"),
+            "must be before the year 10000",
+        ));
+    }
+    Ok(())
+}
+
+fn show(d: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(d)
+}
+
+/// Durations as humans write them: "500ms", "1s", "10m", "1h 30m".
+mod opt_duration {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(d) => s.collect_str(&humantime::format_duration(*d)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<DurationText>::deserialize(d)?.map(|t| t.0))
+    }
+
+    struct DurationText(Duration);
+
+    impl<'de> Deserialize<'de> for DurationText {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_str(DurationVisitor).map(DurationText)
+        }
+    }
+
+    struct DurationVisitor;
+
+    impl Visitor<'_> for DurationVisitor {
+        type Value = Duration;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(r#"a duration such as "500ms", "1s" or "10m""#)
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Duration, E> {
+            humantime::parse_duration(v.trim()).map_err(|e| {
+                E::custom(format_args!(
+                    r#"expected a duration such as "500ms", "1s" or "10m", got {v:?} ({e})"#
+                ))
+            })
+        }
+    }
+}
+
+/// `opens_at`: an RFC 3339 time with an explicit offset, because a local
+/// time would open the sale at a different instant on every server. TOML's
+/// own datetime syntax (unquoted) is accepted as well as a string.
+mod opt_opens_at {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(ms) => {
+                let ts = i64::try_from(*ms)
+                    .ok()
+                    .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+                    .ok_or_else(|| serde::ser::Error::custom("opens_at is out of range"))?;
+                s.collect_str(&ts)
+            }
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        Ok(Option::<OpensAt>::deserialize(d)?.map(|t| t.0))
+    }
+
+    struct OpensAt(u64);
+
+    impl<'de> Deserialize<'de> for OpensAt {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(OpensAtVisitor).map(OpensAt)
+        }
+    }
+
+    struct OpensAtVisitor;
+
+    const EXPECTING: &str =
+        r#"an RFC 3339 time with an offset, such as "2026-12-01T10:00:00+09:00""#;
+
+    impl<'de> Visitor<'de> for OpensAtVisitor {
+        type Value = u64;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(EXPECTING)
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
+            parse_rfc3339_ms(v).map_err(E::custom)
+        }
+
+        // TOML hands an unquoted datetime over as a one-entry map.
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<u64, A::Error> {
+            let dt =
+                toml::value::Datetime::deserialize(de::value::MapAccessDeserializer::new(map))?;
+            parse_rfc3339_ms(&dt.to_string()).map_err(de::Error::custom)
+        }
+    }
+
+    /// Unix milliseconds of an RFC 3339 time that carries its offset.
+    pub fn parse_rfc3339_ms(text: &str) -> Result<u64, String> {
+        let ts: jiff::Timestamp = text
+            .trim()
+            .parse()
+            .map_err(|e| format!("expected {EXPECTING}, got {text:?} ({e})"))?;
+        u64::try_from(ts.as_millisecond())
+            .map_err(|_| format!("must be after 1970-01-01T00:00:00Z, got {text:?}"))
+    }
+}
+
+pub use opt_opens_at::parse_rfc3339_ms;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(s: &str) -> RoomId {
+        RoomId::new(s).expect("a valid test room id")
+    }
+
+    fn from_toml(text: &str) -> Result<RoomTable, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    #[test]
+    fn only_id_is_required_and_the_rest_defaults() {
+        let t = from_toml("id = \"sale\"").expect("a minimal table");
+        assert_eq!(t, RoomTable::new(id("sale")));
+        let s = t.into_settings("rooms[0]").expect("defaults are valid");
+        assert_eq!(s, RoomSettings::new(id("sale")));
+        assert!(from_toml("capacity = 5").is_err(), "id is required");
+    }
+
+    #[test]
+    fn every_key_is_read() {
+        let t = from_toml(
+            r#"
+            id = "sale"
+            capacity = 500
+            tick = "250ms"
+            pass_idle = "15m"
+            arrival_grace = "90s"
+            queue_idle = "1h"
+            join_limit_per_minute = 0
+            admit_per_minute = 600
+            opens_at = "2026-12-01T10:00:00+09:00"
+            order = "fifo"
+            paused = true
+            "#,
+        )
+        .expect("a full table");
+        let s = t.into_settings("rooms[0]").expect("valid");
+        assert_eq!(s.capacity, 500);
+        assert_eq!(s.tick, Duration::from_millis(250));
+        assert_eq!(s.pass_idle, Duration::from_secs(15 * 60));
+        assert_eq!(s.arrival_grace, Duration::from_secs(90));
+        assert_eq!(s.queue_idle, Duration::from_secs(3600));
+        assert_eq!(s.join_limit_per_minute, 0);
+        assert_eq!(s.admit_per_minute, Some(600));
+        // 2026-12-01T01:00:00Z
+        assert_eq!(s.opens_at, Some(1_796_086_800_000));
+        assert_eq!(s.order, Order::Fifo);
+        assert!(s.paused);
+    }
+
+    #[test]
+    fn opens_at_needs_an_offset_and_accepts_toml_datetimes() {
+        let quoted = from_toml(
+            r#"id = "a"
+opens_at = "2026-12-01T01:00:00Z""#,
+        )
+        .expect("Z is an offset");
+        let bare = from_toml("id = \"a\"\nopens_at = 2026-12-01T10:00:00+09:00")
+            .expect("an unquoted TOML datetime");
+        assert_eq!(quoted.opens_at, Some(1_796_086_800_000));
+        assert_eq!(bare.opens_at, quoted.opens_at);
+
+        for bad in [
+            "opens_at = \"2026-12-01T10:00:00\"",
+            "opens_at = 2026-12-01T10:00:00",
+            "opens_at = 2026-12-01",
+            "opens_at = \"tomorrow\"",
+            "opens_at = \"1969-12-31T23:59:59Z\"",
+            "opens_at = 1796086800000",
+        ] {
+            let err = from_toml(&format!("id = \"a\"\n{bad}"));
+            assert!(err.is_err(), "{bad} should be refused");
+        }
+        assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00.001Z"), Ok(1));
+    }
+
+    #[test]
+    fn durations_are_human_strings_only() {
+        for bad in [
+            "tick = 1",
+            "tick = \"1 parsec\"",
+            "tick = \"\"",
+            "tick = \"-1s\"",
+        ] {
+            assert!(from_toml(&format!("id = \"a\"\n{bad}")).is_err(), "{bad}");
+        }
+        let t = from_toml("id = \"a\"\ntick = \"1s 500ms\"").expect("compound duration");
+        assert_eq!(t.tick, Some(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let err = from_toml("id = \"a\"\ncapcity = 5").expect_err("a typo");
+        assert!(err.message().contains("capcity"), "{err}");
+    }
+
+    #[test]
+    fn limits_are_checked_with_the_field_named() {
+        let cases: [(&str, &str); 12] = [
+            (
+                "capacity = 0",
+                "rooms[1].capacity: must be between 1 and 1000000, got 0",
+            ),
+            (
+                "capacity = 1000001",
+                "rooms[1].capacity: must be between 1 and 1000000, got 1000001",
+            ),
+            (
+                "tick = \"5ms\"",
+                "rooms[1].tick: must be between 10ms and 1m, got 5ms",
+            ),
+            (
+                "tick = \"61s\"",
+                "rooms[1].tick: must be between 10ms and 1m, got 1m 1s",
+            ),
+            (
+                "pass_idle = \"0s\"",
+                "rooms[1].pass_idle: must be more than 0",
+            ),
+            (
+                "arrival_grace = \"0ms\"",
+                "rooms[1].arrival_grace: must be more than 0",
+            ),
+            (
+                "queue_idle = \"0s\"",
+                "rooms[1].queue_idle: must be more than 0",
+            ),
+            (
+                "queue_idle = \"31days\"",
+                "rooms[1].queue_idle: must be at most 30days, got ",
+            ),
+            (
+                "pass_idle = \"10y\"",
+                "rooms[1].pass_idle: must be at most 30days",
+            ),
+            (
+                "admit_per_minute = 0",
+                "rooms[1].admit_per_minute: must be at least 1",
+            ),
+            ("opens_at = \"9999-12-30T22:00:00Z\"", ""),
+            ("capacity = 1", ""),
+        ];
+        for (line, want) in cases {
+            let table = from_toml(&format!("id = \"a\"\n{line}")).expect("well-formed");
+            match table.into_settings("rooms[1]") {
+                Ok(_) => assert_eq!(want, "", "{line} should be refused"),
+                Err(e) => {
+                    assert!(!want.is_empty(), "{line} should be accepted, got {e}");
+                    assert!(e.to_string().starts_with(want), "{line}: {e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn edges_of_the_limits_are_accepted() {
+        let mut t = RoomTable::new(id("a"));
+        t.capacity = Some(CAPACITY_MAX);
+        t.tick = Some(TICK_MIN);
+        t.pass_idle = Some(TIMEOUT_MAX);
+        t.arrival_grace = Some(Duration::from_millis(1));
+        t.opens_at = Some(0);
+        assert!(t.clone().into_settings("").is_ok());
+        t.tick = Some(TICK_MAX);
+        t.capacity = Some(CAPACITY_MIN);
+        assert!(t.into_settings("").is_ok());
+    }
+
+    #[test]
+    fn opens_at_max_is_the_last_representable_instant() {
+        let last = i64::try_from(OPENS_AT_MAX).expect("fits");
+        assert!(jiff::Timestamp::from_millisecond(last).is_ok());
+        assert!(jiff::Timestamp::from_millisecond(last + 1).is_err());
+        let mut s = RoomSettings::new(id("a"));
+        s.opens_at = Some(OPENS_AT_MAX + 1);
+        let e = validate_room(&s, "").expect_err("past the end");
+        assert_eq!(e.field(), "opens_at");
+        s.opens_at = Some(OPENS_AT_MAX);
+        let json = serde_json::to_string(&RoomTable::from(&s)).expect("serializes");
+        let back: RoomTable = serde_json::from_str(&json).expect("parses back");
+        assert_eq!(back.opens_at, Some(OPENS_AT_MAX));
+    }
+
+    #[test]
+    fn an_empty_prefix_names_the_bare_key() {
+        let mut t = RoomTable::new(id("a"));
+        t.capacity = Some(0);
+        let e = t.into_settings("").expect_err("capacity 0");
+        assert_eq!(e.field(), "capacity");
+        assert_eq!(
+            e.to_string(),
+            "capacity: must be between 1 and 1000000, got 0"
+        );
+    }
+
+    #[test]
+    fn json_bodies_parse_like_tables() {
+        let t: RoomTable = serde_json::from_str(
+            r#"{"id":"sale","capacity":20,"tick":"500ms","opens_at":"2026-12-01T10:00:00+09:00","order":"lottery","paused":false}"#,
+        )
+        .expect("a JSON room");
+        assert_eq!(t.capacity, Some(20));
+        assert_eq!(t.tick, Some(Duration::from_millis(500)));
+        assert_eq!(t.opens_at, Some(1_796_086_800_000));
+        let nulls: RoomTable =
+            serde_json::from_str(r#"{"id":"sale","tick":null,"opens_at":null}"#).expect("nulls");
+        assert_eq!(nulls, RoomTable::new(id("sale")));
+        for bad in [
+            r#"{"id":"Sale"}"#,
+            r#"{"capacity":3}"#,
+            r#"{"id":"a","capacity":-1}"#,
+            r#"{"id":"a","tick":1000}"#,
+            r#"{"id":"a","order":"random"}"#,
+            r#"{"id":"a","surprise":1}"#,
+            r#"{"id":"a","opens_at":{"x":1}}"#,
+            r#"[]"#,
+        ] {
+            assert!(serde_json::from_str::<RoomTable>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn settings_round_trip_through_json() {
+        let mut s = RoomSettings::new(id("sale"));
+        s.capacity = 7;
+        s.tick = Duration::from_millis(1500);
+        s.admit_per_minute = Some(60);
+        s.opens_at = Some(1_796_086_800_123);
+        s.order = Order::Fifo;
+        s.paused = true;
+        let json = serde_json::to_string(&RoomTable::from(&s)).expect("serializes");
+        assert!(json.contains(r#""tick":"1s 500ms""#), "{json}");
+        assert!(
+            json.contains(r#""opens_at":"2026-12-01T01:00:00.123Z""#),
+            "{json}"
+        );
+        let back: RoomTable = serde_json::from_str(&json).expect("parses back");
+        assert_eq!(back.into_settings("").expect("valid"), s);
+
+        let bare = serde_json::to_string(&RoomTable::new(id("x"))).expect("serializes");
+        assert_eq!(bare, r#"{"id":"x"}"#);
+    }
+}

@@ -1,0 +1,568 @@
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::*;
+use crate::engine::Order;
+
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/narabu.toml");
+const SECRET_A: &str = "0123456789abcdef0123456789abcdef-secret-a";
+const SECRET_B: &str = "0123456789abcdef0123456789abcdef-secret-b";
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::from_toml_str(text, "test.toml")
+}
+
+fn err(text: &str) -> String {
+    match parse(text) {
+        Ok(c) => panic!("expected an error for:\n{text}\ngot {c:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k| map.get(k).cloned()
+}
+
+/// The example with every commented-out setting switched on, so that the
+/// examples a reader would copy are checked too.
+fn example_uncommented() -> String {
+    let text = std::fs::read_to_string(EXAMPLE).expect("the example config exists");
+    text.lines()
+        .map(|line| match line.strip_prefix("# ") {
+            Some(rest)
+                if rest.starts_with("# ")
+                    || rest.starts_with("[[")
+                    || rest.split_once(" = ").is_some_and(|(k, _)| {
+                        k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                    }) =>
+            {
+                rest
+            }
+            _ => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("backend = \"embedded\"", "backend = \"redis\"")
+}
+
+#[test]
+fn default_is_the_no_argument_setup() {
+    let c = Config::default();
+    assert_eq!(c.listen, "127.0.0.1:8080".parse().expect("an address"));
+    assert_eq!(c.data_dir, PathBuf::from("./narabu-data"));
+    assert_eq!(c.backend, Backend::Embedded);
+    assert!(c.secret.is_none() && c.previous_secret.is_none() && c.admin_token.is_none());
+    assert!(!c.cookie_secure);
+    assert!(c.trusted_proxies.is_empty());
+    assert_eq!(c.log_format, LogFormat::Plain);
+    assert_eq!(c.on_backend_error, OnBackendError::Closed);
+    assert_eq!(c.max_streams_per_address, 20);
+    assert_eq!(c.public_url, None);
+    assert!(c.webhooks.is_empty());
+    assert_eq!(c.rooms.len(), 1);
+    assert_eq!(c.rooms[0].id.as_str(), "default");
+    assert_eq!(c.rooms[0].capacity, 100);
+    assert_eq!(c.rooms[0], RoomSettings::new(c.rooms[0].id.clone()));
+}
+
+#[test]
+fn an_empty_file_is_the_default() {
+    let c = parse("").expect("an empty file is valid");
+    assert_eq!(format!("{c:?}"), format!("{:?}", Config::default()));
+}
+
+#[test]
+fn the_example_file_loads_and_matches_the_defaults() {
+    let c = Config::load(Path::new(EXAMPLE)).expect("the example is valid");
+    assert_eq!(format!("{c:?}"), format!("{:?}", Config::default()));
+}
+
+#[test]
+fn every_commented_example_in_the_example_file_is_valid() {
+    let text = example_uncommented();
+    let mut c = Config::from_toml_str(&text, "narabu.toml (uncommented)")
+        .unwrap_or_else(|e| panic!("{e}\n{text}"));
+    match &c.backend {
+        Backend::Redis { url, cluster_nodes } => {
+            assert_eq!(url, "redis://127.0.0.1:6379");
+            assert_eq!(cluster_nodes.len(), 2);
+        }
+        Backend::Embedded => panic!("expected the redis backend"),
+    }
+    assert!(c.secret.is_some() && c.previous_secret.is_some() && c.admin_token.is_some());
+    assert_eq!(c.trusted_proxies.len(), 3);
+    assert_eq!(c.public_url.as_deref(), Some("https://queue.example.com"));
+    assert_eq!(c.webhooks.len(), 1);
+    assert_eq!(c.webhooks[0].events.len(), 3);
+    assert_eq!(c.webhooks[0].queue_threshold, Some(10_000));
+    assert_eq!(c.rooms.len(), 2);
+    assert_eq!(c.rooms[0].admit_per_minute, Some(600));
+    assert_eq!(c.rooms[0].opens_at, c.rooms[1].opens_at);
+    assert_eq!(c.rooms[1].opens_at, Some(1_796_086_800_000));
+    assert_eq!(c.rooms[1].capacity, 500);
+    c.apply_env(env(&[]))
+        .expect("the secret is set, so redis is fine");
+}
+
+#[test]
+fn every_top_level_key_is_read() {
+    let c = parse(&format!(
+        r#"
+listen = "0.0.0.0:9000"
+data_dir = "/var/lib/narabu"
+backend = "redis"
+redis_url = "rediss://:pw@redis.internal:6380/0"
+redis_cluster_nodes = ["redis://a:6379", "redis://b:6379"]
+secret = "{SECRET_A}"
+previous_secret = "{SECRET_B}"
+admin_token = "{SECRET_A}"
+cookie_secure = true
+trusted_proxies = ["10.1.2.3/8", "192.168.0.7", "::1", "fd00::/8"]
+log_format = "json"
+on_backend_error = "open"
+max_streams_per_address = 0
+public_url = "https://q.example.com/"
+
+[[webhooks]]
+url = "https://hooks.example.com/x"
+secret = "{SECRET_B}"
+
+[[rooms]]
+id = "a"
+
+[[rooms]]
+id = "b"
+capacity = 3
+order = "fifo"
+"#
+    ))
+    .expect("a full config");
+    assert_eq!(c.listen.port(), 9000);
+    assert_eq!(c.data_dir, PathBuf::from("/var/lib/narabu"));
+    assert_eq!(
+        c.backend,
+        Backend::Redis {
+            url: "rediss://:pw@redis.internal:6380/0".into(),
+            cluster_nodes: vec!["redis://a:6379".into(), "redis://b:6379".into()],
+        }
+    );
+    assert_eq!(c.secret.as_ref().map(Secret::expose), Some(SECRET_A));
+    assert_eq!(
+        c.previous_secret.as_ref().map(Secret::expose),
+        Some(SECRET_B)
+    );
+    assert_eq!(c.admin_token.as_ref().map(Secret::expose), Some(SECRET_A));
+    assert!(c.cookie_secure);
+    let nets: Vec<String> = c.trusted_proxies.iter().map(|n| n.to_string()).collect();
+    assert_eq!(
+        nets,
+        ["10.0.0.0/8", "192.168.0.7/32", "::1/128", "fd00::/8"]
+    );
+    assert_eq!(c.log_format, LogFormat::Json);
+    assert_eq!(c.on_backend_error, OnBackendError::Open);
+    assert_eq!(c.max_streams_per_address, 0);
+    assert_eq!(c.public_url.as_deref(), Some("https://q.example.com"));
+    assert_eq!(c.webhooks[0].url, "https://hooks.example.com/x");
+    assert!(c.webhooks[0].events.is_empty());
+    let ids: Vec<&str> = c.rooms.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b"]);
+    assert_eq!(c.rooms[0].capacity, 100);
+    assert_eq!(c.rooms[1].capacity, 3);
+    assert_eq!(c.rooms[1].order, Order::Fifo);
+    assert_eq!(c.rooms[1].tick, Duration::from_secs(1));
+}
+
+#[test]
+fn errors_name_the_file_the_field_and_the_problem() {
+    let text = "[[rooms]]\nid = \"a\"\n\n[[rooms]]\nid = \"b\"\ncapacity = 0\n";
+    let e = Config::from_toml_str(text, "config/narabu.toml").expect_err("capacity 0");
+    assert_eq!(
+        e.to_string(),
+        "config/narabu.toml: rooms[1].capacity: must be between 1 and 1000000, got 0"
+    );
+    assert_eq!(e.origin(), "config/narabu.toml");
+    assert_eq!(e.field(), "rooms[1].capacity");
+    assert_eq!(e.message(), "must be between 1 and 1000000, got 0");
+}
+
+#[test]
+fn type_errors_name_the_field_and_the_line() {
+    let e = err("[[rooms]]\nid = \"a\"\n[[rooms]]\nid = \"b\"\ncapacity = \"x\"\n");
+    assert_eq!(
+        e,
+        "test.toml: rooms[1].capacity: invalid type: string \"x\", expected u32 (line 5, column 12)"
+    );
+    let e = err("listen = \"localhost\"");
+    assert!(e.starts_with("test.toml: listen: "), "{e}");
+    let e = err("cookie_secure = \"yes\"");
+    assert!(
+        e.starts_with("test.toml: cookie_secure: invalid type"),
+        "{e}"
+    );
+    let e = err("[[rooms]]\nid = \"a\"\ntick = \"soon\"");
+    assert!(
+        e.starts_with("test.toml: rooms[0].tick: expected a duration"),
+        "{e}"
+    );
+    let e = err("[[rooms]]\nid = \"Big Sale\"");
+    assert!(e.starts_with("test.toml: rooms[0].id: room ids are"), "{e}");
+    let e = err("[[rooms]]\ncapacity = 5");
+    assert!(e.contains("missing field `id`"), "{e}");
+    let e = err("log_format = \"xml\"");
+    assert!(
+        e.starts_with("test.toml: log_format: unknown variant `xml`"),
+        "{e}"
+    );
+    let e = err("on_backend_error = \"maybe\"");
+    assert!(
+        e.starts_with("test.toml: on_backend_error: unknown variant"),
+        "{e}"
+    );
+    let e = err("backend = \"postgres\"");
+    assert!(e.starts_with("test.toml: backend: unknown variant"), "{e}");
+    let e = err("max_streams_per_address = -1");
+    assert!(e.starts_with("test.toml: max_streams_per_address: "), "{e}");
+}
+
+#[test]
+fn unknown_keys_are_errors_everywhere() {
+    let e = err("lisen = \"127.0.0.1:1\"");
+    assert!(
+        e.starts_with("test.toml: lisen: unknown field `lisen`"),
+        "{e}"
+    );
+    let e = err("[[rooms]]\nid = \"a\"\ncapcity = 1");
+    assert!(
+        e.starts_with("test.toml: rooms[0].capcity: unknown field"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "[[webhooks]]\nurl = \"https://x.example\"\nsecret = \"{SECRET_A}\"\nevent = []"
+    ));
+    assert!(
+        e.starts_with("test.toml: webhooks[0].event: unknown field"),
+        "{e}"
+    );
+    // A top-level key written after a table belongs to that table.
+    let e = err("[[rooms]]\nid = \"a\"\nlisten = \"127.0.0.1:1\"");
+    assert!(
+        e.starts_with("test.toml: rooms[0].listen: unknown field"),
+        "{e}"
+    );
+}
+
+#[test]
+fn syntax_errors_name_the_line() {
+    let e = err("listen = \"127.0.0.1:8080\"\nbackend = embedded\n");
+    assert!(e.starts_with("test.toml: line 2, column 11: "), "{e}");
+    let e = err("[[rooms]\nid = \"a\"");
+    assert!(e.starts_with("test.toml: line 1, "), "{e}");
+    let e = err("listen = \"a\"\nlisten = \"b\"");
+    assert!(e.starts_with("test.toml: "), "{e}");
+}
+
+#[test]
+fn rooms_need_unique_ids_and_at_least_one() {
+    let e = err("[[rooms]]\nid = \"a\"\n[[rooms]]\nid = \"b\"\n[[rooms]]\nid = \"a\"");
+    assert_eq!(
+        e,
+        "test.toml: rooms[2].id: duplicate room id \"a\" (also rooms[0])"
+    );
+    let e = err("rooms = []");
+    assert!(e.starts_with("test.toml: rooms: at least one room"), "{e}");
+}
+
+#[test]
+fn backend_settings_must_agree() {
+    let e = err("backend = \"redis\"");
+    assert_eq!(e, "test.toml: redis_url: required with backend = \"redis\"");
+    let e = err("redis_url = \"redis://127.0.0.1\"");
+    assert!(
+        e.starts_with("test.toml: redis_url: set, but backend is \"embedded\""),
+        "{e}"
+    );
+    let e = err("redis_cluster_nodes = [\"redis://a\"]");
+    assert!(
+        e.starts_with("test.toml: redis_cluster_nodes: set, but"),
+        "{e}"
+    );
+    for bad in [
+        "http://x",
+        "redis://",
+        "redis:///",
+        "127.0.0.1:6379",
+        "redis+unix://",
+        "unix:///",
+        "unix://run/redis.sock",
+        "redis://a b",
+        "",
+    ] {
+        let e = err(&format!("backend = \"redis\"\nredis_url = \"{bad}\""));
+        assert!(
+            e.starts_with("test.toml: redis_url: must be a Redis URL"),
+            "{bad}: {e}"
+        );
+    }
+    let e = err(
+        "backend = \"redis\"\nredis_url = \"redis://a\"\nredis_cluster_nodes = [\"redis://b\", \"b:1\"]",
+    );
+    assert!(
+        e.starts_with("test.toml: redis_cluster_nodes[1]: must be"),
+        "{e}"
+    );
+    for good in [
+        "redis://127.0.0.1:6379",
+        "rediss://user:pw@host:6380/2",
+        "REDIS://host",
+        "redis+unix:///run/redis.sock",
+        "unix:///run/redis.sock",
+    ] {
+        let c = parse(&format!("backend = \"redis\"\nredis_url = \"{good}\""));
+        assert!(c.is_ok(), "{good}: {c:?}");
+    }
+}
+
+#[test]
+fn secrets_must_be_long_enough() {
+    for key in ["secret", "previous_secret", "admin_token"] {
+        let e = err(&format!("{key} = \"short\""));
+        assert!(
+            e.starts_with(&format!(
+                "test.toml: {key}: must be at least 32 bytes, got 5"
+            )),
+            "{e}"
+        );
+    }
+    let e = err("[[webhooks]]\nurl = \"https://x.example\"\nsecret = \"short\"");
+    assert!(
+        e.starts_with("test.toml: webhooks[0].secret: must be at least 32 bytes"),
+        "{e}"
+    );
+    let exactly = "a".repeat(32);
+    assert!(parse(&format!("secret = \"{exactly}\"")).is_ok());
+}
+
+#[test]
+fn secrets_never_appear_in_errors_or_debug_output() {
+    let leaky = "hunter2-but-longer-hunter2-hunter2-hunter2";
+    let short = "hunter2";
+    let cases = [
+        format!("secret = \"{short}\""),
+        format!("admin_token = \"{short}\""),
+        "previous_secret = 12345678901234567890".to_owned(),
+        format!("secret = {leaky}"),
+        format!("secret = \"{leaky}"),
+        format!("secret = \"{leaky}\\q\""),
+        format!("\"admin_token\" = '{leaky}' x"),
+        format!("[[webhooks]]\nurl = \"https://x.example\"\nsecret = \"{short}\""),
+        format!("[[webhooks]]\nurl = \"https://x.example\"\nsecret = 1{short}"),
+    ];
+    for text in &cases {
+        let e = err(text);
+        for needle in [leaky, short, "12345678901234567890"] {
+            assert!(!e.contains(needle), "{e} leaks the secret of:\n{text}");
+        }
+    }
+    let mut c = parse(&format!(
+        "secret = \"{leaky}\"\nprevious_secret = \"{leaky}\"\nadmin_token = \"{leaky}\"\n\
+         backend = \"redis\"\nredis_url = \"redis://user:{leaky}@h:1/0\"\n\
+         redis_cluster_nodes = [\"redis://:{leaky}@h:2\"]\n\
+         [[webhooks]]\nurl = \"https://hooks.example/{leaky}?t={leaky}\"\nsecret = \"{leaky}\""
+    ))
+    .expect("valid");
+    let shown = format!("{c:?}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("[redacted]"));
+    assert!(
+        shown.contains("\"redis://[redacted]@h:1/[redacted]\""),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("\"https://hooks.example/[redacted]\""),
+        "{shown}"
+    );
+
+    let e = c
+        .apply_env(env(&[("NARABU_SECRET", short)]))
+        .expect_err("short");
+    assert!(!e.to_string().contains(short), "{e}");
+}
+
+#[test]
+fn apply_env_takes_secrets_and_checks_them() {
+    let mut c = Config::default();
+    c.apply_env(env(&[
+        ("NARABU_SECRET", SECRET_A),
+        ("NARABU_ADMIN_TOKEN", SECRET_B),
+    ]))
+    .expect("valid secrets");
+    assert_eq!(c.secret.as_ref().map(Secret::expose), Some(SECRET_A));
+    assert_eq!(c.admin_token.as_ref().map(Secret::expose), Some(SECRET_B));
+
+    // The environment overrides the file; an empty variable is not set.
+    let mut c = parse(&format!("secret = \"{SECRET_A}\"")).expect("valid");
+    c.apply_env(env(&[
+        ("NARABU_SECRET", SECRET_B),
+        ("NARABU_ADMIN_TOKEN", ""),
+    ]))
+    .expect("valid");
+    assert_eq!(c.secret.as_ref().map(Secret::expose), Some(SECRET_B));
+    assert!(c.admin_token.is_none());
+
+    let e = Config::default()
+        .apply_env(env(&[("NARABU_ADMIN_TOKEN", "too-short")]))
+        .expect_err("short token");
+    assert_eq!(e.origin(), "environment");
+    assert_eq!(e.field(), "NARABU_ADMIN_TOKEN");
+    assert!(
+        e.message().starts_with("must be at least 32 bytes, got 9"),
+        "{e}"
+    );
+
+    let mut unchanged = Config::default();
+    unchanged.apply_env(env(&[])).expect("nothing to do");
+    assert!(unchanged.secret.is_none());
+}
+
+#[test]
+fn redis_needs_a_shared_secret_and_previous_needs_current() {
+    let mut c = parse("backend = \"redis\"\nredis_url = \"redis://h\"").expect("valid file");
+    let e = c.apply_env(env(&[])).expect_err("no secret anywhere");
+    assert_eq!(e.field(), "secret");
+    assert!(
+        e.message().starts_with("required with backend = \"redis\""),
+        "{e}"
+    );
+    c.apply_env(env(&[("NARABU_SECRET", SECRET_A)]))
+        .expect("the environment supplies it");
+
+    let mut c = parse(&format!("previous_secret = \"{SECRET_B}\"")).expect("valid file");
+    let e = c.apply_env(env(&[])).expect_err("previous alone");
+    assert_eq!(e.field(), "previous_secret");
+    c.apply_env(env(&[("NARABU_SECRET", SECRET_A)]))
+        .expect("now paired");
+}
+
+#[test]
+fn trusted_proxies_take_networks_and_addresses() {
+    let e = err("trusted_proxies = [\"10.0.0.0/8\", \"proxy.internal\"]");
+    assert!(
+        e.starts_with("test.toml: trusted_proxies[1]: expected an IP address"),
+        "{e}"
+    );
+    let e = err("trusted_proxies = [\"10.0.0.0/33\"]");
+    assert!(e.starts_with("test.toml: trusted_proxies[0]: "), "{e}");
+    let e = err("trusted_proxies = \"10.0.0.0/8\"");
+    assert!(
+        e.starts_with("test.toml: trusted_proxies: invalid type"),
+        "{e}"
+    );
+}
+
+#[test]
+fn public_url_and_webhooks_are_checked() {
+    for bad in [
+        "queue.example.com",
+        "ftp://x",
+        "https://",
+        "https:///x",
+        "https://a b",
+    ] {
+        let e = err(&format!("public_url = \"{bad}\""));
+        assert!(
+            e.starts_with("test.toml: public_url: must be an http"),
+            "{bad}: {e}"
+        );
+    }
+    let e = err("public_url = \"https://q.example.com/?x=1\"");
+    assert!(
+        e.starts_with("test.toml: public_url: must not have a query"),
+        "{e}"
+    );
+    let c = parse("public_url = \"http://q.example.com/waiting//\"").expect("a prefix");
+    assert_eq!(
+        c.public_url.as_deref(),
+        Some("http://q.example.com/waiting")
+    );
+
+    let hook = |extra: &str| {
+        format!("[[webhooks]]\nurl = \"https://h.example\"\nsecret = \"{SECRET_A}\"\n{extra}")
+    };
+    let e = err(&hook("queue_threshold = 0"));
+    assert!(
+        e.starts_with("test.toml: webhooks[0].queue_threshold: must be at least 1"),
+        "{e}"
+    );
+    let e = err(&hook("events = [\"ok\", \"\"]"));
+    assert!(
+        e.starts_with("test.toml: webhooks[0].events[1]: must be"),
+        "{e}"
+    );
+    let e = err("[[webhooks]]\nurl = \"mailto:x@example.com\"\nsecret = \"x\"");
+    assert!(
+        e.starts_with("test.toml: webhooks[0].url: must be an http"),
+        "{e}"
+    );
+    let e = err("[[webhooks]]\nurl = \"https://h.example\"");
+    assert!(e.contains("missing field `secret`"), "{e}");
+    let c = parse(&hook("events = [\"room.opened\"]\nqueue_threshold = 5")).expect("valid");
+    assert_eq!(c.webhooks[0].events, ["room.opened"]);
+    assert_eq!(c.webhooks[0].queue_threshold, Some(5));
+}
+
+#[test]
+fn data_dir_must_not_be_empty() {
+    assert_eq!(
+        err("data_dir = \"\""),
+        "test.toml: data_dir: must not be empty"
+    );
+}
+
+#[test]
+fn load_names_the_file_it_cannot_read() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let missing = dir.path().join("nope.toml");
+    let e = Config::load(&missing).expect_err("missing file");
+    assert_eq!(e.origin(), missing.display().to_string());
+    assert!(e.message().starts_with("cannot read: "), "{e}");
+
+    let path = dir.path().join("narabu.toml");
+    std::fs::write(&path, "[[rooms]]\nid = \"sale\"\ncapacity = 5\n").expect("write");
+    let c = Config::load(&path).expect("valid");
+    assert_eq!(c.rooms[0].capacity, 5);
+
+    std::fs::write(&path, [0xff_u8, 0xfe, 0x00]).expect("write");
+    let e = Config::load(&path).expect_err("not UTF-8");
+    assert!(e.message().starts_with("cannot read: "), "{e}");
+}
+
+#[test]
+fn hostile_input_is_an_error_not_a_panic() {
+    for text in [
+        "\u{0}",
+        "=",
+        "[[rooms]]\nid = \"a\"\ncapacity = 99999999999999999999",
+        "rooms = 1",
+        "rooms = [1]",
+        "[rooms]\nid = \"a\"",
+        "webhooks = {}",
+        "listen = \"[::1]:99999\"",
+        "[[rooms]]\nid = \"a\"\ntick = \"18446744073709551616s\"",
+        "[[rooms]]\nid = \"a\"\nopens_at = \"+99999-01-01T00:00:00Z\"",
+        &"[".repeat(10_000),
+    ] {
+        assert!(parse(text).is_err(), "{text:?} should be refused");
+    }
+}
+
+#[test]
+fn line_column_counts_characters() {
+    assert_eq!(line_column("", 0), (1, 1));
+    assert_eq!(line_column("ab\ncd", 4), (2, 2));
+    assert_eq!(line_column("é = x", 3), (1, 3));
+    assert_eq!(line_column("abc", 99), (1, 4));
+}
