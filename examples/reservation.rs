@@ -79,7 +79,7 @@ pub fn simulate(seed: u64, quiet: bool) -> Outcome {
     let mut tickets: HashMap<TicketId, (u32, u64)> = HashMap::new();
     let mut holding = 0usize;
     let mut released = 0;
-    let mut log = |out: &mut Outcome, at: u64, thread: &str, text: String| {
+    let log = |out: &mut Outcome, at: u64, thread: &str, text: String| {
         out.log.push(Line {
             at_ms: at,
             thread: thread.to_owned(),
