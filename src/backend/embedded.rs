@@ -17,13 +17,15 @@ use tokio_util::task::TaskTracker;
 
 use super::{Backend, BackendError, JoinOutcome, RoomPatch, RoomSnapshot, TicketRef, TicketSignal};
 use crate::engine::{
-    Clock, Departure, Identity, JoinError, Room, RoomId, RoomSettings, RoomView, TicketId,
-    TicketStatus,
+    Clock, Departure, Identity, JoinError, Room, RoomId, RoomSettings, RoomView, TickReport,
+    TicketId, TicketStatus,
 };
 
 pub struct EmbeddedBackend {
     rooms: RwLock<HashMap<RoomId, RoomSlot>>,
     clock: Arc<dyn Clock>,
+    /// Off in tests that drive `tick` themselves on virtual time.
+    run_workers: bool,
     shutdown: CancellationToken,
     workers: TaskTracker,
 }
@@ -44,9 +46,19 @@ impl EmbeddedBackend {
     /// Creates the rooms and starts one worker task per room. Must be
     /// called inside a Tokio runtime.
     pub fn new(rooms: Vec<RoomSettings>, clock: Arc<dyn Clock>) -> Arc<Self> {
+        Self::build(rooms, clock, true)
+    }
+
+    /// Rooms without worker tasks: the caller drives `tick`.
+    pub fn without_workers(rooms: Vec<RoomSettings>, clock: Arc<dyn Clock>) -> Arc<Self> {
+        Self::build(rooms, clock, false)
+    }
+
+    fn build(rooms: Vec<RoomSettings>, clock: Arc<dyn Clock>, run_workers: bool) -> Arc<Self> {
         let backend = Arc::new(Self {
             rooms: RwLock::new(HashMap::new()),
             clock,
+            run_workers,
             shutdown: CancellationToken::new(),
             workers: TaskTracker::new(),
         });
@@ -194,6 +206,10 @@ impl Backend for EmbeddedBackend {
     async fn revoke(&self, id: &RoomId, t: TicketRef) -> Result<Departure, BackendError> {
         let (room, ticket) = self.ticket(id, t)?;
         Ok(room.revoke(ticket))
+    }
+
+    async fn tick(&self, id: &RoomId) -> Result<TickReport, BackendError> {
+        Ok(self.get(id)?.tick())
     }
 
     async fn watch_room(&self, id: &RoomId) -> Result<watch::Receiver<RoomView>, BackendError> {

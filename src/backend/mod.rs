@@ -18,7 +18,8 @@ use async_trait::async_trait;
 use tokio::sync::{Notify, watch};
 
 use crate::engine::{
-    Departure, Identity, PermitLedger, RoomId, RoomSettings, RoomStats, RoomView, TicketStatus,
+    Departure, Identity, PermitLedger, RoomId, RoomSettings, RoomStats, RoomView, TickReport,
+    TicketStatus,
 };
 
 /// A ticket of one incarnation of a room.
@@ -147,6 +148,10 @@ pub trait Backend: Send + Sync + 'static {
 
     /// An operator revokes a ticket's place or permit.
     async fn revoke(&self, room: &RoomId, ticket: TicketRef) -> Result<Departure, BackendError>;
+
+    /// Run one worker turn of a room now. Workers call it every tick; tests
+    /// call it on virtual time with workers off.
+    async fn tick(&self, room: &RoomId) -> Result<TickReport, BackendError>;
 
     /// Follow a room's view (position broadcasts).
     async fn watch_room(&self, room: &RoomId) -> Result<watch::Receiver<RoomView>, BackendError>;
