@@ -81,7 +81,9 @@ impl EmbeddedBackend {
 
     fn install(&self, room: Arc<Room>) {
         let stop = self.shutdown.child_token();
-        self.workers.spawn(run_worker(room.clone(), stop.clone()));
+        if self.run_workers {
+            self.workers.spawn(run_worker(room.clone(), stop.clone()));
+        }
         let previous = self
             .rooms
             .write()
