@@ -201,6 +201,8 @@ pub struct Config {
     pub previous_secret: Option<Secret>,
     /// Bearer token for the admin API; the admin API is off without it.
     pub admin_token: Option<Secret>,
+    /// Bearer key the origin's backend may use for `release` only.
+    pub release_key: Option<Secret>,
     /// Mark cookies `Secure` (set it when visitors reach Narabu over HTTPS).
     pub cookie_secure: bool,
     /// Peers whose `X-Forwarded-For` / `Forwarded` headers are believed.
@@ -293,6 +295,7 @@ impl Default for Config {
             secret: None,
             previous_secret: None,
             admin_token: None,
+            release_key: None,
             cookie_secure: false,
             trusted_proxies: Vec::new(),
             log_format: LogFormat::Plain,
@@ -318,6 +321,7 @@ struct FileConfig {
     secret: Option<Secret>,
     previous_secret: Option<Secret>,
     admin_token: Option<Secret>,
+    release_key: Option<Secret>,
     cookie_secure: bool,
     trusted_proxies: Vec<ProxyNet>,
     log_format: LogFormat,
@@ -339,7 +343,7 @@ struct WebhookTable {
 }
 
 /// Keys whose values are secrets: errors about them never quote the value.
-const SECRET_KEYS: [&str; 3] = ["secret", "previous_secret", "admin_token"];
+const SECRET_KEYS: [&str; 4] = ["secret", "previous_secret", "admin_token", "release_key"];
 
 fn parse_file(text: &str) -> Result<FileConfig, ConfigError> {
     let deserializer =
@@ -436,6 +440,7 @@ impl FileConfig {
             ("secret", &self.secret),
             ("previous_secret", &self.previous_secret),
             ("admin_token", &self.admin_token),
+            ("release_key", &self.release_key),
         ] {
             if let Some(s) = secret {
                 check_secret(field, s)?;
@@ -466,6 +471,7 @@ impl FileConfig {
             secret: self.secret,
             previous_secret: self.previous_secret,
             admin_token: self.admin_token,
+            release_key: self.release_key,
             cookie_secure: self.cookie_secure,
             trusted_proxies: self.trusted_proxies.into_iter().map(|p| p.0).collect(),
             log_format: self.log_format,

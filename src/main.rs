@@ -1,1 +1,100 @@
-fn main() {}
+//! The `narabu` command: parse arguments and configuration, bind, serve.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use narabu::config::{Config, LogFormat};
+
+#[derive(Parser)]
+#[command(name = "narabu", version, about = "A fair virtual waiting room")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the waiting room (embedded engine and a default room unless a
+    /// config file says otherwise).
+    Serve {
+        /// A TOML configuration file (see config/narabu.toml).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Listen address, overriding the config file.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+        /// Data directory, overriding the config file.
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let Command::Serve {
+        config,
+        listen,
+        data_dir,
+    } = cli.command;
+    let mut config = match &config {
+        Some(path) => match Config::load(path) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("narabu: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => Config::default(),
+    };
+    if let Err(e) = config.apply_env(|name| std::env::var(name).ok()) {
+        eprintln!("narabu: {e}");
+        return ExitCode::from(2);
+    }
+    if let Some(listen) = listen {
+        config.listen = listen;
+    }
+    if let Some(dir) = data_dir {
+        config.data_dir = dir;
+    }
+    init_logs(config.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("narabu: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(config.listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("narabu: cannot listen on {}: {e}", config.listen);
+                return ExitCode::FAILURE;
+            }
+        };
+        if let Ok(addr) = listener.local_addr() {
+            // Scripts and tests that pass port 0 read the address from here.
+            println!("narabu listening on http://{addr}");
+        }
+        match narabu::server::run(listener, config, narabu::server::shutdown_signal()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("narabu: {e:#}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+fn init_logs(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("NARABU_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Plain => builder.init(),
+    }
+}

@@ -1,3 +1,30 @@
-//! The HTTP layer (work in progress; see issue 3): thin handlers over the
-//! backend trait, with every route assembled in `router`.
+//! The HTTP layer: thin handlers over the backend trait, one file per
+//! audience, with every route assembled in [`router::router`].
+//!
+//! - `api`: join, status, leave, release (visitors' apps and the origin)
+//! - `events`: the Server-Sent Events stream a waiting page follows
+//! - `gate`: what a reverse proxy asks on every protected request
+//! - `health`: liveness and readiness
+//! - `ticket`, `auth`: the visitor's signed ticket and operators' tokens
+//! - `return_path`: the open-redirect guard for `?return=`
+//! - `error`: the JSON error shape
+
+pub mod api;
+pub mod auth;
+pub mod error;
+pub mod events;
+pub mod gate;
+pub mod health;
 pub mod return_path;
+pub mod router;
+pub mod state;
+pub mod ticket;
+
+use crate::engine::RoomId;
+use error::ApiError;
+
+/// A room id from a path segment; an invalid name is a room that does not
+/// exist (404), whatever it contains.
+pub fn room_id(raw: &str) -> Result<RoomId, ApiError> {
+    Ok(RoomId::new(raw)?)
+}

@@ -1,0 +1,60 @@
+//! Operator credentials: the admin token (and the origin's release key),
+//! compared in constant time so a timing side channel reveals nothing.
+
+use axum::http::{HeaderMap, StatusCode, header};
+use subtle::ConstantTimeEq;
+
+use super::error::ApiError;
+use super::state::AppState;
+use crate::config::Secret;
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+}
+
+fn matches(given: &str, secret: &Secret) -> bool {
+    given.as_bytes().ct_eq(secret.expose().as_bytes()).into()
+}
+
+fn unauthorized() -> ApiError {
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "A valid token is required in Authorization: Bearer.",
+    )
+}
+
+/// The admin token, for the admin API. With no token configured the admin
+/// API does not exist (404), rather than being open.
+pub fn require_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(secret) = &state.settings.admin_token else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "The admin API is off: no admin token is configured.",
+        ));
+    };
+    match bearer(headers) {
+        Some(given) if matches(given, secret) => Ok(()),
+        _ => Err(unauthorized()),
+    }
+}
+
+/// The admin token or the release key, for `release`.
+pub fn require_release_key(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let given = bearer(headers).ok_or_else(unauthorized)?;
+    let accepted = [&state.settings.admin_token, &state.settings.release_key]
+        .into_iter()
+        .flatten()
+        .any(|secret| matches(given, secret));
+    if accepted {
+        Ok(())
+    } else {
+        Err(unauthorized())
+    }
+}

@@ -1,0 +1,127 @@
+//! One error type for the JSON API: `{"error": code, "message": sentence}`
+//! with a fitting status. Internal details are logged, never sent.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::backend::BackendError;
+use crate::engine::InvalidRoomId;
+use crate::http::return_path::ReturnPathError;
+use crate::token::TokenError;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    /// Seconds for a `Retry-After` header (503, 429).
+    pub retry_after: Option<u32>,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: &'a str,
+    message: &'a str,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    pub fn retry_after(mut self, secs: u32) -> Self {
+        self.retry_after = Some(secs);
+        self
+    }
+
+    pub fn no_ticket() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "no_ticket",
+            "No ticket was sent: join the queue first (cookie or Authorization: Bearer).",
+        )
+    }
+
+    pub fn wrong_room() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "wrong_room",
+            "This ticket belongs to another room.",
+        )
+    }
+
+    pub fn bad_body(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_body", message)
+    }
+}
+
+impl From<BackendError> for ApiError {
+    fn from(e: BackendError) -> Self {
+        let message = e.to_string();
+        match e {
+            BackendError::NoSuchRoom(_) => Self::new(StatusCode::NOT_FOUND, "unknown_room", message),
+            BackendError::Closed(_) => Self::new(StatusCode::GONE, "room_closed", message),
+            BackendError::Full(_) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "room_full", message).retry_after(30)
+            }
+            BackendError::NoSuchTicket => Self::new(
+                StatusCode::UNAUTHORIZED,
+                "unknown_ticket",
+                "This ticket is not known in this room (the room may have been reset): join again.",
+            ),
+            BackendError::Unavailable(_) => {
+                tracing::warn!(error = %message, "backend unavailable");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "The waiting room is briefly unavailable; please retry in a few seconds.",
+                )
+                .retry_after(5)
+            }
+        }
+    }
+}
+
+impl From<TokenError> for ApiError {
+    fn from(e: TokenError) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "invalid_ticket", e.to_string())
+    }
+}
+
+impl From<InvalidRoomId> for ApiError {
+    fn from(e: InvalidRoomId) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "unknown_room", e.to_string())
+    }
+}
+
+impl From<ReturnPathError> for ApiError {
+    fn from(e: ReturnPathError) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_return_path", e.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (
+            self.status,
+            Json(Body {
+                error: self.code,
+                message: &self.message,
+            }),
+        )
+            .into_response();
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+}

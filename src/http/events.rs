@@ -1,0 +1,181 @@
+//! The event stream a waiting visitor's page (or app) follows:
+//! `position` events when something they can see changed (at most one a
+//! second), one `admitted` event, `expired`/`left`/`closed` when the ticket
+//! or room ends, and keep-alive comments.
+//!
+//! Tens of thousands of these are open at once, so a stream owns no timer
+//! and polls nothing on its own: it sleeps until its ticket's signal fires
+//! (an admission by hand-off reaches it at once, ahead of any broadcast),
+//! the room view changes (after a tick), or the shared heartbeat ticks.
+//! Each wake costs one status read, which also counts as the visitor's
+//! activity, so an open page keeps its place.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, Sse};
+use futures_util::Stream;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::api::{StatusBody, now_ms, rfc3339};
+use super::error::ApiError;
+use super::return_path::validate_return_path;
+use super::room_id;
+use super::state::AppState;
+use super::ticket;
+use crate::backend::{BackendError, TicketRef};
+use crate::engine::{RoomId, TicketState};
+
+/// At most one `position` event a second per stream.
+const POSITION_INTERVAL: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Default, Deserialize)]
+pub struct EventsQuery {
+    /// Where the page goes once admitted; echoed in the `admitted` event.
+    #[serde(rename = "return")]
+    return_path: Option<String>,
+}
+
+/// `GET /api/rooms/{room}/events`
+pub async fn events(
+    State(state): State<AppState>,
+    Path(room): Path<String>,
+    Query(query): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let room = room_id(&room)?;
+    let redirect = match query.return_path.as_deref() {
+        None => None,
+        Some(raw) => Some(validate_return_path(Some(raw))?),
+    };
+    let visitor = ticket::require(&state, &room, &headers)?;
+    // Fail before the stream starts, with a proper status, for a ticket or
+    // room that does not exist.
+    state.backend.status(&room, visitor.ticket, true).await?;
+    Ok(Sse::new(stream(state, room, visitor.ticket, redirect)))
+}
+
+/// What the visitor last saw, to send only changes.
+#[derive(PartialEq)]
+struct Shown {
+    position: Option<u64>,
+    eta: Option<(Option<u64>, Option<u64>)>,
+    queue_length: u64,
+    paused: bool,
+}
+
+fn stream(
+    state: AppState,
+    room: RoomId,
+    ticket: TicketRef,
+    redirect: Option<String>,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    async_stream::stream! {
+        let backend = state.backend.clone();
+        let (mut view, signal) = match (
+            backend.watch_room(&room).await,
+            backend.watch_ticket(&room, ticket).await,
+        ) {
+            (Ok(v), Ok(s)) => (v, s),
+            _ => return,
+        };
+        let mut heartbeat = state.heartbeat.clone();
+        let mut shown: Option<Shown> = None;
+        let mut last_sent: Option<Instant> = None;
+        loop {
+            let woken = signal.notify().notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            view.borrow_and_update();
+
+            let status = match backend.status(&room, ticket, true).await {
+                Ok(status) => status,
+                Err(BackendError::NoSuchTicket | BackendError::NoSuchRoom(_)) => {
+                    yield Ok(Event::default().event("expired").data(r#"{"status":"expired"}"#));
+                    return;
+                }
+                Err(_) => {
+                    // The state store is briefly away: keep the stream and
+                    // try again on the next wake.
+                    tokio::select! {
+                        _ = heartbeat.changed() => continue,
+                        () = state.shutdown.cancelled() => return,
+                    }
+                }
+            };
+            if status.closed {
+                yield Ok(Event::default().event("closed").data(r#"{"status":"closed"}"#));
+                return;
+            }
+            match status.state {
+                TicketState::Admitted => {
+                    let data = json!({
+                        "status": "admitted",
+                        "redirect": redirect,
+                        "pass_expires_at": status.pass_expires_at.map(rfc3339),
+                    });
+                    yield Ok(Event::default().event("admitted").data(data.to_string()));
+                    return;
+                }
+                TicketState::Waiting => {}
+                _ => {
+                    let body = StatusBody::new(&status, now_ms());
+                    let name = if body.status == "left" { "left" } else { "expired" };
+                    let data = json!({ "status": body.status });
+                    yield Ok(Event::default().event(name).data(data.to_string()));
+                    return;
+                }
+            }
+
+            let now_shown = Shown {
+                position: status.position,
+                eta: status.eta.map(|e| (Some(e.low_secs), Some(e.high_secs))),
+                queue_length: status.queue_length,
+                paused: status.paused,
+            };
+            let mut throttled_until = None;
+            if shown.as_ref() != Some(&now_shown) {
+                match last_sent {
+                    Some(at) if at.elapsed() < POSITION_INTERVAL => {
+                        throttled_until = Some(at + POSITION_INTERVAL);
+                    }
+                    _ => {
+                        let body = StatusBody::new(&status, now_ms());
+                        let data = serde_json::to_string(&body).unwrap_or_default();
+                        yield Ok(Event::default().event("position").data(data));
+                        shown = Some(now_shown);
+                        last_sent = Some(Instant::now());
+                    }
+                }
+            }
+
+            tokio::select! {
+                biased;
+                () = state.shutdown.cancelled() => return,
+                () = &mut woken => {}
+                () = sleep_until_some(throttled_until) => {}
+                changed = view.changed() => {
+                    if changed.is_err() {
+                        // The room was replaced or the backend is going away.
+                        yield Ok(Event::default().event("closed").data(r#"{"status":"closed"}"#));
+                        return;
+                    }
+                }
+                _ = heartbeat.changed() => {
+                    yield Ok(Event::default().comment("keep-alive"));
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,106 @@
+//! The gate a reverse proxy asks on every request to the protected site
+//! (nginx `auth_request`, Traefik ForwardAuth, Caddy `forward_auth`, Envoy
+//! ext_authz over HTTP): 204 lets the request through and renews the pass;
+//! 401 sends the visitor to the queue. Whatever the input, the answer is
+//! one of those (or 404 for a room that does not exist), never a 5xx that
+//! would turn into an error page at the proxy.
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::api::rfc3339;
+use super::error::ApiError;
+use super::return_path::validate_return_path;
+use super::room_id;
+use super::state::AppState;
+use super::ticket;
+use crate::backend::BackendError;
+use crate::config::OnBackendError;
+use crate::engine::{RoomId, TicketState};
+
+#[derive(Debug, Default, Deserialize)]
+pub struct GateQuery {
+    /// `1` answers a refusal with a 302 to the queue page instead of 401.
+    #[serde(default)]
+    redirect: Option<String>,
+}
+
+/// The queue page URL for a refused request: the original URI (from the
+/// proxy's `X-Original-URI` or `X-Forwarded-Uri`) becomes the return path
+/// when it is a safe relative path.
+pub fn queue_url(state: &AppState, room: &RoomId, headers: &HeaderMap) -> String {
+    let original = ["x-original-uri", "x-forwarded-uri"]
+        .iter()
+        .find_map(|h| headers.get(*h)?.to_str().ok());
+    let base = format!("{}/queue/{room}", state.settings.public_url);
+    match original.map(|uri| validate_return_path(Some(uri))) {
+        Some(Ok(path)) if path != "/" || original == Some("/") => {
+            let query: String = form_urlencoded::Serializer::new(String::new())
+                .append_pair("return", &path)
+                .finish();
+            format!("{base}?{query}")
+        }
+        _ => base,
+    }
+}
+
+fn refuse(state: &AppState, room: &RoomId, headers: &HeaderMap, redirect: bool) -> Response {
+    let url = queue_url(state, room, headers);
+    let value = HeaderValue::from_str(&url).unwrap_or_else(|_| HeaderValue::from_static("/"));
+    if redirect {
+        (StatusCode::FOUND, [(header::LOCATION, value)]).into_response()
+    } else {
+        (
+            StatusCode::UNAUTHORIZED,
+            [
+                (header::HeaderName::from_static("x-narabu-queue"), value),
+                (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+            ],
+        )
+            .into_response()
+    }
+}
+
+/// `GET /gate/{room}`
+pub async fn gate(
+    State(state): State<AppState>,
+    Path(room): Path<String>,
+    Query(query): Query<GateQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let room = match room_id(&room) {
+        Ok(room) => room,
+        Err(e) => return e.into_response(),
+    };
+    let redirect = query.redirect.as_deref() == Some("1");
+    let Ok(Some(visitor)) = ticket::find(&state, &room, &headers) else {
+        return refuse(&state, &room, &headers, redirect);
+    };
+    match state.backend.status(&room, visitor.ticket, true).await {
+        Ok(status) if status.state == TicketState::Admitted && !status.closed => {
+            let mut response = StatusCode::NO_CONTENT.into_response();
+            if let Some(expires) = status.pass_expires_at
+                && let Ok(v) = HeaderValue::from_str(&rfc3339(expires))
+            {
+                response
+                    .headers_mut()
+                    .insert(header::HeaderName::from_static("x-narabu-pass-expires"), v);
+            }
+            response
+        }
+        Ok(_) | Err(BackendError::NoSuchTicket) => refuse(&state, &room, &headers, redirect),
+        Err(BackendError::NoSuchRoom(_)) => ApiError::from(BackendError::NoSuchRoom(room)).into_response(),
+        Err(e) => {
+            // The state store is down. A validly signed pass may go through
+            // when the operator chose to fail open; otherwise, the queue.
+            tracing::warn!(room = %room, error = %e, "gate check failed");
+            if state.settings.on_backend_error == OnBackendError::Open {
+                StatusCode::NO_CONTENT.into_response()
+            } else {
+                refuse(&state, &room, &headers, redirect)
+            }
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! What every handler shares: the backend, the keys and the settings the
+//! HTTP layer needs, all decided once at start-up.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::Backend;
+use crate::config::{Config, Secret};
+use crate::token::Keyring;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub backend: Arc<dyn Backend>,
+    pub keys: Arc<Keyring>,
+    pub settings: Arc<HttpSettings>,
+    /// Cancelled when the server shuts down; open streams end on it.
+    pub shutdown: CancellationToken,
+    /// Ticks every `HttpSettings::keep_alive`: streams send a keep-alive
+    /// comment on it, so no stream needs a timer of its own.
+    pub heartbeat: watch::Receiver<u64>,
+}
+
+/// The parts of the configuration the HTTP layer reads.
+#[derive(Debug)]
+pub struct HttpSettings {
+    pub cookie_secure: bool,
+    /// Base for absolute queue URLs (e.g. `https://shop.example`); empty
+    /// for relative URLs.
+    pub public_url: String,
+    pub admin_token: Option<Secret>,
+    /// A key the origin's backend may use for `release` only.
+    pub release_key: Option<Secret>,
+    pub keep_alive: std::time::Duration,
+    pub on_backend_error: crate::config::OnBackendError,
+}
+
+impl HttpSettings {
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            cookie_secure: config.cookie_secure,
+            public_url: config
+                .public_url
+                .as_deref()
+                .unwrap_or("")
+                .trim_end_matches('/')
+                .to_owned(),
+            admin_token: config.admin_token.clone(),
+            release_key: config.release_key.clone(),
+            keep_alive: std::time::Duration::from_secs(15),
+            on_backend_error: config.on_backend_error,
+        }
+    }
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("backend", &self.backend.kind())
+            .finish_non_exhaustive()
+    }
+}
