@@ -2,3 +2,4 @@
 //! backend trait, with every route assembled in `router`.
 pub mod assets;
 pub mod i18n;
+pub mod pages;
