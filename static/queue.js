@@ -120,7 +120,9 @@
       bar.textContent = percent + "%";
       setText("progress-text", fill(data.progressText, { percent: percent }));
     }
-    if (isCount(s.queue_length)) setText("queue-length", group(s.queue_length));
+    if (isCount(s.queue_length)) {
+      setText("queue-length", fill(data.queueLength, { n: group(s.queue_length) }));
+    }
     if (typeof s.updated_at === "string") {
       var updated = byId("updated");
       updated.setAttribute("datetime", s.updated_at);

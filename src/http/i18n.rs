@@ -172,6 +172,7 @@ pub struct Strings {
     pub ticket_number_pending: &'static str,
     pub position: &'static str,
     pub ahead: &'static str,
+    /// `{n}`: how many wait in the room in total.
     pub queue_length: &'static str,
     pub eta: &'static str,
     /// Shown while no estimate is known yet.
@@ -287,6 +288,10 @@ impl Strings {
             .replace("{percent}", &percent.min(100).to_string())
     }
 
+    pub fn format_queue_length(&self, n: u64) -> String {
+        self.queue_length.replace("{n}", &group_digits(n))
+    }
+
     pub fn format_refresh_note(&self, seconds: u32) -> String {
         self.refresh_note.replace("{n}", &seconds.to_string())
     }
@@ -332,7 +337,7 @@ static EN: Strings = Strings {
     ticket_number_pending: "Given out when the sale opens",
     position: "Your place in line",
     ahead: "People ahead of you",
-    queue_length: "People in line",
+    queue_length: "Total in line: {n}",
     eta: "Estimated wait",
     eta_unknown: "Estimating…",
     eta_now: "Any moment now",
@@ -399,7 +404,7 @@ static JA: Strings = Strings {
     ticket_number_pending: "販売開始時に発行されます",
     position: "現在の順番",
     ahead: "あなたより前の人数",
-    queue_length: "待っている人数",
+    queue_length: "待っている人数：{n}人",
     eta: "予想待ち時間",
     eta_unknown: "計算中…",
     eta_now: "まもなく",
@@ -466,7 +471,7 @@ static ZH: Strings = Strings {
     ticket_number_pending: "开售时发放",
     position: "您当前的位置",
     ahead: "您前面还有",
-    queue_length: "排队总人数",
+    queue_length: "排队总人数：{n}",
     eta: "预计等待时间",
     eta_unknown: "正在估算…",
     eta_now: "马上就轮到您",
@@ -675,6 +680,11 @@ mod tests {
         assert_eq!(t.count(None), "—");
         assert_eq!(t.count(Some(1234)), "1,234");
         assert_eq!(t.format_progress(200), "100% of the way to the front");
+        assert_eq!(t.format_queue_length(200_000), "Total in line: 200,000");
+        assert_eq!(
+            Lang::Ja.strings().format_queue_length(1500),
+            "待っている人数：1,500人"
+        );
         assert_eq!(
             t.format_announcement(Some(5), Some("about 1 minute")),
             "You are number 5 in line. Estimated wait: about 1 minute."
@@ -700,6 +710,7 @@ mod tests {
             assert!(t.position_announcement.contains("{position}"));
             assert!(t.position_eta_announcement.contains("{eta}"));
             assert!(t.refresh_note.contains("{n}"));
+            assert!(t.queue_length.contains("{n}"));
             assert!(t.error_code.contains("{code}"));
         }
     }

@@ -61,7 +61,7 @@ impl QueuePage {
     }
 
     fn queue_length_text(&self) -> String {
-        self.t.count(Some(self.queue_length))
+        self.t.format_queue_length(self.queue_length)
     }
 
     fn refresh_note(&self) -> String {
@@ -357,7 +357,6 @@ mod tests {
                 t.ahead,
                 t.eta,
                 t.progress,
-                t.queue_length,
                 t.last_updated,
                 t.leave,
                 t.leave_confirm,
@@ -370,7 +369,7 @@ mod tests {
                 ">12,345<",
                 ">1,234<",
                 ">1,233<",
-                ">200,000<",
+                &format!(">{}<", esc(&t.format_queue_length(200_000))),
                 "aria-live=\"polite\"",
                 "<noscript><meta http-equiv=\"refresh\" content=\"20\"></noscript>",
                 "<script src=\"/static/queue.js?v=",
@@ -408,6 +407,7 @@ mod tests {
                 "data-eta-unknown",
                 "data-unknown",
                 "data-progress-text",
+                "data-queue-length",
                 "data-announce",
                 "data-announce-eta",
             ] {
@@ -420,6 +420,33 @@ mod tests {
             assert!(html.contains("id=\"paused\" aria-labelledby=\"paused-title\" hidden>"));
             assert!(!html.contains("id=\"preopen\""));
         }
+    }
+
+    /// queue.js reads `data.someName` for `data-some-name`; every one it
+    /// reads must be on the page, or the script would show "undefined".
+    #[test]
+    fn queue_page_carries_every_data_attribute_the_script_reads() {
+        let script = include_str!("../../static/queue.js");
+        let html = queue_page(Lang::Ja).render().unwrap();
+        let mut checked = 0;
+        for (i, _) in script.match_indices("data.") {
+            let name: String = script[i + 5..]
+                .chars()
+                .take_while(char::is_ascii_alphanumeric)
+                .collect();
+            let kebab: String = name
+                .chars()
+                .flat_map(|c| {
+                    let dash = c.is_ascii_uppercase().then_some('-');
+                    dash.into_iter()
+                        .chain(std::iter::once(c.to_ascii_lowercase()))
+                })
+                .collect();
+            assert!(html.contains(&format!(" data-{kebab}=\"")), "data-{kebab}");
+            checked += 1;
+        }
+        assert!(checked >= 10, "only {checked} found");
+        assert!(script.contains("data[\"return\"]") && html.contains(" data-return=\""));
     }
 
     #[test]
