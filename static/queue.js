@@ -225,10 +225,23 @@
     });
   }
 
-  // A visitor who leaves must not be carried off by an admission racing the
-  // form post.
+  // Leaving posts the form in the background and then reloads, so the server
+  // shows the page for a ticket that has left (the post itself may answer
+  // 204). The stream stops first: an admission racing the post must not
+  // carry the visitor off. If the post cannot be sent, the form goes the
+  // ordinary way.
   var leave = byId("leave-form");
-  if (leave) leave.addEventListener("submit", stop);
+  if (leave && window.fetch && window.URLSearchParams && window.FormData) {
+    leave.addEventListener("submit", function (e) {
+      e.preventDefault();
+      stop();
+      fetch(leave.action, {
+        method: "POST",
+        credentials: "same-origin",
+        body: new URLSearchParams(new FormData(leave))
+      }).then(function () { window.location.reload(); }, function () { leave.submit(); });
+    });
+  }
 
   Array.prototype.forEach.call(document.querySelectorAll("time[datetime]"), localizeTime);
   connect();

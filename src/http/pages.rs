@@ -20,6 +20,10 @@ use axum::response::{IntoResponse, Response};
 
 use super::i18n::{Lang, Strings};
 
+/// The shortest meta refresh the queue page asks for: a zero would have
+/// every visitor without JavaScript reload as fast as their browser can.
+pub const MIN_REFRESH_SECONDS: u32 = 5;
+
 /// The waiting page at `/queue/{room}`.
 #[derive(Debug, Template)]
 #[template(path = "queue.html")]
@@ -43,7 +47,8 @@ pub struct QueuePage {
     pub paused: bool,
     /// Already validated as a relative path; checked again before use.
     pub return_path: String,
-    /// How often visitors without JavaScript reload the page.
+    /// How often visitors without JavaScript reload the page; at least
+    /// [`MIN_REFRESH_SECONDS`].
     pub refresh_seconds: u32,
     pub events_url: String,
     pub status_url: String,
@@ -64,8 +69,12 @@ impl QueuePage {
         self.t.format_queue_length(self.queue_length)
     }
 
+    fn refresh_seconds(&self) -> u32 {
+        self.refresh_seconds.max(MIN_REFRESH_SECONDS)
+    }
+
     fn refresh_note(&self) -> String {
-        self.t.format_refresh_note(self.refresh_seconds)
+        self.t.format_refresh_note(self.refresh_seconds())
     }
 
     fn percent(&self) -> u8 {
@@ -481,6 +490,17 @@ mod tests {
                 esc(t.unknown_value)
             )));
         }
+    }
+
+    #[test]
+    fn queue_page_never_refreshes_in_a_tight_loop() {
+        let page = QueuePage {
+            refresh_seconds: 0,
+            ..queue_page(Lang::En)
+        };
+        let html = page.render().unwrap();
+        assert!(html.contains("<meta http-equiv=\"refresh\" content=\"5\">"));
+        assert_text(&html, &page.t.format_refresh_note(5));
     }
 
     #[test]
