@@ -8,9 +8,14 @@
 //! unknown or malformed: a header can never make the page fail.
 //!
 //! Every user-visible sentence of the visitor pages lives in one [`Strings`]
-//! table per language, so a translation is reviewed in one place and a
-//! missing string is a compile error rather than a blank on the page. The
-//! phrases were written for each language, not translated word by word.
+//! table per language, a file each (`i18n/en.rs`, `ja.rs`, `zh.rs`), so a
+//! translation is reviewed in one place and a missing string is a compile
+//! error rather than a blank on the page. The phrases were written for each
+//! language, not translated word by word.
+
+mod en;
+mod ja;
+mod zh;
 
 /// A language the visitor pages are written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -71,9 +76,9 @@ impl Lang {
     /// Every user-visible string of the visitor pages in this language.
     pub fn strings(self) -> &'static Strings {
         match self {
-            Lang::En => &EN,
-            Lang::Ja => &JA,
-            Lang::Zh => &ZH,
+            Lang::En => &en::EN,
+            Lang::Ja => &ja::JA,
+            Lang::Zh => &zh::ZH,
         }
     }
 
@@ -328,207 +333,6 @@ pub fn group_digits(n: u64) -> String {
     }
     out
 }
-
-static EN: Strings = Strings {
-    waiting_room: "Waiting room",
-    queue_title: "You're in line",
-    queue_intro: "Keep this page open. It updates by itself and takes you to the site when it's your turn.",
-    ticket_number: "Your ticket number",
-    ticket_number_pending: "Given out when the sale opens",
-    position: "Your place in line",
-    ahead: "People ahead of you",
-    queue_length: "Total in line: {n}",
-    eta: "Estimated wait",
-    eta_unknown: "Estimating…",
-    eta_now: "Any moment now",
-    eta_seconds: EtaUnit {
-        range: "about {low}–{high} seconds",
-        single: "about {n} seconds",
-        one: "about 1 second",
-    },
-    eta_minutes: EtaUnit {
-        range: "about {low}–{high} minutes",
-        single: "about {n} minutes",
-        one: "about 1 minute",
-    },
-    eta_hours: EtaUnit {
-        range: "about {low}–{high} hours",
-        single: "about {n} hours",
-        one: "about 1 hour",
-    },
-    unknown_value: "—",
-    progress: "Progress",
-    progress_value: "{percent}% of the way to the front",
-    position_announcement: "You are number {position} in line.",
-    position_eta_announcement: "You are number {position} in line. Estimated wait: {eta}.",
-    last_updated: "Last updated",
-    refresh_note: "This page refreshes every {n} seconds.",
-    not_open_title: "The sale hasn't opened yet",
-    opens_at: "This sale opens at",
-    not_open_note: "Your place in line is set when the sale opens, so there's no need to refresh.",
-    paused_title: "The waiting room is paused",
-    paused_body: "Admission has stopped for a moment. You keep your place in line.",
-    leave: "Leave the line",
-    leave_confirm: "Yes, leave the line",
-    leave_note: "If you leave, you lose your place and join again at the back.",
-    admitted_title: "It's your turn",
-    admitted_body: "Thanks for waiting. Please continue now: your place is held for a short time.",
-    continue_label: "Continue",
-    redirecting: "You are being redirected…",
-    closed_title: "This room is closed",
-    closed_body: "This waiting room is no longer open. Please check the site for news.",
-    expired_title: "Your place has expired",
-    expired_body: "We lost touch with this page for a while, so your place was released. You can join the line again.",
-    left_title: "You have left the line",
-    left_body: "Your place has been given up. You can join the line again at any time.",
-    join_again: "Join the line again",
-    error_code: "Error {code}",
-    bad_request_title: "This link doesn't look right",
-    bad_request_body: "Please go back to the site and try again.",
-    not_found_title: "Page not found",
-    not_found_body: "There is no waiting room at this address.",
-    too_many_requests_title: "Too many requests",
-    too_many_requests_body: "Please wait a moment, then try again. Refreshing does not move you forward in line.",
-    server_error_title: "Something went wrong",
-    server_error_body: "Please try again in a moment.",
-    unavailable_title: "The waiting room is busy",
-    unavailable_body: "Please try again in a moment.",
-    language: "Language",
-};
-
-static JA: Strings = Strings {
-    waiting_room: "順番待ち",
-    queue_title: "順番をお待ちください",
-    queue_intro: "このページを開いたままお待ちください。表示は自動で更新され、順番が来るとサイトへ自動的に移動します。",
-    ticket_number: "あなたの整理番号",
-    ticket_number_pending: "販売開始時に発行されます",
-    position: "現在の順番",
-    ahead: "あなたより前の人数",
-    queue_length: "待っている人数：{n}人",
-    eta: "予想待ち時間",
-    eta_unknown: "計算中…",
-    eta_now: "まもなく",
-    eta_seconds: EtaUnit {
-        range: "約{low}〜{high}秒",
-        single: "約{n}秒",
-        one: "約1秒",
-    },
-    eta_minutes: EtaUnit {
-        range: "約{low}〜{high}分",
-        single: "約{n}分",
-        one: "約1分",
-    },
-    eta_hours: EtaUnit {
-        range: "約{low}〜{high}時間",
-        single: "約{n}時間",
-        one: "約1時間",
-    },
-    unknown_value: "—",
-    progress: "進み具合",
-    progress_value: "先頭まで{percent}%進みました",
-    position_announcement: "現在{position}番目です。",
-    position_eta_announcement: "現在{position}番目です。予想待ち時間は{eta}です。",
-    last_updated: "最終更新",
-    refresh_note: "このページは{n}秒ごとに自動で再読み込みされます。",
-    not_open_title: "まだ販売開始前です",
-    opens_at: "販売開始",
-    not_open_note: "順番は販売開始時に決まります。ページを再読み込みする必要はありません。",
-    paused_title: "ただいま入場を一時停止しています",
-    paused_body: "しばらくお待ちください。順番はそのまま保たれます。",
-    leave: "順番待ちをやめる",
-    leave_confirm: "順番待ちをやめる（確定）",
-    leave_note: "やめると順番は失われ、もう一度並ぶときは最後尾からになります。",
-    admitted_title: "あなたの番になりました",
-    admitted_body: "お待たせしました。入場枠は短い間だけ確保されていますので、このままお進みください。",
-    continue_label: "サイトへ進む",
-    redirecting: "移動しています…",
-    closed_title: "受付は終了しました",
-    closed_body: "この順番待ちは終了しています。最新の情報はサイトでご確認ください。",
-    expired_title: "順番の有効期限が切れました",
-    expired_body: "しばらくこのページとの接続が途絶えたため、順番は解除されました。もう一度並び直すことができます。",
-    left_title: "順番待ちをやめました",
-    left_body: "順番は解除されました。いつでも並び直すことができます。",
-    join_again: "もう一度並ぶ",
-    error_code: "エラー {code}",
-    bad_request_title: "リンクが正しくないようです",
-    bad_request_body: "サイトに戻って、もう一度お試しください。",
-    not_found_title: "ページが見つかりません",
-    not_found_body: "このアドレスには順番待ちのページがありません。",
-    too_many_requests_title: "アクセスが集中しています",
-    too_many_requests_body: "少し時間をおいてから、もう一度お試しください。再読み込みしても順番は早くなりません。",
-    server_error_title: "エラーが発生しました",
-    server_error_body: "しばらくしてから、もう一度お試しください。",
-    unavailable_title: "ただいま混み合っています",
-    unavailable_body: "しばらくしてから、もう一度お試しください。",
-    language: "言語",
-};
-
-static ZH: Strings = Strings {
-    waiting_room: "排队等候",
-    queue_title: "您正在排队",
-    queue_intro: "请保持此页面打开。页面会自动更新，轮到您时将自动进入网站。",
-    ticket_number: "您的排队号码",
-    ticket_number_pending: "开售时发放",
-    position: "您当前的位置",
-    ahead: "您前面还有",
-    queue_length: "排队总人数：{n}",
-    eta: "预计等待时间",
-    eta_unknown: "正在估算…",
-    eta_now: "马上就轮到您",
-    eta_seconds: EtaUnit {
-        range: "约{low}–{high}秒",
-        single: "约{n}秒",
-        one: "约1秒",
-    },
-    eta_minutes: EtaUnit {
-        range: "约{low}–{high}分钟",
-        single: "约{n}分钟",
-        one: "约1分钟",
-    },
-    eta_hours: EtaUnit {
-        range: "约{low}–{high}小时",
-        single: "约{n}小时",
-        one: "约1小时",
-    },
-    unknown_value: "—",
-    progress: "排队进度",
-    progress_value: "已完成{percent}%",
-    position_announcement: "您现在排在第{position}位。",
-    position_eta_announcement: "您现在排在第{position}位，预计等待{eta}。",
-    last_updated: "最后更新",
-    refresh_note: "此页面每{n}秒自动刷新一次。",
-    not_open_title: "尚未开售",
-    opens_at: "开售时间",
-    not_open_note: "您的排队位置将在开售时确定，无需刷新页面。",
-    paused_title: "排队暂停中",
-    paused_body: "入场暂时暂停，您的排队位置会一直保留。",
-    leave: "退出排队",
-    leave_confirm: "确认退出排队",
-    leave_note: "退出后将失去当前位置，重新排队需从队尾开始。",
-    admitted_title: "轮到您了",
-    admitted_body: "感谢您的耐心等待。入场资格只保留很短的时间，请立即进入。",
-    continue_label: "进入网站",
-    redirecting: "正在跳转…",
-    closed_title: "本次排队已关闭",
-    closed_body: "该排队通道已不再开放，请前往网站查看最新消息。",
-    expired_title: "您的排队位置已失效",
-    expired_body: "此页面有一段时间未与我们保持连接，您的位置已被释放。您可以重新排队。",
-    left_title: "您已退出排队",
-    left_body: "您的位置已释放，可随时重新排队。",
-    join_again: "重新排队",
-    error_code: "错误 {code}",
-    bad_request_title: "链接似乎有误",
-    bad_request_body: "请返回网站后重试。",
-    not_found_title: "找不到页面",
-    not_found_body: "此地址没有对应的排队页面。",
-    too_many_requests_title: "请求过于频繁",
-    too_many_requests_body: "请稍候再试。刷新页面并不能让您排得更靠前。",
-    server_error_title: "出现了一点问题",
-    server_error_body: "请稍后再试。",
-    unavailable_title: "当前访问人数较多",
-    unavailable_body: "请稍后再试。",
-    language: "语言",
-};
 
 #[cfg(test)]
 mod tests {
