@@ -8,13 +8,18 @@
 //! - `ticket`, `auth`: the visitor's signed ticket and operators' tokens
 //! - `return_path`: the open-redirect guard for `?return=`
 //! - `error`: the JSON error shape
+//! - `visitor`, `pages`, `i18n`, `assets`: the queue page in three
+//!   languages and its embedded script and styles
 
 pub mod api;
+pub mod assets;
 pub mod auth;
 pub mod error;
 pub mod events;
 pub mod gate;
 pub mod health;
+pub mod i18n;
+pub mod pages;
 pub mod return_path;
 pub mod router;
 pub mod state;
