@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::error::ApiError;
+use super::return_path::validate_return_path;
 use super::room_id;
 use super::state::AppState;
 use super::ticket::{self, VisitorTicket};
@@ -97,7 +98,9 @@ fn parse_join_body(body: &Bytes) -> Result<(), ApiError> {
     let value: serde_json::Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_body(format!("The body is not valid JSON: {e}")))?;
     if !value.is_object() {
-        return Err(ApiError::bad_body("The body must be a JSON object (or empty)."));
+        return Err(ApiError::bad_body(
+            "The body must be a JSON object (or empty).",
+        ));
     }
     serde_json::from_value::<JoinRequest>(value).map_err(|e| {
         ApiError::new(
@@ -201,12 +204,7 @@ pub async fn join(
     } else {
         StatusCode::OK
     };
-    Ok((
-        code,
-        [set_cookie(&state, &room, joined.token)],
-        Json(body),
-    )
-        .into_response())
+    Ok((code, [set_cookie(&state, &room, joined.token)], Json(body)).into_response())
 }
 
 /// `GET /api/rooms/{room}/status` — also counts as activity.
@@ -222,12 +220,14 @@ pub async fn status(
 }
 
 /// `POST /api/rooms/{room}/leave` — leave the queue, or give the permit
-/// back (handed to the next visitor at once). A plain HTML form post (the
-/// queue page's button without JavaScript) is sent on to the site's home.
+/// back (handed to the next visitor at once). The queue page's form (a
+/// browser without JavaScript) is sent back to the queue page, which then
+/// says the visitor left.
 pub async fn leave(
     State(state): State<AppState>,
     Path(room): Path<String>,
     headers: HeaderMap,
+    body: Bytes,
 ) -> Result<Response, ApiError> {
     let room = room_id(&room)?;
     let visitor = ticket::require(&state, &room, &headers)?;
@@ -237,7 +237,14 @@ pub async fn leave(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
     if is_form {
-        return Ok(Redirect::to("/").into_response());
+        let back = form_urlencoded::parse(&body)
+            .find(|(k, _)| k == "return")
+            .and_then(|(_, v)| validate_return_path(Some(&v)).ok())
+            .unwrap_or_else(|| "/".to_owned());
+        let query: String = form_urlencoded::Serializer::new(String::new())
+            .append_pair("return", &back)
+            .finish();
+        return Ok(Redirect::to(&format!("/queue/{room}?{query}")).into_response());
     }
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -66,7 +66,9 @@ impl From<BackendError> for ApiError {
     fn from(e: BackendError) -> Self {
         let message = e.to_string();
         match e {
-            BackendError::NoSuchRoom(_) => Self::new(StatusCode::NOT_FOUND, "unknown_room", message),
+            BackendError::NoSuchRoom(_) => {
+                Self::new(StatusCode::NOT_FOUND, "unknown_room", message)
+            }
             BackendError::Closed(_) => Self::new(StatusCode::GONE, "room_closed", message),
             BackendError::Full(_) => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "room_full", message).retry_after(30)

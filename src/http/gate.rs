@@ -91,7 +91,9 @@ pub async fn gate(
             response
         }
         Ok(_) | Err(BackendError::NoSuchTicket) => refuse(&state, &room, &headers, redirect),
-        Err(BackendError::NoSuchRoom(_)) => ApiError::from(BackendError::NoSuchRoom(room)).into_response(),
+        Err(BackendError::NoSuchRoom(_)) => {
+            ApiError::from(BackendError::NoSuchRoom(room)).into_response()
+        }
         Err(e) => {
             // The state store is down. A validly signed pass may go through
             // when the operator chose to fail open; otherwise, the queue.

@@ -24,6 +24,7 @@ pub mod return_path;
 pub mod router;
 pub mod state;
 pub mod ticket;
+pub mod visitor;
 
 use crate::engine::RoomId;
 use error::ApiError;

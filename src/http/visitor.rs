@@ -1,0 +1,176 @@
+//! The queue page a visitor's browser lands on: `GET /queue/{room}`.
+//!
+//! It joins idempotently (a live ticket in the room cookie is kept), sets
+//! the cookie, and shows the wait; once admitted it answers 303 to the
+//! return path, so a page without JavaScript gets there by its meta
+//! refresh. A ticket that ended shows why, with a way to join again that
+//! really starts a new ticket (`?rejoin=1`).
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
+
+use super::api::{self, StatusBody};
+use super::error::ApiError;
+use super::i18n::Lang;
+use super::pages::{self, ClosedPage, ClosedReason, ErrorPage, QueuePage};
+use super::return_path::validate_return_path;
+use super::state::AppState;
+use super::ticket;
+use crate::backend::BackendError;
+use crate::engine::{RoomId, TicketState, TicketStatus};
+
+#[derive(Debug, Default, Deserialize)]
+pub struct QueueQuery {
+    #[serde(rename = "return")]
+    return_path: Option<String>,
+    lang: Option<String>,
+    /// Start a new ticket even if the cookie holds an ended one.
+    rejoin: Option<String>,
+}
+
+fn query_string(pairs: &[(&str, &str)]) -> String {
+    form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish()
+}
+
+fn error_page(lang: Lang, status: StatusCode) -> Response {
+    pages::html(status, &ErrorPage::for_status(lang, status))
+}
+
+fn page_for_error(lang: Lang, e: &ApiError) -> Response {
+    let status = match e.status {
+        StatusCode::UNAUTHORIZED => StatusCode::BAD_REQUEST,
+        other => other,
+    };
+    let mut response = error_page(lang, status);
+    if let Some(secs) = e.retry_after {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, secs.into());
+    }
+    response
+}
+
+/// `GET /queue/{room}?return=P&lang=L`
+pub async fn queue(
+    State(state): State<AppState>,
+    Path(room): Path<String>,
+    Query(query): Query<QueueQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let accept = headers
+        .get(header::ACCEPT_LANGUAGE)
+        .and_then(|v| v.to_str().ok());
+    let lang = Lang::negotiate(query.lang.as_deref(), accept);
+    let Ok(room) = RoomId::new(&room) else {
+        return error_page(lang, StatusCode::NOT_FOUND);
+    };
+    let Ok(return_path) = validate_return_path(query.return_path.as_deref()) else {
+        return error_page(lang, StatusCode::BAD_REQUEST);
+    };
+    let rejoin_url = format!(
+        "/queue/{room}?{}",
+        query_string(&[
+            ("return", &return_path),
+            ("lang", lang.code()),
+            ("rejoin", "1")
+        ])
+    );
+
+    // An ended ticket in the cookie is shown as ended, not silently
+    // replaced: the visitor should know they lost their place and why.
+    if query.rejoin.is_none()
+        && let Ok(Some(visitor)) = ticket::find(&state, &room, &headers)
+    {
+        match state.backend.status(&room, visitor.ticket, true).await {
+            Ok(status) if !status.state.is_live() || status.closed => {
+                return ended_page(lang, &room, &status, rejoin_url);
+            }
+            Ok(_) | Err(BackendError::NoSuchTicket) => {}
+            Err(e) => return page_for_error(lang, &e.into()),
+        }
+    }
+
+    let joined = match api::join_room(&state, &room, &headers).await {
+        Ok(joined) => joined,
+        Err(e) if e.code == "room_closed" => {
+            return pages::html(
+                StatusCode::GONE,
+                &ClosedPage {
+                    lang,
+                    t: lang.strings(),
+                    room: room.to_string(),
+                    reason: ClosedReason::Closed,
+                    rejoin_url: None,
+                },
+            );
+        }
+        Err(e) => return page_for_error(lang, &e),
+    };
+    let cookie = api::set_cookie(&state, &room, joined.token);
+    if joined.status.state == TicketState::Admitted {
+        return ([cookie], Redirect::to(&return_path)).into_response();
+    }
+    let page = queue_page(lang, &room, &joined.status, return_path);
+    ([cookie], pages::html(StatusCode::OK, &page)).into_response()
+}
+
+fn ended_page(lang: Lang, room: &RoomId, status: &TicketStatus, rejoin_url: String) -> Response {
+    let reason = if status.closed {
+        ClosedReason::Closed
+    } else if matches!(status.state, TicketState::Left | TicketState::Released) {
+        ClosedReason::Left
+    } else {
+        ClosedReason::Expired
+    };
+    let code = if reason == ClosedReason::Closed {
+        StatusCode::GONE
+    } else {
+        StatusCode::OK
+    };
+    pages::html(
+        code,
+        &ClosedPage {
+            lang,
+            t: lang.strings(),
+            room: room.to_string(),
+            reason,
+            rejoin_url: (reason != ClosedReason::Closed).then_some(rejoin_url),
+        },
+    )
+}
+
+/// How often a page without JavaScript reloads: a quarter of the expected
+/// wait, between 5 s and a minute, so a long line does not hammer the site.
+fn refresh_seconds(status: &TicketStatus) -> u32 {
+    let quarter = status.eta.map_or(10, |e| e.expected_secs / 4);
+    quarter.clamp(u64::from(pages::MIN_REFRESH_SECONDS), 60) as u32
+}
+
+fn queue_page(lang: Lang, room: &RoomId, status: &TicketStatus, return_path: String) -> QueuePage {
+    let body = StatusBody::new(status, api::now_ms());
+    let ret = query_string(&[("return", &return_path)]);
+    QueuePage {
+        lang,
+        t: lang.strings(),
+        room: room.to_string(),
+        number: status.number,
+        position: status.position,
+        ahead: status.ahead,
+        eta_low_secs: status.eta.map(|e| e.low_secs),
+        eta_high_secs: status.eta.map(|e| e.high_secs),
+        progress_percent: (status.progress * 100.0).round().clamp(0.0, 100.0) as u8,
+        queue_length: status.queue_length,
+        updated_at: body.updated_at,
+        opens_at: body.opens_at,
+        paused: status.paused,
+        refresh_seconds: refresh_seconds(status),
+        events_url: format!("/api/rooms/{room}/events?{ret}"),
+        status_url: format!("/api/rooms/{room}/status"),
+        leave_url: format!("/api/rooms/{room}/leave"),
+        return_path,
+    }
+}
