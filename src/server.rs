@@ -40,8 +40,18 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let keys = Keyring::from_config(&config).context("loading the ticket signing key")?;
     let backend = backend(&config).await?;
+    serve(listener, config, backend, shutdown).await
+}
+
+/// Serve over a given backend (tests pass one they can drive directly).
+pub async fn serve(
+    listener: TcpListener,
+    config: Config,
+    backend: Arc<dyn Backend>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let keys = Keyring::from_config(&config).context("loading the ticket signing key")?;
     let settings = Arc::new(HttpSettings::from_config(&config));
     if settings.admin_token.is_none() {
         tracing::info!("no admin token configured: the admin API is off");

@@ -76,6 +76,11 @@ pub async fn gate(
     };
     let redirect = query.redirect.as_deref() == Some("1");
     let Ok(Some(visitor)) = ticket::find(&state, &room, &headers) else {
+        // Without a pass the answer is the queue, unless there is no such
+        // room to queue for: a misconfigured proxy should see that plainly.
+        if let Err(BackendError::NoSuchRoom(_)) = state.backend.room(&room).await {
+            return ApiError::from(BackendError::NoSuchRoom(room)).into_response();
+        }
         return refuse(&state, &room, &headers, redirect);
     };
     match state.backend.status(&room, visitor.ticket, true).await {

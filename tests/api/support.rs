@@ -1,0 +1,188 @@
+//! `spawn_app`: the real server on 127.0.0.1:0 over a backend the test can
+//! also reach directly (to tick a room on demand, so hand-off tests prove
+//! that nothing waited for a tick), plus small HTTP and SSE helpers.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use std::pin::Pin;
+
+use eventsource_stream::{Event, EventStreamError, Eventsource};
+use futures_util::{Stream, StreamExt};
+use narabu::backend::Backend;
+use narabu::backend::embedded::EmbeddedBackend;
+use narabu::config::{Config, Secret};
+use narabu::engine::{RoomId, RoomSettings, SystemClock};
+use reqwest::StatusCode;
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+pub const SECRET: &str = "test-secret-test-secret-test-secret-0123";
+pub const ADMIN_TOKEN: &str = "admin-token-admin-token-admin-token-0123";
+
+pub struct TestApp {
+    pub base: String,
+    pub backend: Arc<EmbeddedBackend>,
+    pub client: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+pub fn room(id: &str, capacity: u32) -> RoomSettings {
+    let mut s = RoomSettings::new(RoomId::new(id).unwrap());
+    s.capacity = capacity;
+    s
+}
+
+pub fn config() -> Config {
+    Config {
+        secret: Some(Secret::new(SECRET)),
+        admin_token: Some(Secret::new(ADMIN_TOKEN)),
+        ..Config::default()
+    }
+}
+
+/// The server with rooms whose workers do not run: the test ticks.
+pub async fn spawn_app(rooms: Vec<RoomSettings>) -> TestApp {
+    let backend = EmbeddedBackend::without_workers(rooms, Arc::new(SystemClock));
+    spawn_with(config(), backend).await
+}
+
+pub async fn spawn_with(config: Config, backend: Arc<EmbeddedBackend>) -> TestApp {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let dyn_backend: Arc<dyn Backend> = backend.clone();
+    let server = tokio::spawn(narabu::server::serve(
+        listener,
+        config,
+        dyn_backend,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    TestApp {
+        base: format!("http://{addr}"),
+        backend,
+        client: reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap(),
+        stop: Some(stop),
+        server: Some(server),
+    }
+}
+
+pub type EventStream =
+    Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Send>>;
+
+/// A visitor as an app sees it: the token it sends as Bearer.
+#[derive(Clone, Debug)]
+pub struct Visitor {
+    pub token: String,
+    pub number: u64,
+    pub body: Value,
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn tick(&self, room: &str) {
+        self.backend
+            .tick(&RoomId::new(room).unwrap())
+            .await
+            .unwrap();
+    }
+
+    pub async fn join(&self, room: &str) -> Visitor {
+        let response = self
+            .client
+            .post(self.url(&format!("/api/rooms/{room}/join")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let body: Value = response.json().await.unwrap();
+        Visitor {
+            token: body["ticket"].as_str().unwrap().to_owned(),
+            number: body["number"].as_u64().unwrap(),
+            body,
+        }
+    }
+
+    pub async fn status(&self, room: &str, v: &Visitor) -> Value {
+        let response = self
+            .client
+            .get(self.url(&format!("/api/rooms/{room}/status")))
+            .bearer_auth(&v.token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.json().await.unwrap()
+    }
+
+    pub async fn leave(&self, room: &str, v: &Visitor) -> StatusCode {
+        self.client
+            .post(self.url(&format!("/api/rooms/{room}/leave")))
+            .bearer_auth(&v.token)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    }
+
+    pub async fn gate(&self, room: &str, token: Option<&str>) -> reqwest::Response {
+        let mut request = self.client.get(self.url(&format!("/gate/{room}")));
+        if let Some(t) = token {
+            request = request.header("cookie", format!("narabu_{room}={t}"));
+        }
+        request.send().await.unwrap()
+    }
+
+    /// Follow a visitor's event stream.
+    pub async fn events(&self, room: &str, v: &Visitor) -> EventStream {
+        let response = self
+            .client
+            .get(self.url(&format!("/api/rooms/{room}/events")))
+            .bearer_auth(&v.token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(
+            response.headers()["content-type"].to_str().unwrap(),
+            "text/event-stream"
+        );
+        Box::pin(response.bytes_stream().eventsource())
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            tokio::time::timeout(Duration::from_secs(10), server)
+                .await
+                .expect("graceful shutdown finishes")
+                .unwrap()
+                .unwrap();
+        }
+    }
+}
+
+/// The next event that is not a keep-alive comment, within a bound.
+pub async fn next_event<S, E>(stream: &mut S, within: Duration) -> Event
+where
+    S: Stream<Item = Result<Event, E>> + Unpin,
+    E: std::fmt::Debug,
+{
+    tokio::time::timeout(within, stream.next())
+        .await
+        .expect("an event arrives in time")
+        .expect("the stream is open")
+        .expect("a well-formed event")
+}
