@@ -14,7 +14,8 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
+use axum::response::IntoResponse;
 use axum::response::sse::{Event, Sse};
 use futures_util::Stream;
 use serde::Deserialize;
@@ -46,7 +47,7 @@ pub async fn events(
     Path(room): Path<String>,
     Query(query): Query<EventsQuery>,
     headers: HeaderMap,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+) -> Result<impl IntoResponse, ApiError> {
     let room = room_id(&room)?;
     let redirect = match query.return_path.as_deref() {
         None => None,
@@ -56,7 +57,12 @@ pub async fn events(
     // Fail before the stream starts, with a proper status, for a ticket or
     // room that does not exist.
     state.backend.status(&room, visitor.ticket, true).await?;
-    Ok(Sse::new(stream(state, room, visitor.ticket, redirect)))
+    // nginx buffers proxied responses unless told not to; a buffered event
+    // stream would hold a visitor's admission back.
+    Ok((
+        [(HeaderName::from_static("x-accel-buffering"), "no")],
+        Sse::new(stream(state, room, visitor.ticket, redirect)),
+    ))
 }
 
 /// What the visitor last saw, to send only changes.

@@ -1,0 +1,222 @@
+//! The quick start as a visitor lives it: a real nginx running the shipped
+//! `config/nginx.conf` (only its addresses rewritten) in front of a small
+//! origin, with Narabu as its gate. The visitor asks for a protected page,
+//! is sent to the queue, waits, and reaches the origin page once a permit
+//! frees up, with the admission pushed through nginx's proxy as it happens.
+
+use std::net::TcpListener as StdListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::OriginalUri;
+use eventsource_stream::Eventsource;
+use reqwest::StatusCode;
+use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use serde_json::Value;
+
+use crate::support::{next_event, room, spawn_app};
+
+/// nginx as a child process on a free port, stopped on drop.
+struct Nginx {
+    child: Child,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Nginx {
+    fn start(narabu: &str, origin: &str) -> Nginx {
+        let port = StdListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let shipped = include_str!("../../config/nginx.conf");
+        let conf = shipped
+            .replace("127.0.0.1:8080", narabu)
+            .replace("127.0.0.1:3000", origin)
+            .replace("127.0.0.1:8000", &format!("127.0.0.1:{port}"))
+            .replace("worker_processes auto;", "worker_processes 1;");
+        assert_ne!(conf, shipped, "the addresses were rewritten");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nginx.conf");
+        std::fs::write(&path, conf).unwrap();
+        let globals = format!(
+            "daemon off; master_process off; pid {}/nginx.pid;",
+            dir.path().display()
+        );
+        let child = Command::new("nginx")
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-c")
+            .arg(&path)
+            .arg("-g")
+            .arg(globals)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("nginx is installed (scripts/test installs it)");
+        let address = format!("127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(&address).is_err() {
+            assert!(Instant::now() < deadline, "nginx did not start listening");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Nginx {
+            child,
+            base: format!("http://{address}"),
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // One process (master_process off), so a kill leaves no workers
+        // behind holding the test's output open.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The protected site: it names the page it served, so the test knows the
+/// request really reached it.
+async fn spawn_origin() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = Router::new().fallback(|OriginalUri(uri): OriginalUri| async move {
+        format!("origin page {}", uri.path())
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr.to_string()
+}
+
+/// A browser's view of one visitor: its room cookie, once it has one.
+struct Browser<'a> {
+    client: &'a reqwest::Client,
+    base: &'a str,
+    cookie: Option<String>,
+}
+
+impl Browser<'_> {
+    async fn get(&mut self, path: &str) -> reqwest::Response {
+        let mut request = self.client.get(format!("{}{path}", self.base));
+        if let Some(cookie) = &self.cookie {
+            request = request.header(COOKIE, cookie);
+        }
+        let response = request.send().await.unwrap();
+        if let Some(set) = response.headers().get(SET_COOKIE) {
+            let pair = set.to_str().unwrap().split(';').next().unwrap();
+            self.cookie = Some(pair.to_owned());
+        }
+        response
+    }
+
+    /// Ask for a protected page; follow a refusal to the queue page.
+    async fn visit(&mut self, path: &str) -> (StatusCode, String) {
+        let response = self.get(path).await;
+        let status = response.status();
+        if status == StatusCode::FOUND {
+            // nginx makes the queue URL absolute, on its own host.
+            let location = response.headers()[LOCATION].to_str().unwrap();
+            let path = location.strip_prefix(self.base).unwrap_or(location);
+            return (status, path.to_owned());
+        }
+        (status, response.text().await.unwrap())
+    }
+}
+
+#[tokio::test]
+async fn nginx_auth_request_queues_visitors_and_lets_them_through_in_turn() {
+    let app = spawn_app(vec![room("sale", 1)]).await;
+    let origin = spawn_origin().await;
+    let nginx = Nginx::start(app.base.trim_start_matches("http://"), &origin);
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+
+    // Without a pass, the protected page sends the visitor to the queue,
+    // remembering where they were going.
+    let mut first = Browser {
+        client: &client,
+        base: &nginx.base,
+        cookie: None,
+    };
+    let (status, queue) = first.visit("/tickets?seat=a1").await;
+    assert_eq!(status, StatusCode::FOUND);
+    assert_eq!(queue, "/queue/sale?return=%2Ftickets%3Fseat%3Da1");
+
+    // The queue page, through nginx, gives the visitor a ticket.
+    let page = first.get(&queue).await;
+    assert_eq!(page.status(), StatusCode::OK);
+    assert!(first.cookie.as_deref().unwrap().starts_with("narabu_sale="));
+    assert!(page.text().await.unwrap().contains("/static/queue.js"));
+
+    // A second visitor queues behind.
+    let mut second = Browser {
+        client: &client,
+        base: &nginx.base,
+        cookie: None,
+    };
+    let (_, queue2) = second.visit("/tickets").await;
+    assert_eq!(second.get(&queue2).await.status(), StatusCode::OK);
+    assert!(second.cookie.is_some());
+
+    // One permit: the worker admits the first visitor only.
+    app.tick("sale").await;
+    assert_eq!(
+        first.visit("/tickets?seat=a1").await,
+        (StatusCode::OK, "origin page /tickets".to_owned())
+    );
+    assert_eq!(second.visit("/tickets").await.0, StatusCode::FOUND);
+
+    // A forged cookie is sent to the queue, not to the origin.
+    let mut forger = Browser {
+        client: &client,
+        base: &nginx.base,
+        cookie: Some("narabu_sale=forged.token".to_owned()),
+    };
+    assert_eq!(forger.visit("/tickets").await.0, StatusCode::FOUND);
+
+    // The second visitor follows the event stream through nginx. When the
+    // first leaves, the permit is handed over at once (no tick runs), and
+    // the admission comes through the proxy unbuffered.
+    let events = second.get("/api/rooms/sale/events").await;
+    assert_eq!(events.status(), StatusCode::OK);
+    let mut stream = events.bytes_stream().eventsource();
+    let waiting = next_event(&mut stream, Duration::from_secs(5)).await;
+    assert_eq!(waiting.event, "position");
+    let waiting: Value = serde_json::from_str(&waiting.data).unwrap();
+    assert_eq!(waiting["position"], 1);
+
+    let left = client
+        .post(format!("{}/api/rooms/sale/leave", nginx.base))
+        .header(COOKIE, first.cookie.clone().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert!(left.status().is_success(), "{}", left.status());
+
+    let admitted = loop {
+        let event = next_event(&mut stream, Duration::from_secs(5)).await;
+        if event.event == "admitted" {
+            break event;
+        }
+    };
+    assert!(
+        admitted.data.contains("pass_expires_at"),
+        "{}",
+        admitted.data
+    );
+    assert_eq!(
+        second.visit("/tickets").await,
+        (StatusCode::OK, "origin page /tickets".to_owned())
+    );
+    // The first visitor gave the permit back and is queued again.
+    assert_eq!(first.visit("/tickets").await.0, StatusCode::FOUND);
+
+    drop(stream);
+    drop(nginx);
+    app.stop().await;
+}
