@@ -29,7 +29,7 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
     pub method: String,
-    /// The route as declared (`/api/rooms/{room}/join`), never the raw path,
+    /// The route as declared (`/api/rooms/:room/join`), never the raw path,
     /// so room names and probes cannot blow up the label space.
     pub route: String,
     pub status: u16,
@@ -184,17 +184,15 @@ impl Collector for RoomCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         type Get = fn(&RoomSnapshot) -> u64;
         let gauges: [(&str, &str, Get); 5] = [
-            ("room_waiting", "Tickets waiting in line", |s| s.view.waiting),
-            (
-                "room_admitted",
-                "Visitors holding a permit",
-                |s| s.ledger.admitted,
-            ),
-            (
-                "room_capacity",
-                "Visitors the room admits at once",
-                |s| s.ledger.capacity,
-            ),
+            ("room_waiting", "Tickets waiting in line", |s| {
+                s.view.waiting
+            }),
+            ("room_admitted", "Visitors holding a permit", |s| {
+                s.ledger.admitted
+            }),
+            ("room_capacity", "Visitors the room admits at once", |s| {
+                s.ledger.capacity
+            }),
             ("room_tray", "Permits on the tray", |s| s.ledger.tray),
             (
                 "room_paused",
@@ -224,11 +222,9 @@ impl Collector for RoomCollector {
             ("room_leaves", "Waiting tickets that left the line", |s| {
                 s.stats.leaves
             }),
-            (
-                "room_revocations",
-                "Tickets revoked by operators",
-                |s| s.stats.revocations,
-            ),
+            ("room_revocations", "Tickets revoked by operators", |s| {
+                s.stats.revocations
+            }),
             (
                 "room_expirations",
                 "Permits taken back from stalled visitors",
@@ -269,7 +265,7 @@ mod tests {
         m.observe_http(
             HttpLabels {
                 method: "GET".into(),
-                route: "/gate/{room}".into(),
+                route: "/gate/:room".into(),
                 status: 204,
             },
             Duration::from_micros(300),
@@ -278,7 +274,7 @@ mod tests {
         let text = m.render(Vec::new());
         assert!(
             text.contains(
-                r#"narabu_http_requests_total{method="GET",route="/gate/{room}",status="204"} 1"#
+                r#"narabu_http_requests_total{method="GET",route="/gate/:room",status="204"} 1"#
             ),
             "{text}"
         );

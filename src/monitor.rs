@@ -58,6 +58,9 @@ struct Raw {
 #[derive(Clone, Debug, PartialEq)]
 struct Observed {
     epoch: u64,
+    /// The room view's version: a snapshot older than the last one seen
+    /// (a sample taken just before an operator's change) is ignored.
+    version: u64,
     open: bool,
     paused: bool,
     closed: bool,
@@ -177,8 +180,9 @@ impl Monitor {
         window(s, now_ms(), raw)
     }
 
-    /// A snapshot just returned by an operator's change: fire its webhooks
-    /// now.
+    /// A snapshot taken just before (to know what changed, even if no
+    /// sample was taken yet) or just after an operator's change (to fire its
+    /// webhooks now).
     pub fn observe(&self, s: &RoomSnapshot) {
         let mut rooms = lock(&self.rooms);
         let h = rooms.entry(s.settings.id.clone()).or_default();
@@ -214,12 +218,19 @@ impl Monitor {
     fn detect(&self, h: &mut RoomHistory, s: &RoomSnapshot) {
         let now = Observed {
             epoch: s.epoch,
+            version: s.view.version,
             open: s.view.open,
             paused: s.settings.paused,
             closed: s.view.closed,
             capacity: s.settings.capacity,
         };
         let mut events: Vec<(&'static str, serde_json::Value)> = Vec::new();
+        if let Some(before) = &h.last
+            && before.epoch == now.epoch
+            && before.version > now.version
+        {
+            return;
+        }
         match &h.last {
             // First sight, or a new incarnation: nothing changed yet.
             Some(before) if before.epoch == now.epoch => {
@@ -255,11 +266,7 @@ impl Monitor {
             let waiting = s.view.waiting;
             if !*above && waiting > threshold {
                 *above = true;
-                let e = event(
-                    "queue.threshold",
-                    s,
-                    json!({ "threshold": threshold }),
-                );
+                let e = event("queue.threshold", s, json!({ "threshold": threshold }));
                 self.webhooks.send(&e, Some(target));
             } else if *above && waiting <= threshold.saturating_mul(9) / 10 {
                 *above = false;
@@ -296,7 +303,9 @@ fn window(s: &RoomSnapshot, t: u64, raw: Option<&VecDeque<Raw>>) -> Sample {
     let oldest = raw.and_then(|r| r.iter().find(|p| p.t + WINDOW_MS >= t));
     let (admit_rate, waits) = match oldest {
         Some(o) if t > o.t => {
-            let secs = (t - o.t) as f64 / 1000.0;
+            // Right after start-up the window is short: at least a second,
+            // so three quick admissions do not read as a hundred a second.
+            let secs = ((t - o.t) as f64 / 1000.0).max(1.0);
             let rate = s.stats.admissions.saturating_sub(o.admissions) as f64 / secs;
             let mut delta = s.stats.waits.clone();
             for (now, then) in delta.counts.iter_mut().zip(o.waits.counts) {

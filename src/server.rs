@@ -18,9 +18,9 @@ use crate::backend::embedded::EmbeddedBackend;
 use crate::config::{self, Config};
 use crate::engine::SystemClock;
 use crate::http::router::router;
+use crate::http::state::{AppState, HttpSettings};
 use crate::metrics::Metrics;
 use crate::monitor::Monitor;
-use crate::http::state::{AppState, HttpSettings};
 use crate::token::Keyring;
 use crate::webhooks::Webhooks;
 

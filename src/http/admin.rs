@@ -278,10 +278,14 @@ pub async fn patch_room(
         Some(_) => return Err(invalid_field("open_now", "must be true or false")),
     };
     let clear_cap = map.get("admit_per_minute") == Some(&Value::Null);
-    let touches_settings = map.keys().any(|k| !["capacity", "paused"].contains(&k.as_str()));
+    let touches_settings = map
+        .keys()
+        .any(|k| !["capacity", "paused"].contains(&k.as_str()));
     let patch = table(&id, map)?;
 
-    let current = state.backend.room(&id).await?.settings;
+    let before = state.backend.room(&id).await?;
+    state.monitor.observe(&before);
+    let current = before.settings;
     let mut next = current.clone();
     next.capacity = patch.capacity.unwrap_or(current.capacity);
     next.paused = patch.paused.unwrap_or(current.paused);
@@ -326,6 +330,7 @@ pub async fn delete_room(
     Path(room): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = room_id(&room)?;
+    state.monitor.observe(&state.backend.room(&id).await?);
     state.backend.close_room(&id).await?;
     if let Ok(s) = state.backend.room(&id).await {
         state.monitor.observe(&s);
@@ -395,7 +400,9 @@ pub async fn revoke(
         Departure::Nothing(s) => (false, state_name(s), None),
     };
     tracing::info!(room = %id, ticket = claim.ticket, revoked, was, "admin: ticket revoked");
-    Ok(Json(json!({ "revoked": revoked, "was": was, "permit": permit })))
+    Ok(Json(
+        json!({ "revoked": revoked, "was": was, "permit": permit }),
+    ))
 }
 
 fn state_name(s: TicketState) -> &'static str {
@@ -417,7 +424,9 @@ fn state_name(s: TicketState) -> &'static str {
 /// an `update` event each second with every room and its newest sample.
 /// The dashboard reads it with `fetch` (so it can send the token header;
 /// `EventSource` cannot).
-pub async fn events(State(state): State<AppState>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+pub async fn events(
+    State(state): State<AppState>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let mut updates = state.monitor.subscribe();
     let shutdown = state.shutdown.clone();
     let stream = async_stream::stream! {

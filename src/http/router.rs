@@ -126,11 +126,14 @@ async fn count_request(
     request: Request,
     next: Next,
 ) -> Response {
+    // `/gate/:room` rather than axum's `/gate/{room}`: braces are legal in
+    // a label value, but some Prometheus text parsers drop such lines.
     let route = request
         .extensions()
         .get::<MatchedPath>()
         .map_or("unmatched", MatchedPath::as_str)
-        .to_owned();
+        .replace('{', ":")
+        .replace('}', "");
     let method = match *request.method() {
         Method::GET => "GET",
         Method::HEAD => "HEAD",

@@ -92,12 +92,18 @@ async fn lowering_capacity_from_50_to_5_under_churn_never_admits_more_than_5() {
     let mut readings = 0u64;
     let watch_until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < watch_until || !reached {
-        assert!(Instant::now() < deadline + Duration::from_secs(20), "never drained to 5");
+        assert!(
+            Instant::now() < deadline + Duration::from_secs(20),
+            "never drained to 5"
+        );
         let admitted = engine.admitted_count();
         if reached {
             assert!(admitted <= 5, "{admitted} admitted after draining to 5");
         } else {
-            assert!(admitted <= previous, "admissions while over capacity: {previous} -> {admitted}");
+            assert!(
+                admitted <= previous,
+                "admissions while over capacity: {previous} -> {admitted}"
+            );
             reached = admitted <= 5;
         }
         previous = admitted;

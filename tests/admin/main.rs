@@ -45,7 +45,13 @@ pub async fn admin(
 }
 
 pub async fn get_room(app: &TestApp, id: &str) -> Value {
-    let (status, body) = admin(app, reqwest::Method::GET, &format!("/admin/rooms/{id}"), None).await;
+    let (status, body) = admin(
+        app,
+        reqwest::Method::GET,
+        &format!("/admin/rooms/{id}"),
+        None,
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     body
 }
@@ -126,7 +132,10 @@ async fn admin_refuses_missing_and_wrong_tokens() {
     // one on navigation); it asks for the token.
     let page = app.client.get(app.url("/admin")).send().await.unwrap();
     assert_eq!(page.status(), StatusCode::OK);
-    let csp = page.headers()["content-security-policy"].to_str().unwrap().to_owned();
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     assert!(csp.contains("default-src 'self'"), "{csp}");
     let html = page.text().await.unwrap();
     assert!(html.contains("/static/admin.js?v="), "{html}");
@@ -145,8 +154,14 @@ async fn rooms_show_settings_and_live_figures() {
         app.join("sale").await,
     ];
     app.tick("sale").await;
-    assert_eq!(app.leave("sale", &visitors[0]).await, StatusCode::NO_CONTENT);
-    assert_eq!(app.leave("sale", &visitors[4]).await, StatusCode::NO_CONTENT);
+    assert_eq!(
+        app.leave("sale", &visitors[0]).await,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        app.leave("sale", &visitors[4]).await,
+        StatusCode::NO_CONTENT
+    );
 
     let (status, list) = admin(&app, reqwest::Method::GET, "/admin/rooms", None).await;
     assert_eq!(status, StatusCode::OK);
@@ -233,19 +248,32 @@ async fn put_creates_and_replaces_rooms_with_the_config_rules() {
     assert_eq!(stale.status(), StatusCode::UNAUTHORIZED);
 
     for (body, field) in [
-        (json!({"capacity": 0}), "capacity: must be between 1 and 1000000, got 0"),
+        (
+            json!({"capacity": 0}),
+            "capacity: must be between 1 and 1000000, got 0",
+        ),
         (json!({"capacity": "many"}), "capacity: invalid type"),
         (json!({"capacity": -4}), "capacity: invalid value"),
-        (json!({"tick": "5ms"}), "tick: must be between 10ms and 1m, got 5ms"),
+        (
+            json!({"tick": "5ms"}),
+            "tick: must be between 10ms and 1m, got 5ms",
+        ),
         (json!({"tick": 1000}), "tick: invalid type"),
         (json!({"pass_idle": "0s"}), "pass_idle: must be more than 0"),
-        (json!({"admit_per_minute": 0}), "admit_per_minute: must be at least 1"),
-        (json!({"opens_at": "tomorrow"}), "opens_at: expected an RFC 3339 time"),
+        (
+            json!({"admit_per_minute": 0}),
+            "admit_per_minute: must be at least 1",
+        ),
+        (
+            json!({"opens_at": "tomorrow"}),
+            "opens_at: expected an RFC 3339 time",
+        ),
         (json!({"order": "random"}), "order: unknown variant"),
-        (json!({"capcity": 5}), "unknown field `capcity`"),
+        (json!({"capcity": 5}), "capcity: unknown field `capcity`"),
         (json!({"id": "other"}), "id: must be the room of the path"),
     ] {
-        let (status, err) = admin(&app, put.clone(), "/admin/rooms/flash", Some(body.clone())).await;
+        let (status, err) =
+            admin(&app, put.clone(), "/admin/rooms/flash", Some(body.clone())).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {err}");
         assert_eq!(err["error"], "invalid");
         let message = err["message"].as_str().unwrap();
@@ -280,7 +308,13 @@ async fn patch_changes_a_running_room() {
         app.join("sale").await,
     ];
 
-    let (status, r) = admin(&app, patch.clone(), "/admin/rooms/sale", Some(json!({"paused": true}))).await;
+    let (status, r) = admin(
+        &app,
+        patch.clone(),
+        "/admin/rooms/sale",
+        Some(json!({"paused": true})),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{r}");
     assert_eq!(r["state"], "paused");
     app.tick("sale").await;
@@ -302,26 +336,57 @@ async fn patch_changes_a_running_room() {
     assert_eq!(app.status("sale", &visitors[0]).await["status"], "admitted");
     assert_eq!(app.status("sale", &visitors[1]).await["status"], "waiting");
 
-    let (_, r) = admin(&app, patch.clone(), "/admin/rooms/sale", Some(json!({"admit_per_minute": null}))).await;
+    let (_, r) = admin(
+        &app,
+        patch.clone(),
+        "/admin/rooms/sale",
+        Some(json!({"admit_per_minute": null})),
+    )
+    .await;
     assert!(r["settings"].get("admit_per_minute").is_none(), "{r}");
     assert_eq!(r["settings"]["pass_idle"], "20m", "other settings stay");
 
     for (body, message) in [
-        (json!({"capacity": 0}), "capacity: must be between 1 and 1000000"),
-        (json!({"capacity": 1_000_001}), "capacity: must be between 1 and 1000000"),
-        (json!({"queue_idle": "31days"}), "queue_idle: must be at most 30days"),
+        (
+            json!({"capacity": 0}),
+            "capacity: must be between 1 and 1000000",
+        ),
+        (
+            json!({"capacity": 1_000_001}),
+            "capacity: must be between 1 and 1000000",
+        ),
+        (
+            json!({"queue_idle": "31days"}),
+            "queue_idle: must be at most 30days",
+        ),
         (json!({"paused": "yes"}), "paused: invalid type"),
         (json!({"open_now": 1}), "open_now: must be true or false"),
-        (json!({"order": "fifo"}), "order: cannot be changed on a running room"),
-        (json!({"opens_at": "2030-01-01T00:00:00Z"}), "opens_at: cannot be changed"),
+        (
+            json!({"order": "fifo"}),
+            "order: cannot be changed on a running room",
+        ),
+        (
+            json!({"opens_at": "2030-01-01T00:00:00Z"}),
+            "opens_at: cannot be changed",
+        ),
         (json!({"capacty": 3}), "capacty: unknown field"),
     ] {
-        let (status, err) = admin(&app, patch.clone(), "/admin/rooms/sale", Some(body.clone())).await;
+        let (status, err) =
+            admin(&app, patch.clone(), "/admin/rooms/sale", Some(body.clone())).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {err}");
-        assert!(err["message"].as_str().unwrap().starts_with(message), "{body}: {err}");
+        assert!(
+            err["message"].as_str().unwrap().starts_with(message),
+            "{body}: {err}"
+        );
     }
     assert_eq!(get_room(&app, "sale").await["capacity"], 1);
-    let (status, _) = admin(&app, patch.clone(), "/admin/rooms/nope", Some(json!({"capacity": 3}))).await;
+    let (status, _) = admin(
+        &app,
+        patch.clone(),
+        "/admin/rooms/nope",
+        Some(json!({"capacity": 3})),
+    )
+    .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 
     // Open now: a scheduled room draws its pre-queue at once.
@@ -329,15 +394,39 @@ async fn patch_changes_a_running_room() {
         &app,
         reqwest::Method::PUT,
         "/admin/rooms/later",
-        Some(json!({"capacity": 5, "opens_at": "2099-01-01T00:00:00Z", "join_limit_per_minute": 0})),
+        Some(
+            json!({"capacity": 5, "opens_at": "2099-01-01T00:00:00Z", "join_limit_per_minute": 0}),
+        ),
     )
     .await;
     assert_eq!(status, StatusCode::CREATED);
-    let early = app.join("later").await;
+    let early = app
+        .client
+        .post(app.url("/api/rooms/later/join"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(early.status(), StatusCode::CREATED);
+    let body: Value = early.json().await.unwrap();
+    assert!(body["number"].is_null(), "in the pre-queue: {body}");
+    let early = support::Visitor {
+        token: body["ticket"].as_str().unwrap().to_owned(),
+        number: 0,
+        body,
+    };
     assert_eq!(app.status("later", &early).await["status"], "waiting");
-    let (_, r) = admin(&app, patch, "/admin/rooms/later", Some(json!({"open_now": true}))).await;
+    let (_, r) = admin(
+        &app,
+        patch,
+        "/admin/rooms/later",
+        Some(json!({"open_now": true})),
+    )
+    .await;
     assert_eq!(r["state"], "open", "{r}");
-    assert!(r["lottery_seed"].is_string(), "the draw's seed is published: {r}");
+    assert!(
+        r["lottery_seed"].is_string(),
+        "the draw's seed is published: {r}"
+    );
     app.tick("later").await;
     assert_eq!(app.status("later", &early).await["status"], "admitted");
     app.stop().await;
@@ -359,7 +448,12 @@ async fn delete_closes_the_room_and_tells_waiting_visitors() {
     assert_eq!(event.event, "closed");
 
     assert_eq!(get_room(&app, "sale").await["state"], "closed");
-    let join = app.client.post(app.url("/api/rooms/sale/join")).send().await.unwrap();
+    let join = app
+        .client
+        .post(app.url("/api/rooms/sale/join"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(join.status(), StatusCode::GONE);
     assert_eq!(app.status("sale", &waiting).await["status"], "closed");
     // The waiting visitor's page says the room closed.
@@ -408,7 +502,10 @@ async fn revoke_takes_a_permit_back_once() {
     };
     let (status, r) = revoke(json!({"ticket": a.token})).await;
     assert_eq!(status, StatusCode::OK, "{r}");
-    assert_eq!(r, json!({"revoked": true, "was": "admitted", "permit": "handed_to_next"}));
+    assert_eq!(
+        r,
+        json!({"revoked": true, "was": "admitted", "permit": "handed_to_next"})
+    );
     assert_eq!(app.status("sale", &a).await["status"], "expired");
     assert_eq!(app.status("sale", &b).await["status"], "admitted");
     // Again: nothing more is freed.
@@ -416,23 +513,35 @@ async fn revoke_takes_a_permit_back_once() {
     assert_eq!(r["revoked"], false);
     assert_eq!(r["was"], "revoked");
     let (_, r) = revoke(json!({"ticket": c.token})).await;
-    assert_eq!(r, json!({"revoked": true, "was": "waiting", "permit": null}));
+    assert_eq!(
+        r,
+        json!({"revoked": true, "was": "waiting", "permit": null})
+    );
     let room = get_room(&app, "sale").await;
     assert_eq!(room["admitted"], 1);
     assert_eq!(room["waiting"], 0);
-    assert_eq!(room["revocations"], 1, "the permit revocation");
+    assert_eq!(room["revocations"], 2, "both revocations count");
 
     let other = app.join("other").await;
     for (body, message) in [
         (json!({}), "ticket: is required"),
         (json!({"ticket": 5}), "ticket: must be a string"),
-        (json!({"ticket": "garbage"}), "ticket: the ticket token is malformed"),
-        (json!({"ticket": other.token}), "ticket: belongs to the room \"other\""),
+        (
+            json!({"ticket": "garbage"}),
+            "ticket: the ticket token is malformed",
+        ),
+        (
+            json!({"ticket": other.token}),
+            "ticket: belongs to the room \"other\"",
+        ),
         (json!({"ticket": b.token, "why": "x"}), "why: unknown field"),
     ] {
         let (status, err) = revoke(body.clone()).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {err}");
-        assert!(err["message"].as_str().unwrap().starts_with(message), "{body}: {err}");
+        assert!(
+            err["message"].as_str().unwrap().starts_with(message),
+            "{body}: {err}"
+        );
     }
     assert_eq!(app.status("sale", &b).await["status"], "admitted");
     app.stop().await;

@@ -36,11 +36,21 @@ async fn receive(
     body: Bytes,
 ) -> StatusCode {
     let path = uri.path().to_owned();
-    let secret = if path == "/hook" { HOOK_SECRET } else { CLOSED_ONLY_SECRET };
+    let secret = if path == "/hook" {
+        HOOK_SECRET
+    } else {
+        CLOSED_ONLY_SECRET
+    };
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
     mac.update(&body);
     let expected = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
-    let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let header = |n: &str| {
+        headers
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    };
     let valid = header("x-narabu-signature") == expected;
     let delivery = header("x-narabu-delivery");
     let event = header("x-narabu-event");
@@ -56,13 +66,21 @@ async fn receive(
     }
 }
 
-async fn wait_for(r: &Receiver, what: &str, done: impl Fn(&[(String, String, String, Value, bool)]) -> bool) {
+async fn wait_for(
+    r: &Receiver,
+    what: &str,
+    done: impl Fn(&[(String, String, String, Value, bool)]) -> bool,
+) {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         if done(&r.attempts.lock().unwrap()) {
             return;
         }
-        assert!(Instant::now() < deadline, "{what}: {:?}", r.attempts.lock().unwrap());
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {:?}",
+            r.attempts.lock().unwrap()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -97,7 +115,14 @@ async fn webhooks_are_signed_retried_and_filtered() {
     };
     let backend = EmbeddedBackend::without_workers(vec![room("sale", 1)], Arc::new(SystemClock));
     let app = spawn_with(config, backend).await;
-    let patch = |body: Value| admin(&app, reqwest::Method::PATCH, "/admin/rooms/sale", Some(body));
+    let patch = |body: Value| {
+        admin(
+            &app,
+            reqwest::Method::PATCH,
+            "/admin/rooms/sale",
+            Some(body),
+        )
+    };
 
     let (status, _) = patch(json!({"paused": true})).await;
     assert_eq!(status, StatusCode::OK);
@@ -127,7 +152,10 @@ async fn webhooks_are_signed_retried_and_filtered() {
     .await;
     {
         let attempts = receiver.attempts.lock().unwrap();
-        let cap = attempts.iter().find(|x| x.2 == "room.capacity_changed").unwrap();
+        let cap = attempts
+            .iter()
+            .find(|x| x.2 == "room.capacity_changed")
+            .unwrap();
         assert_eq!(cap.3["data"]["capacity"], 4);
         assert_eq!(cap.3["data"]["previous_capacity"], 1);
     }
@@ -145,25 +173,50 @@ async fn webhooks_are_signed_retried_and_filtered() {
     let (status, _) = admin(&app, reqwest::Method::DELETE, "/admin/rooms/sale", None).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     wait_for(&receiver, "closed to both", |a| {
-        a.iter().any(|x| x.0 == "/closed-only" && x.2 == "room.closed")
-            && a.iter().filter(|x| x.0 == "/hook" && x.2 == "room.closed").count() == 2
+        a.iter()
+            .any(|x| x.0 == "/closed-only" && x.2 == "room.closed")
+            && a.iter()
+                .filter(|x| x.0 == "/hook" && x.2 == "room.closed")
+                .count()
+                == 2
     })
     .await;
     let attempts = receiver.attempts.lock().unwrap().clone();
-    let threshold: Vec<_> = attempts.iter().filter(|x| x.2 == "queue.threshold").collect();
+    let threshold: Vec<_> = attempts
+        .iter()
+        .filter(|x| x.2 == "queue.threshold")
+        .collect();
     assert_eq!(threshold.len(), 2, "one event, retried once: {threshold:?}");
     assert_eq!(threshold[0].3["data"]["threshold"], 3);
     let per_path: HashMap<&str, Vec<&str>> = attempts.iter().fold(HashMap::new(), |mut m, a| {
         m.entry(a.0.as_str()).or_default().push(a.2.as_str());
         m
     });
-    assert_eq!(per_path["/closed-only"], ["room.closed"], "the filter holds");
+    assert_eq!(
+        per_path["/closed-only"],
+        ["room.closed"],
+        "the filter holds"
+    );
     assert!(attempts.iter().all(|a| a.4), "every signature is valid");
 
     // Failed attempts and deliveries are counted.
-    let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains(r#"narabu_webhook_deliveries_total{result="delivered"} 6"#), "{metrics}");
-    assert!(metrics.contains("narabu_webhook_attempt_failures_total 5"), "{metrics}");
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"narabu_webhook_deliveries_total{result="delivered"} 6"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("narabu_webhook_attempt_failures_total 5"),
+        "{metrics}"
+    );
     drop(attempts);
     app.stop().await;
 }
