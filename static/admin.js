@@ -296,7 +296,24 @@
 
   // ----- charts ------------------------------------------------------------
 
-  var W = 480, H = 200, L = 48, R = 10, T = 10, B = 24;
+  var W = 480, H = 200, L = 58, R = 12, T = 10, B = 24;
+  // The x axis spans the history there is, from 30 seconds up to 15 minutes,
+  // so a fresh room's first minutes fill the chart instead of a sliver.
+  var MIN_SPAN_MS = 30 * 1000;
+
+  function ago(ms) {
+    if (ms <= 0) { return "now"; }
+    if (ms < 60000) { return "−" + Math.round(ms / 1000) + " s"; }
+    return "−" + (Math.round(ms / 6000) / 10) + " min";
+  }
+
+  // Time ticks fall on whole seconds, minutes or hours.
+  function niceTimeMax(ms) {
+    var steps = [100, 200, 500, 1000, 2000, 5000, 10000, 20000, 30000, 60000, 120000,
+      300000, 600000, 1200000, 1800000, 3600000, 7200000];
+    for (var i = 0; i < steps.length; i++) { if (steps[i] * 4 >= ms) { return steps[i] * 4; } }
+    return niceMax(ms);
+  }
 
   function niceMax(v) {
     if (!(v > 0)) { return 1; }
@@ -315,13 +332,21 @@
 
   function draw(svg, chart, samples, now) {
     while (svg.firstChild) { svg.removeChild(svg.firstChild); }
-    var start = now - WINDOW_MS;
+    var first = samples.length ? samples[0].t : now;
+    // Round spans with round ticks: [span, number of intervals].
+    var SPANS = [[30000, 3], [60000, 4], [120000, 4], [300000, 5], [600000, 5], [WINDOW_MS, 3]];
+    var pick = SPANS[SPANS.length - 1];
+    for (var k = 0; k < SPANS.length; k++) {
+      if (SPANS[k][0] >= Math.max(MIN_SPAN_MS, now - first)) { pick = SPANS[k]; break; }
+    }
+    var span = pick[0];
+    var start = now - span;
     var max = 0;
     chart.series.forEach(function (s) {
       samples.forEach(function (p) { var v = p[s.f]; if (v !== null && v > max) { max = v; } });
     });
-    max = niceMax(max * 1.1);
-    var x = function (t) { return L + (t - start) / WINDOW_MS * (W - L - R); };
+    max = chart.unit === "time" ? niceTimeMax(Math.max(max, 1000)) : niceMax(max * 1.1);
+    var x = function (t) { return L + (t - start) / span * (W - L - R); };
     var y = function (v) { return T + (1 - v / max) * (H - T - B); };
     // Grid and y labels: four bands.
     for (var i = 0; i <= 4; i++) {
@@ -331,12 +356,13 @@
       svg.appendChild(el("text", { x: L - 6, y: gy + 4, class: "ylabel" },
         chart.unit === "time" ? fmtMs(v) : fmtNum(v)));
     }
-    // x labels: minutes ago.
-    [15, 10, 5, 0].forEach(function (m) {
-      var gx = x(now - m * 60000);
+    // x labels: how long ago, at round intervals of the span.
+    for (var q = pick[1]; q >= 0; q--) {
+      var back = span * q / pick[1];
+      var gx = x(now - back);
       svg.appendChild(el("line", { x1: gx, x2: gx, y1: T, y2: H - B, class: "grid" }));
-      svg.appendChild(el("text", { x: gx, y: H - 6, class: "xlabel" }, m ? "−" + m + " min" : "now"));
-    });
+      svg.appendChild(el("text", { x: gx, y: H - 6, class: q === pick[1] ? "xlabel first" : "xlabel" }, ago(back)));
+    }
     if (!samples.length) {
       svg.appendChild(el("text", { x: W / 2, y: H / 2, class: "empty" }, "no data yet"));
       return;
