@@ -108,7 +108,7 @@ async fn lowering_capacity_from_50_to_5_under_churn_never_admits_more_than_5() {
         }
         previous = admitted;
         readings += 1;
-        if readings % 64 == 0 {
+        if readings.is_multiple_of(64) {
             let r = get_room(&app, "sale").await;
             let seen = r["admitted"].as_u64().unwrap();
             assert!(!reached || seen <= 5, "admin API shows {seen} admitted");

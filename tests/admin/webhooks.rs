@@ -23,10 +23,13 @@ use super::support::{config, room, spawn_with};
 const HOOK_SECRET: &str = "hook-secret-hook-secret-hook-secret-01";
 const CLOSED_ONLY_SECRET: &str = "second-secret-second-secret-second-02";
 
+/// One attempt: path, delivery id, event, body, whether the signature held.
+type Attempt = (String, String, String, Value, bool);
+
 #[derive(Clone, Default)]
 struct Receiver {
     /// Every attempt: path, delivery id, event, body, signature was valid.
-    attempts: Arc<Mutex<Vec<(String, String, String, Value, bool)>>>,
+    attempts: Arc<Mutex<Vec<Attempt>>>,
 }
 
 async fn receive(
@@ -66,11 +69,7 @@ async fn receive(
     }
 }
 
-async fn wait_for(
-    r: &Receiver,
-    what: &str,
-    done: impl Fn(&[(String, String, String, Value, bool)]) -> bool,
-) {
+async fn wait_for(r: &Receiver, what: &str, done: impl Fn(&[Attempt]) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         if done(&r.attempts.lock().unwrap()) {
