@@ -335,3 +335,62 @@ const WAIT_CAP_MS: u64 = 3_600_000;
 pub fn quantile(w: &WaitSnapshot, q: f64) -> Option<u64> {
     w.quantile_ms(q).map(|v| v.min(WAIT_CAP_MS))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Backend;
+    use crate::backend::embedded::EmbeddedBackend;
+    use crate::engine::{RoomSettings, SystemClock};
+
+    async fn snapshot() -> RoomSnapshot {
+        let id = RoomId::new("sale").expect("valid");
+        let backend = EmbeddedBackend::without_workers(
+            vec![RoomSettings::new(id.clone())],
+            Arc::new(SystemClock),
+        );
+        backend.room(&id).await.expect("the room")
+    }
+
+    #[tokio::test]
+    async fn figures_are_differences_over_the_last_minute() {
+        let mut s = snapshot().await;
+        let mut then = s.stats.waits.clone();
+        then.counts[0] = 10; // ten waits under 100 ms, a minute ago or more
+        s.stats.waits = then.clone();
+        s.stats.waits.counts[0] = 10;
+        s.stats.waits.counts[4] = 30; // thirty 2-5 s waits since
+        s.stats.admissions = 100;
+        let raw: VecDeque<Raw> = [
+            Raw {
+                t: 0,
+                admissions: 0,
+                waits: WaitSnapshot::default(),
+            },
+            Raw {
+                t: 30_000,
+                admissions: 40,
+                waits: then,
+            },
+        ]
+        .into();
+        // At 90 s the first point is out of the window: 60 in 60 s.
+        let w = window(&s, 90_000, Some(&raw));
+        assert_eq!(w.admit_rate, 1.0);
+        assert_eq!(w.wait_p50_ms, Some(5_000));
+        assert_eq!(w.wait_p95_ms, Some(5_000));
+        // Right after start, a short window counts as at least a second.
+        let recent: VecDeque<Raw> = raw.iter().skip(1).cloned().collect();
+        let w = window(&s, 30_100, Some(&recent));
+        assert_eq!(w.admit_rate, 60.0);
+        let empty = window(&s, 1, None);
+        assert_eq!((empty.admit_rate, empty.wait_p50_ms), (0.0, None));
+    }
+
+    #[test]
+    fn open_ended_waits_are_capped_for_display() {
+        let mut w = WaitSnapshot::default();
+        w.counts[w.counts.len() - 1] = 1;
+        assert_eq!(quantile(&w, 0.5), Some(WAIT_CAP_MS));
+    }
+}
