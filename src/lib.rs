@@ -3,5 +3,8 @@ pub mod backend;
 pub mod config;
 pub mod engine;
 pub mod http;
+pub mod metrics;
+pub mod monitor;
 pub mod server;
 pub mod token;
+pub mod webhooks;

@@ -19,7 +19,10 @@ use crate::config::{self, Config};
 use crate::engine::SystemClock;
 use crate::http::router::router;
 use crate::http::state::{AppState, HttpSettings};
+use crate::metrics::Metrics;
+use crate::monitor::Monitor;
 use crate::token::Keyring;
+use crate::webhooks::Webhooks;
 
 /// Build the backend the configuration names.
 pub async fn backend(config: &Config) -> anyhow::Result<Arc<dyn Backend>> {
@@ -74,7 +77,13 @@ pub async fn serve(
             }
         }
     });
+    let metrics = Arc::new(Metrics::new());
+    let webhooks = Webhooks::start(config.webhooks.clone(), metrics.clone(), stop.clone());
+    let monitor = Monitor::new(backend.clone(), webhooks);
+    monitor.start(stop.clone());
     let state = AppState {
+        metrics,
+        monitor,
         backend: backend.clone(),
         keys: Arc::new(keys),
         settings,

@@ -112,10 +112,15 @@ impl EmbeddedBackend {
     }
 
     fn snapshot(room: &Room) -> RoomSnapshot {
+        // The published view changes only on ticks and operators' actions;
+        // operators want the line's length as of now.
+        let mut view = room.view();
+        view.waiting = room.waiting_count();
+        view.admitted = room.admitted_count();
         RoomSnapshot {
             settings: room.settings(),
             epoch: room.epoch(),
-            view: room.view(),
+            view,
             stats: room.stats(),
             ledger: room.ledger(),
         }

@@ -32,6 +32,16 @@ const FILES: &[Asset] = &[
         content_type: "text/css; charset=utf-8",
         body: include_bytes!("../../static/narabu.css"),
     },
+    Asset {
+        name: "admin.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../static/admin.js"),
+    },
+    Asset {
+        name: "admin.css",
+        content_type: "text/css; charset=utf-8",
+        body: include_bytes!("../../static/admin.css"),
+    },
 ];
 
 /// The first 16 hex digits of each file's SHA-256, in the order of `FILES`,

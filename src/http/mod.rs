@@ -1,6 +1,8 @@
 //! The HTTP layer: thin handlers over the backend trait, one file per
 //! audience, with every route assembled in [`router::router`].
 //!
+//! - `admin`, `metrics`: operators' JSON API, live stream, dashboard and
+//!   the Prometheus page
 //! - `api`: join, status, leave, release (visitors' apps and the origin)
 //! - `events`: the Server-Sent Events stream a waiting page follows
 //! - `gate`: what a reverse proxy asks on every protected request
@@ -11,6 +13,7 @@
 //! - `visitor`, `pages`, `i18n`, `assets`: the queue page in three
 //!   languages and its embedded script and styles
 
+pub mod admin;
 pub mod api;
 pub mod assets;
 pub mod auth;
@@ -19,6 +22,7 @@ pub mod events;
 pub mod gate;
 pub mod health;
 pub mod i18n;
+pub mod metrics;
 pub mod pages;
 pub mod return_path;
 pub mod router;

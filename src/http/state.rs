@@ -20,6 +20,11 @@ pub struct AppState {
     /// Ticks every `HttpSettings::keep_alive`: streams send a keep-alive
     /// comment on it, so no stream needs a timer of its own.
     pub heartbeat: watch::Receiver<u64>,
+    /// The service's own counters, for `/metrics`.
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// Rooms sampled over time: the dashboard's history, windowed figures
+    /// and webhook events.
+    pub monitor: Arc<crate::monitor::Monitor>,
 }
 
 /// The parts of the configuration the HTTP layer reads.

@@ -1,0 +1,476 @@
+//! The operators' JSON API under `/admin/`, its live event stream and the
+//! dashboard page.
+//!
+//! Every call needs `Authorization: Bearer <admin token>` (checked by
+//! [`require_admin_layer`], in constant time); with no token configured
+//! everything under `/admin` answers 404, as if it did not exist. Handlers
+//! are thin: they parse and validate, call one `Backend` operation, hand
+//! the resulting snapshot to the monitor (which fires webhooks for the
+//! change) and answer with the room as [`RoomBody`].
+//!
+//! `PUT` bodies are `[[rooms]]` tables in JSON and go through the config's
+//! own parsing and validation (`RoomTable::into_settings`), so a room made
+//! here obeys the same limits, with the same messages, as one in the file.
+//! `PATCH` bodies use the same keys; both answer 422 naming the field.
+
+use std::convert::Infallible;
+
+use askama::Template;
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::Stream;
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use super::api::{now_ms, rfc3339};
+use super::auth::require_admin;
+use super::error::ApiError;
+use super::room_id;
+use super::state::AppState;
+use crate::backend::{BackendError, RoomPatch, RoomSnapshot, TicketRef};
+use crate::config::{ConfigError, RoomTable, validate_room};
+use crate::engine::{Departure, Handoff, Order, RoomId, TicketState};
+use crate::monitor::{Sample, quantile};
+use crate::token::MAX_TOKEN_LEN;
+
+/// Refuses admin calls without the right token (401), or all of them when
+/// no token is configured (404).
+pub async fn require_admin_layer(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match require_admin(&state, request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// A room as operators see it: settings in the shape `PUT` accepts, live
+/// counts, figures over the last minute and totals since creation.
+#[derive(Debug, Serialize)]
+pub struct RoomBody {
+    pub id: RoomId,
+    /// The room's incarnation: bumped by every `PUT`, voiding old tickets.
+    pub epoch: u64,
+    /// `open`, `paused`, `scheduled` (before `opens_at`) or `closed`.
+    pub state: &'static str,
+    pub settings: RoomTable,
+    pub capacity: u64,
+    pub waiting: u64,
+    pub admitted: u64,
+    /// Permits given back while nobody waited.
+    pub tray: u64,
+    /// Permits in the worker's hand.
+    pub held: u64,
+    /// Permits still owed after a capacity decrease.
+    pub debt: u64,
+    pub admissions_per_second: f64,
+    /// Waits from join to admission since the room was created (upper
+    /// bound of the histogram bucket, ms).
+    pub wait_p50_ms: Option<u64>,
+    pub wait_p95_ms: Option<u64>,
+    /// The same over the last minute.
+    pub recent_wait_p50_ms: Option<u64>,
+    pub recent_wait_p95_ms: Option<u64>,
+    pub joins: u64,
+    pub admissions: u64,
+    pub handoffs: u64,
+    pub releases: u64,
+    pub leaves: u64,
+    pub revocations: u64,
+    pub expirations: u64,
+    pub abandonments: u64,
+    pub peak_admitted: u64,
+    pub opens_at: Option<String>,
+    pub order: Order,
+    /// SHA-256 of the lottery seed, published before the draw.
+    pub lottery_commitment: Option<String>,
+    /// The seed, once drawn, so anyone can check the shuffle.
+    pub lottery_seed: Option<String>,
+    pub updated_at: String,
+}
+
+impl RoomBody {
+    pub fn new(s: &RoomSnapshot, recent: &Sample) -> Self {
+        let state = if s.view.closed {
+            "closed"
+        } else if !s.view.open {
+            "scheduled"
+        } else if s.settings.paused {
+            "paused"
+        } else {
+            "open"
+        };
+        Self {
+            id: s.settings.id.clone(),
+            epoch: s.epoch,
+            state,
+            settings: RoomTable::from(&s.settings),
+            capacity: s.ledger.capacity,
+            waiting: s.view.waiting,
+            admitted: s.ledger.admitted,
+            tray: s.ledger.tray,
+            held: s.ledger.held,
+            debt: s.ledger.debt,
+            admissions_per_second: recent.admit_rate,
+            wait_p50_ms: quantile(&s.stats.waits, 0.5),
+            wait_p95_ms: quantile(&s.stats.waits, 0.95),
+            recent_wait_p50_ms: recent.wait_p50_ms,
+            recent_wait_p95_ms: recent.wait_p95_ms,
+            joins: s.stats.joins,
+            admissions: s.stats.admissions,
+            handoffs: s.stats.handoffs,
+            releases: s.stats.releases,
+            leaves: s.stats.leaves,
+            revocations: s.stats.revocations,
+            expirations: s.stats.expirations,
+            abandonments: s.stats.abandonments,
+            peak_admitted: s.stats.peak_admitted,
+            opens_at: s.settings.opens_at.map(rfc3339),
+            order: s.settings.order,
+            lottery_commitment: s.view.lottery_commitment.clone(),
+            lottery_seed: s.view.lottery_seed.clone(),
+            updated_at: rfc3339(now_ms()),
+        }
+    }
+}
+
+fn body(state: &AppState, s: &RoomSnapshot) -> RoomBody {
+    RoomBody::new(s, &state.monitor.figures(s))
+}
+
+fn invalid(e: &ConfigError) -> ApiError {
+    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", e.to_string())
+}
+
+fn invalid_field(field: &str, message: impl Into<String>) -> ApiError {
+    invalid(&ConfigError::new(field, message))
+}
+
+/// A JSON object body; anything else is refused before any field is read.
+fn object(bytes: &Bytes) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+            "The body must be a JSON object.",
+        )),
+        Err(e) => Err(ApiError::bad_body(format!("The body is not JSON: {e}"))),
+    }
+}
+
+/// Reads a room table, the id coming from the path (a body may repeat it).
+fn table(id: &RoomId, mut map: Map<String, Value>) -> Result<RoomTable, ApiError> {
+    match map.get("id") {
+        None => {
+            map.insert("id".into(), Value::String(id.to_string()));
+        }
+        Some(Value::String(given)) if given == id.as_str() => {}
+        Some(_) => {
+            return Err(invalid_field(
+                "id",
+                format!("must be the room of the path, \"{id}\", when given"),
+            ));
+        }
+    }
+    serde_path_to_error::deserialize::<_, RoomTable>(Value::Object(map)).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." { String::new() } else { path };
+        invalid_field(&field, e.into_inner().to_string())
+    })
+}
+
+// ----- rooms -------------------------------------------------------------
+
+/// `GET /admin/rooms`
+pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let rooms: Vec<RoomBody> = state
+        .backend
+        .list_rooms()
+        .await?
+        .iter()
+        .map(|s| body(&state, s))
+        .collect();
+    Ok(Json(json!({ "rooms": rooms })))
+}
+
+/// `GET /admin/rooms/{room}`
+pub async fn get_room(
+    State(state): State<AppState>,
+    Path(room): Path<String>,
+) -> Result<Json<RoomBody>, ApiError> {
+    let room = room_id(&room)?;
+    let s = state.backend.room(&room).await?;
+    Ok(Json(body(&state, &s)))
+}
+
+/// `PUT /admin/rooms/{room}`: create, or replace (a new epoch: the old
+/// room's tickets are void and its streams are told it closed). 201 for a
+/// new room, 200 for a replaced one.
+pub async fn put_room(
+    State(state): State<AppState>,
+    Path(room): Path<String>,
+    bytes: Bytes,
+) -> Result<Response, ApiError> {
+    let id = room_id(&room)?;
+    let settings = table(&id, object(&bytes)?)?
+        .into_settings("")
+        .map_err(|e| invalid(&e))?;
+    let existed = match state.backend.room(&id).await {
+        Ok(_) => true,
+        Err(BackendError::NoSuchRoom(_)) => false,
+        Err(e) => return Err(e.into()),
+    };
+    let s = state.backend.put_room(settings).await?;
+    state.monitor.observe(&s);
+    tracing::info!(room = %id, capacity = s.settings.capacity, replaced = existed, "admin: room put");
+    let status = if existed {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, Json(body(&state, &s))).into_response())
+}
+
+/// The keys `PATCH` accepts: a room's running settings. `id`, `order` and
+/// `opens_at` shape a room's line and need a `PUT`.
+const PATCHABLE: [&str; 9] = [
+    "capacity",
+    "paused",
+    "open_now",
+    "admit_per_minute",
+    "tick",
+    "pass_idle",
+    "arrival_grace",
+    "queue_idle",
+    "join_limit_per_minute",
+];
+
+/// `PATCH /admin/rooms/{room}`: change capacity, pause or resume, open now,
+/// the admission cap (`null` removes it), the tick, timeouts or the join
+/// limit. Applies live; lowering capacity admits nobody new until the
+/// admitted count is below it.
+pub async fn patch_room(
+    State(state): State<AppState>,
+    Path(room): Path<String>,
+    bytes: Bytes,
+) -> Result<Json<RoomBody>, ApiError> {
+    let id = room_id(&room)?;
+    let mut map = object(&bytes)?;
+    if let Some(key) = map.keys().find(|k| !PATCHABLE.contains(&k.as_str())) {
+        let message = if ["id", "order", "opens_at"].contains(&key.as_str()) {
+            "cannot be changed on a running room (PUT the room to replace it)".to_owned()
+        } else {
+            format!("unknown field, expected one of {}", PATCHABLE.join(", "))
+        };
+        return Err(invalid_field(key, message));
+    }
+    let open_now = match map.remove("open_now") {
+        None | Some(Value::Bool(false)) => false,
+        Some(Value::Bool(true)) => true,
+        Some(_) => return Err(invalid_field("open_now", "must be true or false")),
+    };
+    let clear_cap = map.get("admit_per_minute") == Some(&Value::Null);
+    let touches_settings = map
+        .keys()
+        .any(|k| !["capacity", "paused"].contains(&k.as_str()));
+    let patch = table(&id, map)?;
+
+    let before = state.backend.room(&id).await?;
+    state.monitor.observe(&before);
+    let current = before.settings;
+    let mut next = current.clone();
+    next.capacity = patch.capacity.unwrap_or(current.capacity);
+    next.paused = patch.paused.unwrap_or(current.paused);
+    next.tick = patch.tick.unwrap_or(current.tick);
+    next.pass_idle = patch.pass_idle.unwrap_or(current.pass_idle);
+    next.arrival_grace = patch.arrival_grace.unwrap_or(current.arrival_grace);
+    next.queue_idle = patch.queue_idle.unwrap_or(current.queue_idle);
+    next.join_limit_per_minute = patch
+        .join_limit_per_minute
+        .unwrap_or(current.join_limit_per_minute);
+    if clear_cap {
+        next.admit_per_minute = None;
+    } else if patch.admit_per_minute.is_some() {
+        next.admit_per_minute = patch.admit_per_minute;
+    }
+    validate_room(&next, "").map_err(|e| invalid(&e))?;
+
+    let change = RoomPatch {
+        capacity: patch.capacity,
+        paused: patch.paused,
+        open_now,
+        settings: touches_settings.then(|| next.clone()),
+    };
+    let s = state.backend.patch_room(&id, change).await?;
+    state.monitor.observe(&s);
+    tracing::info!(
+        room = %id,
+        capacity = s.settings.capacity,
+        previous_capacity = current.capacity,
+        paused = s.settings.paused,
+        open_now,
+        "admin: room changed"
+    );
+    Ok(Json(body(&state, &s)))
+}
+
+/// `DELETE /admin/rooms/{room}`: close the room. Joins are refused, waiting
+/// visitors' streams get `closed` and their page says so; admitted visitors
+/// keep their pass until they leave.
+pub async fn delete_room(
+    State(state): State<AppState>,
+    Path(room): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id = room_id(&room)?;
+    state.monitor.observe(&state.backend.room(&id).await?);
+    state.backend.close_room(&id).await?;
+    if let Ok(s) = state.backend.room(&id).await {
+        state.monitor.observe(&s);
+    }
+    tracing::info!(room = %id, "admin: room closed");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /admin/rooms/{room}/revoke` with `{"ticket": "<token>"}`: takes a
+/// waiting ticket out of the line or an admitted one's permit (handed to
+/// the next in line). Revoking a ticket that already ended frees nothing
+/// and says so.
+pub async fn revoke(
+    State(state): State<AppState>,
+    Path(room): Path<String>,
+    bytes: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let id = room_id(&room)?;
+    let mut map = object(&bytes)?;
+    if let Some(key) = map.keys().find(|k| k.as_str() != "ticket") {
+        return Err(invalid_field(key, "unknown field, expected ticket"));
+    }
+    let token = match map.remove("ticket") {
+        Some(Value::String(t)) if !t.is_empty() && t.len() <= MAX_TOKEN_LEN => t,
+        Some(Value::String(_)) => {
+            return Err(invalid_field("ticket", "is not a ticket token"));
+        }
+        Some(_) => return Err(invalid_field("ticket", "must be a string")),
+        None => return Err(invalid_field("ticket", "is required")),
+    };
+    let claim = state
+        .keys
+        .verify(&token)
+        .map_err(|e| invalid_field("ticket", e.to_string()))?;
+    if claim.room != id {
+        return Err(invalid_field(
+            "ticket",
+            format!("belongs to the room \"{}\"", claim.room),
+        ));
+    }
+    let ticket = TicketRef {
+        epoch: claim.epoch,
+        id: claim.ticket,
+    };
+    let departure = match state.backend.revoke(&id, ticket).await {
+        Ok(d) => d,
+        Err(BackendError::NoSuchTicket) => {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_ticket",
+                "This ticket is not known in this room (the room may have been replaced).",
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let (revoked, was, permit) = match departure {
+        Departure::LeftQueue => (true, "waiting", None),
+        Departure::GaveBack(h) => (
+            true,
+            "admitted",
+            Some(match h {
+                Handoff::To(_) => "handed_to_next",
+                Handoff::Tray => "tray",
+                Handoff::Retired => "retired",
+            }),
+        ),
+        Departure::Nothing(s) => (false, state_name(s), None),
+    };
+    tracing::info!(room = %id, ticket = claim.ticket, revoked, was, "admin: ticket revoked");
+    Ok(Json(
+        json!({ "revoked": revoked, "was": was, "permit": permit }),
+    ))
+}
+
+fn state_name(s: TicketState) -> &'static str {
+    match s {
+        TicketState::Waiting => "waiting",
+        TicketState::Admitted => "admitted",
+        TicketState::Released => "released",
+        TicketState::Left => "left",
+        TicketState::Revoked => "revoked",
+        TicketState::Expired => "expired",
+        TicketState::Abandoned => "abandoned",
+    }
+}
+
+// ----- the live stream ----------------------------------------------------
+
+/// `GET /admin/events`: Server-Sent Events for the dashboard. First a
+/// `history` event with every room's last fifteen minutes of samples, then
+/// an `update` event each second with every room and its newest sample.
+/// The dashboard reads it with `fetch` (so it can send the token header;
+/// `EventSource` cannot).
+pub async fn events(
+    State(state): State<AppState>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let mut updates = state.monitor.subscribe();
+    let shutdown = state.shutdown.clone();
+    let stream = async_stream::stream! {
+        let history: Map<String, Value> = state
+            .monitor
+            .history()
+            .into_iter()
+            .map(|(id, samples)| (id.to_string(), json!(samples)))
+            .collect();
+        yield Ok(Event::default().event("history").data(json!({ "rooms": history }).to_string()));
+        loop {
+            let overview = updates.borrow_and_update().clone();
+            let rooms: Vec<Value> = overview
+                .rooms
+                .iter()
+                .map(|(s, sample)| json!({ "room": RoomBody::new(s, sample), "sample": sample }))
+                .collect();
+            if !rooms.is_empty() {
+                yield Ok(Event::default().event("update").data(json!({ "rooms": rooms }).to_string()));
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                changed = updates.changed() => if changed.is_err() { return },
+            }
+        }
+    };
+    Sse::new(stream)
+}
+
+// ----- the dashboard page -----------------------------------------------
+
+#[derive(Template)]
+#[template(path = "admin.html")]
+struct Dashboard;
+
+/// `GET /admin`: the dashboard. The page itself holds nothing secret; it
+/// asks for the token and sends it with each call. Absent (404) when the
+/// admin API is off.
+pub async fn dashboard(State(state): State<AppState>, _headers: HeaderMap) -> Response {
+    if state.settings.admin_token.is_none() {
+        return require_admin(&state, &HeaderMap::new())
+            .err()
+            .map(IntoResponse::into_response)
+            .unwrap_or_else(|| StatusCode::NOT_FOUND.into_response());
+    }
+    super::pages::html(StatusCode::OK, &Dashboard)
+}

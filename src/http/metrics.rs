@@ -1,0 +1,23 @@
+//! `GET /metrics`: Prometheus text, every name starting `narabu_`. The
+//! rooms are read from the backend at scrape time (see `crate::metrics`),
+//! so the counters here are the ones the admin API shows.
+
+use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+
+use super::error::ApiError;
+use super::state::AppState;
+
+pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let rooms = state.backend.list_rooms().await?;
+    let text = state.metrics.render(rooms);
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+        )],
+        text,
+    )
+        .into_response())
+}

@@ -1,0 +1,285 @@
+//! Prometheus metrics for `GET /metrics`, every name starting `narabu_`.
+//!
+//! Two kinds of figures end up on one page. Those the service counts as it
+//! goes (HTTP requests and their latency by matched route and status,
+//! webhook deliveries) live in a `prometheus-client` registry here. The
+//! rooms' figures already live in the backend (the engine's atomics, or
+//! Redis), so they are read at scrape time from [`RoomSnapshot`]s and
+//! encoded by a short-lived collector: there is one source of truth, and
+//! the counters on this page are the same numbers the admin API shows.
+
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::backend::RoomSnapshot;
+use crate::engine::WAIT_BUCKETS_MS;
+
+/// The Content-Type of what [`Metrics::render`] writes (OpenMetrics text,
+/// which Prometheus reads natively).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    pub method: String,
+    /// The route as declared (`/api/rooms/:room/join`), never the raw path,
+    /// so room names and probes cannot blow up the label space.
+    pub route: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabels {
+    /// `delivered`, `failed` (gave up after retries) or `dropped` (the
+    /// delivery queue was full).
+    pub result: &'static str,
+}
+
+/// The counters the service keeps itself.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    http_requests: Family<HttpLabels, Counter>,
+    http_duration: Family<HttpLabels, Histogram>,
+    webhook_deliveries: Family<WebhookLabels, Counter>,
+    webhook_attempt_failures: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("narabu");
+        let http_requests = Family::<HttpLabels, Counter>::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests answered, by matched route and status",
+            http_requests.clone(),
+        );
+        let http_duration = Family::<HttpLabels, Histogram>::new_with_constructor(|| {
+            // 100 µs to ~13 s: gate checks sit at the bottom, slow
+            // backends at the top.
+            Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+                0.0001, 4.0, 9,
+            ))
+        });
+        registry.register_with_unit(
+            "http_request_duration",
+            "Time to the response head (for event streams: to the stream's start)",
+            Unit::Seconds,
+            http_duration.clone(),
+        );
+        let webhook_deliveries = Family::<WebhookLabels, Counter>::default();
+        registry.register(
+            "webhook_deliveries",
+            "Webhook deliveries by outcome",
+            webhook_deliveries.clone(),
+        );
+        let webhook_attempt_failures = Counter::default();
+        registry.register(
+            "webhook_attempt_failures",
+            "Webhook attempts that failed (each retry counts)",
+            webhook_attempt_failures.clone(),
+        );
+        Self {
+            registry,
+            http_requests,
+            http_duration,
+            webhook_deliveries,
+            webhook_attempt_failures,
+        }
+    }
+
+    pub fn observe_http(&self, labels: HttpLabels, took: Duration) {
+        self.http_duration
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+        self.http_requests.get_or_create(&labels).inc();
+    }
+
+    pub fn webhook_delivery(&self, result: &'static str) {
+        self.webhook_deliveries
+            .get_or_create(&WebhookLabels { result })
+            .inc();
+    }
+
+    pub fn webhook_attempt_failed(&self) {
+        self.webhook_attempt_failures.inc();
+    }
+
+    /// The whole page: the service's own counters, then every room's.
+    pub fn render(&self, rooms: Vec<RoomSnapshot>) -> String {
+        let mut out = String::new();
+        let mut room_registry = Registry::with_prefix("narabu");
+        room_registry.register_collector(Box::new(RoomCollector(rooms)));
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode_registry(&mut out, &self.registry);
+        let _ = prometheus_client::encoding::text::encode_registry(&mut out, &room_registry);
+        let _ = prometheus_client::encoding::text::encode_eof(&mut out);
+        out
+    }
+}
+
+/// The rooms as they were when the scrape began.
+#[derive(Debug)]
+struct RoomCollector(Vec<RoomSnapshot>);
+
+type RoomLabel = [(&'static str, String); 1];
+
+fn label(s: &RoomSnapshot) -> RoomLabel {
+    [("room", s.settings.id.to_string())]
+}
+
+/// The engine's wait histogram, in the shape Prometheus wants (seconds).
+struct WaitHistogram<'a>(&'a crate::engine::WaitSnapshot);
+
+impl std::fmt::Debug for WaitHistogram<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WaitHistogram")
+    }
+}
+
+impl EncodeMetric for WaitHistogram<'_> {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::MetricEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        let buckets: Vec<(f64, u64)> = WAIT_BUCKETS_MS
+            .iter()
+            .zip(self.0.counts)
+            .map(|(&bound, count)| {
+                let le = if bound == u64::MAX {
+                    f64::MAX
+                } else {
+                    bound as f64 / 1000.0
+                };
+                (le, count)
+            })
+            .collect();
+        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+            self.0.sum_ms as f64 / 1000.0,
+            self.0.total(),
+            &buckets,
+            None,
+        )
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+impl Collector for RoomCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        type Get = fn(&RoomSnapshot) -> u64;
+        let gauges: [(&str, &str, Get); 5] = [
+            ("room_waiting", "Tickets waiting in line", |s| {
+                s.view.waiting
+            }),
+            ("room_admitted", "Visitors holding a permit", |s| {
+                s.ledger.admitted
+            }),
+            ("room_capacity", "Visitors the room admits at once", |s| {
+                s.ledger.capacity
+            }),
+            ("room_tray", "Permits on the tray", |s| s.ledger.tray),
+            (
+                "room_paused",
+                "1 while an operator has paused admission",
+                |s| u64::from(s.settings.paused),
+            ),
+        ];
+        for (name, help, get) in gauges {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for s in &self.0 {
+                let value = i64::try_from(get(s)).unwrap_or(i64::MAX);
+                ConstGauge::new(value).encode(family.encode_family(&label(s))?)?;
+            }
+        }
+        let counters: [(&str, &str, Get); 7] = [
+            ("room_joins", "Tickets issued", |s| s.stats.joins),
+            (
+                "room_admissions",
+                "Tickets admitted (by the worker or by hand-off)",
+                |s| s.stats.admissions,
+            ),
+            (
+                "room_releases",
+                "Permits given back by visitors or the origin",
+                |s| s.stats.releases,
+            ),
+            ("room_leaves", "Waiting tickets that left the line", |s| {
+                s.stats.leaves
+            }),
+            ("room_revocations", "Tickets revoked by operators", |s| {
+                s.stats.revocations
+            }),
+            (
+                "room_expirations",
+                "Permits taken back from stalled visitors",
+                |s| s.stats.expirations,
+            ),
+            (
+                "room_abandonments",
+                "Waiting tickets skipped for going quiet",
+                |s| s.stats.abandonments,
+            ),
+        ];
+        for (name, help, get) in counters {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for s in &self.0 {
+                ConstCounter::new(get(s)).encode(family.encode_family(&label(s))?)?;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "room_wait",
+            "Wait from join to admission",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        for s in &self.0 {
+            WaitHistogram(&s.stats.waits).encode(family.encode_family(&label(s))?)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_figures_are_named_and_labelled() {
+        let m = Metrics::new();
+        m.observe_http(
+            HttpLabels {
+                method: "GET".into(),
+                route: "/gate/:room".into(),
+                status: 204,
+            },
+            Duration::from_micros(300),
+        );
+        m.webhook_delivery("dropped");
+        let text = m.render(Vec::new());
+        assert!(
+            text.contains(
+                r#"narabu_http_requests_total{method="GET",route="/gate/:room",status="204"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains("narabu_http_request_duration_seconds_bucket{"));
+        assert!(text.contains(r#"narabu_webhook_deliveries_total{result="dropped"} 1"#));
+        assert!(text.ends_with("# EOF\n"));
+    }
+}

@@ -1,0 +1,415 @@
+// Narabu operators' dashboard. No framework, nothing from a CDN: it asks
+// for the admin token once (kept in sessionStorage, never a cookie or the
+// URL), follows GET /admin/events with fetch (EventSource cannot send the
+// Authorization header), draws its own SVG charts of the last 15 minutes,
+// and changes rooms through PATCH /admin/rooms/{room}.
+"use strict";
+
+(function () {
+  var TOKEN_KEY = "narabu_admin_token";
+  var WINDOW_MS = 15 * 60 * 1000;
+  var SVG = "http://www.w3.org/2000/svg";
+  var rooms = {}; // id -> { body, samples, el }
+  var controller = null;
+  var retryTimer = null;
+
+  function $(id) { return document.getElementById(id); }
+  function token() { return sessionStorage.getItem(TOKEN_KEY); }
+
+  function setConn(text, ok) {
+    var el = $("conn");
+    el.textContent = text;
+    el.className = "conn " + (ok ? "ok" : "bad");
+  }
+
+  function say(text, bad) {
+    var el = $("message");
+    el.textContent = text;
+    el.className = "message" + (bad ? " bad" : "");
+  }
+
+  function showLogin(error) {
+    $("login").hidden = false;
+    $("signout").hidden = true;
+    $("login-error").textContent = error || "";
+    $("token").focus();
+  }
+
+  function api(method, path, body) {
+    var init = { method: method, headers: { Authorization: "Bearer " + token() } };
+    if (body !== undefined) {
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    return fetch(path, init).then(function (r) {
+      return r.text().then(function (text) {
+        var data = null;
+        try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
+        if (r.status === 401) { forget("The token was refused."); }
+        if (!r.ok) {
+          throw new Error((data && data.message) || ("HTTP " + r.status));
+        }
+        return data;
+      });
+    });
+  }
+
+  function forget(reason) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    if (controller) { controller.abort(); controller = null; }
+    setConn("not connected", false);
+    showLogin(reason);
+  }
+
+  // ----- the event stream ------------------------------------------------
+
+  function connect() {
+    if (controller) { controller.abort(); }
+    clearTimeout(retryTimer);
+    controller = new AbortController();
+    var mine = controller;
+    setConn("connecting…", false);
+    fetch("/admin/events", {
+      headers: { Authorization: "Bearer " + token(), Accept: "text/event-stream" },
+      signal: mine.signal
+    }).then(function (r) {
+      if (r.status === 401 || r.status === 404) {
+        forget(r.status === 401 ? "The token was refused." : "The admin API is off.");
+        return;
+      }
+      if (!r.ok || !r.body) { throw new Error("HTTP " + r.status); }
+      setConn("live", true);
+      $("login").hidden = true;
+      $("signout").hidden = false;
+      return read(r.body.getReader());
+    }).catch(function () {
+      // Reconnected below.
+    }).then(function () {
+      if (controller === mine && token()) {
+        setConn("reconnecting…", false);
+        retryTimer = setTimeout(connect, 2000);
+      }
+    });
+  }
+
+  function read(reader) {
+    var decoder = new TextDecoder();
+    var buffer = "";
+    function pump() {
+      return reader.read().then(function (chunk) {
+        if (chunk.done) { return; }
+        buffer += decoder.decode(chunk.value, { stream: true });
+        var cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          dispatch(buffer.slice(0, cut));
+          buffer = buffer.slice(cut + 2);
+        }
+        return pump();
+      });
+    }
+    return pump();
+  }
+
+  function dispatch(block) {
+    var name = "message";
+    var data = [];
+    block.split("\n").forEach(function (line) {
+      if (line.indexOf("event:") === 0) { name = line.slice(6).trim(); }
+      else if (line.indexOf("data:") === 0) { data.push(line.slice(5).replace(/^ /, "")); }
+    });
+    if (!data.length) { return; }
+    var payload;
+    try { payload = JSON.parse(data.join("\n")); } catch (e) { return; }
+    if (name === "history") { onHistory(payload); }
+    if (name === "update") { onUpdate(payload); }
+  }
+
+  function onHistory(payload) {
+    Object.keys(payload.rooms || {}).forEach(function (id) {
+      room(id).samples = payload.rooms[id].slice();
+    });
+  }
+
+  function onUpdate(payload) {
+    (payload.rooms || []).forEach(function (entry) {
+      var r = room(entry.room.id);
+      if (r.body && r.body.epoch !== entry.room.epoch) { r.samples = []; }
+      r.body = entry.room;
+      var last = r.samples[r.samples.length - 1];
+      if (!last || last.t < entry.sample.t) { r.samples.push(entry.sample); }
+      var cutoff = entry.sample.t - WINDOW_MS;
+      while (r.samples.length && r.samples[0].t < cutoff) { r.samples.shift(); }
+      render(r);
+    });
+  }
+
+  function room(id) {
+    if (!rooms[id]) { rooms[id] = { id: id, body: null, samples: [], el: null }; }
+    return rooms[id];
+  }
+
+  // ----- a room's card ---------------------------------------------------
+
+  function h(tag, attrs, children) {
+    var el = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) {
+      if (k === "text") { el.textContent = attrs[k]; } else { el.setAttribute(k, attrs[k]); }
+    });
+    (children || []).forEach(function (c) { el.appendChild(c); });
+    return el;
+  }
+
+  var FIGURES = [
+    ["waiting", "Waiting"],
+    ["admitted", "Admitted"],
+    ["rate", "Admissions/s (1 min)"],
+    ["wait", "Wait p50 / p95 (1 min)"],
+    ["joins", "Joins"],
+    ["releases", "Releases"],
+    ["revocations", "Revocations"],
+    ["abandonments", "Abandonments"],
+    ["tray", "Tray / held"],
+    ["lottery", "Lottery"]
+  ];
+
+  var CHARTS = [
+    { key: "queue", title: "Queue length", series: [{ f: "waiting", cls: "s-queue", label: "waiting" }] },
+    { key: "admitted", title: "Admitted vs capacity", series: [
+      { f: "admitted", cls: "s-admitted", label: "admitted" },
+      { f: "capacity", cls: "s-capacity", label: "capacity", dashed: true, noArea: true }] },
+    { key: "rate", title: "Admissions per second", series: [{ f: "admit_rate", cls: "s-rate", label: "per second" }] },
+    { key: "wait", title: "Wait, join to admission", unit: "time", lead: 1, series: [
+      { f: "wait_p95_ms", cls: "s-p95", label: "p95", noArea: true },
+      { f: "wait_p50_ms", cls: "s-p50", label: "median" }] }
+  ];
+
+  function build(r) {
+    var id = r.id;
+    var figs = h("dl", { class: "figures" });
+    FIGURES.forEach(function (f) {
+      figs.appendChild(h("div", { class: "fig" }, [
+        h("dt", { text: f[1] }),
+        h("dd", { "data-fig": f[0], id: "fig-" + f[0] + "-" + id, text: "–" })
+      ]));
+    });
+    var capInput = h("input", { type: "number", min: "1", max: "1000000", id: "cap-input-" + id, "aria-label": "New capacity for " + id });
+    var capSet = h("button", { type: "submit", id: "cap-set-" + id, text: "Set capacity" });
+    var capForm = h("form", { class: "control" }, [h("label", { for: "cap-input-" + id, text: "Capacity" }), capInput, capSet]);
+    capForm.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      var n = parseInt(capInput.value, 10);
+      if (!(n >= 1)) { say("Capacity must be a whole number of at least 1.", true); return; }
+      patch(id, { capacity: n }, "Capacity of " + id + " set to " + n + ".");
+      capInput.value = "";
+    });
+    var pause = h("button", { type: "button", id: "pause-" + id, text: "Pause" });
+    pause.addEventListener("click", function () {
+      var paused = r.body && r.body.settings.paused;
+      patch(id, { paused: !paused }, (paused ? "Resumed " : "Paused ") + id + ".");
+    });
+    var open = h("button", { type: "button", id: "open-" + id, text: "Open now" });
+    open.addEventListener("click", function () {
+      patch(id, { open_now: true }, "Opened " + id + ".");
+    });
+    var charts = h("div", { class: "charts" });
+    CHARTS.forEach(function (c) {
+      var legend = h("p", { class: "legend" });
+      c.series.forEach(function (s) {
+        legend.appendChild(h("span", { class: "key " + s.cls, text: s.label }));
+      });
+      var svg = document.createElementNS(SVG, "svg");
+      svg.setAttribute("viewBox", "0 0 480 200");
+      svg.setAttribute("role", "img");
+      svg.setAttribute("aria-label", c.title + " over the last 15 minutes");
+      svg.setAttribute("id", "chart-" + c.key + "-" + id);
+      charts.appendChild(h("figure", { class: "chart" }, [
+        h("figcaption", { text: c.title }), legend, svg]));
+    });
+    var card = h("article", { class: "room", id: "room-" + id }, [
+      h("header", {}, [
+        h("h2", { text: id }),
+        h("span", { class: "badge", id: "state-" + id }),
+        h("span", { class: "cap", id: "cap-" + id })
+      ]),
+      figs,
+      h("div", { class: "controls" }, [capForm, pause, open]),
+      charts
+    ]);
+    $("rooms").appendChild(card);
+    r.el = card;
+  }
+
+  function patch(id, body, done) {
+    say("Applying…");
+    api("PATCH", "/admin/rooms/" + encodeURIComponent(id), body).then(function (room) {
+      say(done);
+      var r = rooms[id];
+      if (r && room) { r.body = room; render(r); }
+    }).catch(function (e) { say(id + ": " + e.message, true); });
+  }
+
+  function fmtNum(n) {
+    if (n === null || n === undefined) { return "–"; }
+    if (n >= 1e6) { return (n / 1e6).toFixed(n >= 1e7 ? 0 : 1) + "M"; }
+    if (n >= 1e4) { return (n / 1e3).toFixed(n >= 1e5 ? 0 : 1) + "k"; }
+    return String(Math.round(n * 100) / 100);
+  }
+
+  function fmtMs(ms) {
+    if (ms === null || ms === undefined) { return "–"; }
+    if (ms < 1000) { return ms + " ms"; }
+    if (ms < 60000) { return Math.round(ms / 100) / 10 + " s"; }
+    if (ms < 3600000) { return Math.round(ms / 6000) / 10 + " min"; }
+    return Math.round(ms / 360000) / 10 + " h";
+  }
+
+  function render(r) {
+    if (!r.body) { return; }
+    if (!r.el) { build(r); }
+    var b = r.body;
+    var set = function (key, text) { $("fig-" + key + "-" + r.id).textContent = text; };
+    set("waiting", fmtNum(b.waiting));
+    set("admitted", fmtNum(b.admitted) + " / " + fmtNum(b.capacity));
+    set("rate", fmtNum(b.admissions_per_second));
+    set("wait", fmtMs(b.recent_wait_p50_ms) + " / " + fmtMs(b.recent_wait_p95_ms));
+    set("joins", fmtNum(b.joins));
+    set("releases", fmtNum(b.releases));
+    set("revocations", fmtNum(b.revocations));
+    set("abandonments", fmtNum(b.abandonments));
+    set("tray", fmtNum(b.tray) + " / " + fmtNum(b.held));
+    var lottery = $("fig-lottery-" + r.id);
+    var proof = b.lottery_seed ? "seed " + b.lottery_seed : (b.lottery_commitment ? "commit " + b.lottery_commitment : "");
+    lottery.textContent = proof ? proof.slice(0, 19) + "…" : (b.order === "fifo" ? "off (fifo)" : "–");
+    lottery.title = proof;
+    var badge = $("state-" + r.id);
+    badge.textContent = b.state;
+    badge.className = "badge " + b.state;
+    $("cap-" + r.id).textContent = "capacity " + fmtNum(b.capacity);
+    var pause = $("pause-" + r.id);
+    pause.textContent = b.settings.paused ? "Resume" : "Pause";
+    pause.disabled = b.state === "closed";
+    $("open-" + r.id).hidden = b.state !== "scheduled";
+    $("cap-set-" + r.id).disabled = b.state === "closed";
+    var now = r.samples.length ? r.samples[r.samples.length - 1].t : Date.now();
+    CHARTS.forEach(function (c) { draw($("chart-" + c.key + "-" + r.id), c, r.samples, now); });
+  }
+
+  // ----- charts ------------------------------------------------------------
+
+  var W = 480, H = 200, L = 58, R = 12, T = 10, B = 24;
+  // The x axis spans the history there is, from 30 seconds up to 15 minutes,
+  // so a fresh room's first minutes fill the chart instead of a sliver.
+  var MIN_SPAN_MS = 30 * 1000;
+
+  function ago(ms) {
+    if (ms <= 0) { return "now"; }
+    if (ms < 60000) { return "−" + Math.round(ms / 1000) + " s"; }
+    return "−" + (Math.round(ms / 6000) / 10) + " min";
+  }
+
+  // Time ticks fall on whole seconds, minutes or hours.
+  function niceTimeMax(ms) {
+    var steps = [100, 200, 500, 1000, 2000, 5000, 10000, 20000, 30000, 60000, 120000,
+      300000, 600000, 1200000, 1800000, 3600000, 7200000];
+    for (var i = 0; i < steps.length; i++) { if (steps[i] * 4 >= ms) { return steps[i] * 4; } }
+    return niceMax(ms);
+  }
+
+  function niceMax(v) {
+    if (!(v > 0)) { return 1; }
+    var p = Math.pow(10, Math.floor(Math.log10(v)));
+    var steps = [1, 2, 2.5, 5, 10];
+    for (var i = 0; i < steps.length; i++) { if (steps[i] * p >= v) { return steps[i] * p; } }
+    return 10 * p;
+  }
+
+  function el(tag, attrs, text) {
+    var e = document.createElementNS(SVG, tag);
+    Object.keys(attrs).forEach(function (k) { e.setAttribute(k, attrs[k]); });
+    if (text !== undefined) { e.textContent = text; }
+    return e;
+  }
+
+  function draw(svg, chart, samples, now) {
+    while (svg.firstChild) { svg.removeChild(svg.firstChild); }
+    var first = samples.length ? samples[0].t : now;
+    // Round spans with round ticks: [span, number of intervals].
+    var SPANS = [[30000, 3], [60000, 4], [120000, 4], [300000, 5], [600000, 5], [WINDOW_MS, 3]];
+    var pick = SPANS[SPANS.length - 1];
+    for (var k = 0; k < SPANS.length; k++) {
+      if (SPANS[k][0] >= Math.max(MIN_SPAN_MS, now - first)) { pick = SPANS[k]; break; }
+    }
+    var span = pick[0];
+    var start = now - span;
+    var max = 0;
+    chart.series.forEach(function (s) {
+      samples.forEach(function (p) { var v = p[s.f]; if (v !== null && v > max) { max = v; } });
+    });
+    max = chart.unit === "time" ? niceTimeMax(Math.max(max, 1000)) : niceMax(max * 1.1);
+    var x = function (t) { return L + (t - start) / span * (W - L - R); };
+    var y = function (v) { return T + (1 - v / max) * (H - T - B); };
+    // Grid and y labels: four bands.
+    for (var i = 0; i <= 4; i++) {
+      var v = max * i / 4;
+      var gy = y(v);
+      svg.appendChild(el("line", { x1: L, x2: W - R, y1: gy, y2: gy, class: i === 0 ? "axis" : "grid" }));
+      svg.appendChild(el("text", { x: L - 6, y: gy + 4, class: "ylabel" },
+        chart.unit === "time" ? fmtMs(v) : fmtNum(v)));
+    }
+    // x labels: how long ago, at round intervals of the span.
+    for (var q = pick[1]; q >= 0; q--) {
+      var back = span * q / pick[1];
+      var gx = x(now - back);
+      svg.appendChild(el("line", { x1: gx, x2: gx, y1: T, y2: H - B, class: "grid" }));
+      svg.appendChild(el("text", { x: gx, y: H - 6, class: q === pick[1] ? "xlabel first" : "xlabel" }, ago(back)));
+    }
+    if (!samples.length) {
+      svg.appendChild(el("text", { x: W / 2, y: H / 2, class: "empty" }, "no data yet"));
+      return;
+    }
+    chart.series.forEach(function (s) {
+      var d = "";
+      var first = null, lastPt = null, pen = false;
+      samples.forEach(function (p) {
+        var v = p[s.f];
+        if (v === null || v === undefined || p.t < start) { pen = false; return; }
+        var px = x(p.t).toFixed(1), py = y(v).toFixed(1);
+        d += (pen ? "L" : "M") + px + " " + py + " ";
+        pen = true;
+        if (!first) { first = [px, py]; }
+        lastPt = [px, py, v];
+      });
+      if (!lastPt) { return; }
+      if (!s.noArea && first) {
+        svg.appendChild(el("path", { d: d + "L" + lastPt[0] + " " + y(0) + " L" + first[0] + " " + y(0) + " Z", class: "area " + s.cls }));
+      }
+      svg.appendChild(el("path", { d: d, class: "line " + s.cls + (s.dashed ? " dashed" : "") }));
+      svg.appendChild(el("circle", { cx: lastPt[0], cy: lastPt[1], r: 3.5, class: "dot " + s.cls }));
+    });
+    // The newest value of the lead series, large, top left.
+    var lead = chart.series[chart.lead || 0];
+    var latest = samples[samples.length - 1][lead.f];
+    svg.appendChild(el("text", { x: L + 8, y: T + 20, class: "latest " + lead.cls },
+      chart.unit === "time" ? fmtMs(latest) : fmtNum(latest)));
+  }
+
+  // ----- start -------------------------------------------------------------
+
+  document.addEventListener("DOMContentLoaded", function () {
+    $("login").addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      var given = $("token").value.trim();
+      if (!given) { return; }
+      sessionStorage.setItem(TOKEN_KEY, given);
+      $("token").value = "";
+      api("GET", "/admin/rooms").then(function (data) {
+        (data.rooms || []).forEach(function (b) { var r = room(b.id); r.body = b; render(r); });
+        connect();
+      }).catch(function (e) {
+        if (token()) { forget(e.message); }
+      });
+    });
+    $("signout").addEventListener("click", function () { forget(""); });
+    if (token()) { connect(); } else { showLogin(""); }
+  });
+})();

@@ -1,0 +1,221 @@
+//! Webhooks reach a receiver on loopback, signed with HMAC-SHA256 of the
+//! body, and are retried when the receiver fails.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use hmac::{Hmac, Mac};
+use narabu::backend::embedded::EmbeddedBackend;
+use narabu::config::{Config, Secret, WebhookConfig};
+use narabu::engine::SystemClock;
+use serde_json::{Value, json};
+use sha2::Sha256;
+
+use super::admin;
+use super::support::{config, room, spawn_with};
+
+const HOOK_SECRET: &str = "hook-secret-hook-secret-hook-secret-01";
+const CLOSED_ONLY_SECRET: &str = "second-secret-second-secret-second-02";
+
+/// One attempt: path, delivery id, event, body, whether the signature held.
+type Attempt = (String, String, String, Value, bool);
+
+#[derive(Clone, Default)]
+struct Receiver {
+    /// Every attempt: path, delivery id, event, body, signature was valid.
+    attempts: Arc<Mutex<Vec<Attempt>>>,
+}
+
+async fn receive(
+    State(r): State<Receiver>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    let path = uri.path().to_owned();
+    let secret = if path == "/hook" {
+        HOOK_SECRET
+    } else {
+        CLOSED_ONLY_SECRET
+    };
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(&body);
+    let expected = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+    let header = |n: &str| {
+        headers
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    };
+    let valid = header("x-narabu-signature") == expected;
+    let delivery = header("x-narabu-delivery");
+    let event = header("x-narabu-event");
+    let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mut attempts = r.attempts.lock().unwrap();
+    // Fail the first attempt of every delivery to the main hook.
+    let first = !attempts.iter().any(|a| a.0 == path && a.1 == delivery);
+    attempts.push((path.clone(), delivery, event, value, valid));
+    if path == "/hook" && first {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::NO_CONTENT
+    }
+}
+
+async fn wait_for(r: &Receiver, what: &str, done: impl Fn(&[Attempt]) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if done(&r.attempts.lock().unwrap()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {:?}",
+            r.attempts.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn webhooks_are_signed_retried_and_filtered() {
+    let receiver = Receiver::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = Router::new()
+        .route("/hook", post(receive))
+        .route("/closed-only", post(receive))
+        .with_state(receiver.clone());
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+
+    let config = Config {
+        webhooks: vec![
+            WebhookConfig {
+                url: format!("http://{addr}/hook"),
+                secret: Secret::new(HOOK_SECRET),
+                events: Vec::new(),
+                queue_threshold: Some(3),
+            },
+            WebhookConfig {
+                url: format!("http://{addr}/closed-only"),
+                secret: Secret::new(CLOSED_ONLY_SECRET),
+                events: vec!["room.closed".into()],
+                queue_threshold: None,
+            },
+        ],
+        ..config()
+    };
+    let backend = EmbeddedBackend::without_workers(vec![room("sale", 1)], Arc::new(SystemClock));
+    let app = spawn_with(config, backend).await;
+    let patch = |body: Value| {
+        admin(
+            &app,
+            reqwest::Method::PATCH,
+            "/admin/rooms/sale",
+            Some(body),
+        )
+    };
+
+    let (status, _) = patch(json!({"paused": true})).await;
+    assert_eq!(status, StatusCode::OK);
+    // The first attempt fails (500); the retry succeeds.
+    wait_for(&receiver, "room.paused delivered twice", |a| {
+        a.iter().filter(|x| x.2 == "room.paused").count() == 2
+    })
+    .await;
+    {
+        let attempts = receiver.attempts.lock().unwrap();
+        let paused: Vec<_> = attempts.iter().filter(|x| x.2 == "room.paused").collect();
+        assert_eq!(paused[0].1, paused[1].1, "a retry keeps its delivery id");
+        assert_eq!(paused[0].3, paused[1].3, "and its body");
+        let body = &paused[0].3;
+        assert_eq!(body["event"], "room.paused");
+        assert_eq!(body["room"], "sale");
+        assert_eq!(body["data"]["paused"], true);
+        assert!(body["id"].is_string() && body["at"].is_string());
+        assert!(attempts.iter().all(|a| a.4), "every signature is valid");
+    }
+
+    patch(json!({"paused": false, "capacity": 4})).await;
+    wait_for(&receiver, "resumed and capacity_changed", |a| {
+        let delivered = |e: &str| a.iter().filter(|x| x.2 == e).count() == 2;
+        delivered("room.resumed") && delivered("room.capacity_changed")
+    })
+    .await;
+    {
+        let attempts = receiver.attempts.lock().unwrap();
+        let cap = attempts
+            .iter()
+            .find(|x| x.2 == "room.capacity_changed")
+            .unwrap();
+        assert_eq!(cap.3["data"]["capacity"], 4);
+        assert_eq!(cap.3["data"]["previous_capacity"], 1);
+    }
+
+    // The queue grows past 3: one threshold event, not one per sample.
+    for _ in 0..5 {
+        app.join("sale").await;
+    }
+    wait_for(&receiver, "queue.threshold", |a| {
+        a.iter().filter(|x| x.2 == "queue.threshold").count() == 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    let (status, _) = admin(&app, reqwest::Method::DELETE, "/admin/rooms/sale", None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    wait_for(&receiver, "closed to both", |a| {
+        a.iter()
+            .any(|x| x.0 == "/closed-only" && x.2 == "room.closed")
+            && a.iter()
+                .filter(|x| x.0 == "/hook" && x.2 == "room.closed")
+                .count()
+                == 2
+    })
+    .await;
+    let attempts = receiver.attempts.lock().unwrap().clone();
+    let threshold: Vec<_> = attempts
+        .iter()
+        .filter(|x| x.2 == "queue.threshold")
+        .collect();
+    assert_eq!(threshold.len(), 2, "one event, retried once: {threshold:?}");
+    assert_eq!(threshold[0].3["data"]["threshold"], 3);
+    let per_path: HashMap<&str, Vec<&str>> = attempts.iter().fold(HashMap::new(), |mut m, a| {
+        m.entry(a.0.as_str()).or_default().push(a.2.as_str());
+        m
+    });
+    assert_eq!(
+        per_path["/closed-only"],
+        ["room.closed"],
+        "the filter holds"
+    );
+    assert!(attempts.iter().all(|a| a.4), "every signature is valid");
+
+    // Failed attempts and deliveries are counted.
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"narabu_webhook_deliveries_total{result="delivered"} 6"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("narabu_webhook_attempt_failures_total 5"),
+        "{metrics}"
+    );
+    drop(attempts);
+    app.stop().await;
+}

@@ -1,0 +1,95 @@
+//! The `narabu` binary's logs: with `log_format = "json"` every line is a
+//! JSON object, an operator's change is logged inside its request's span
+//! with the request id the client got back, and the admin token never
+//! appears.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const TOKEN: &str = "logs-admin-token-logs-admin-token-0123456";
+
+#[tokio::test]
+async fn json_logs_carry_request_ids_and_no_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("narabu.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\ndata_dir = \"{}\"\nlog_format = \"json\"\nadmin_token = \"{TOKEN}\"\n\n[[rooms]]\nid = \"sale\"\ncapacity = 5\n",
+            dir.path().join("data").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_narabu"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("NARABU_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel::<String>();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let base = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the server starts");
+        lines.push(line.clone());
+        if let Some(url) = line.strip_prefix("narabu listening on ") {
+            break url.to_owned();
+        }
+        assert!(Instant::now() < deadline);
+    };
+
+    let response = reqwest::Client::new()
+        .patch(format!("{base}/admin/rooms/sale"))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({"capacity": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), reqwest::StatusCode::OK);
+    let request_id = response.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+
+    let mut found = None;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while found.is_none() && Instant::now() < deadline {
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
+            lines.push(line.clone());
+            if line.contains("admin: room changed") {
+                found = Some(line);
+            }
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let line = found.unwrap_or_else(|| panic!("no admin log line in {lines:#?}"));
+    let entry: Value = serde_json::from_str(&line).expect("a JSON log line");
+    assert_eq!(entry["fields"]["message"], "admin: room changed");
+    assert_eq!(entry["fields"]["capacity"], 3);
+    assert_eq!(entry["fields"]["previous_capacity"], 5);
+    assert_eq!(entry["span"]["request_id"], request_id.as_str(), "{line}");
+    for line in &lines {
+        assert!(!line.contains(TOKEN), "a secret in the logs: {line}");
+        if !line.starts_with("narabu listening on ") {
+            serde_json::from_str::<Value>(line).unwrap_or_else(|_| panic!("not JSON: {line}"));
+        }
+    }
+}
