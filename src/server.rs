@@ -17,6 +17,7 @@ use crate::backend::Backend;
 use crate::backend::embedded::EmbeddedBackend;
 use crate::config::{self, Config};
 use crate::engine::SystemClock;
+use crate::http::limits::{JoinLimiter, StreamLimiter};
 use crate::http::router::router;
 use crate::http::state::{AppState, HttpSettings};
 use crate::metrics::Metrics;
@@ -81,7 +82,21 @@ pub async fn serve(
     let webhooks = Webhooks::start(config.webhooks.clone(), metrics.clone(), stop.clone());
     let monitor = Monitor::new(backend.clone(), webhooks);
     monitor.start(stop.clone());
+    let joins = Arc::new(JoinLimiter::default());
+    let sweep_joins = joins.clone();
+    let sweep_stop = stop.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(30));
+        loop {
+            tokio::select! {
+                () = sweep_stop.cancelled() => return,
+                _ = every.tick() => sweep_joins.sweep(crate::http::api::now_ms()),
+            }
+        }
+    });
     let state = AppState {
+        joins,
+        streams: StreamLimiter::new(config.max_streams_per_address),
         metrics,
         monitor,
         backend: backend.clone(),

@@ -791,6 +791,7 @@ impl Room {
             admit_rate: w.rate.mean,
             rate: w.rate,
             admissions_total: self.counters.admissions.load(Ordering::Relaxed),
+            join_limit_per_minute: settings.join_limit_per_minute,
         };
         drop(settings);
         self.view_tx.send_if_modified(|current| {
