@@ -505,3 +505,21 @@ async fn a_client_that_stalls_mid_body_is_cut_off() {
     assert_eq!(view.waiting + view.admitted, 0);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_client_that_trickles_its_headers_is_hung_up_on() {
+    let app = spawn_app(vec![room("sale", 1)]).await;
+    let address = app.base.trim_start_matches("http://").to_owned();
+    let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
+    // Slowloris: a request line and one header, then nothing more.
+    socket
+        .write_all(b"GET /gate/sale HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(40), socket.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the connection was closed by the server");
+    // Whatever it said (hyper closes without a response), it served nothing.
+    assert!(!String::from_utf8_lossy(&answer).contains(" 204 "));
+    app.stop().await;
+}
