@@ -2,7 +2,10 @@
 //! engine, each driven by its own worker task.
 //!
 //! Every operation is a direct call into `engine::Room`, so the invariants
-//! are the engine's. The map of rooms is behind a `std::sync::RwLock`
+//! are the engine's. Opened on a data directory ([`EmbeddedBackend::open`]),
+//! every room reports its changes to the [`Journal`], a join is answered
+//! only once its record is durable, a snapshot compacts the journal
+//! periodically and at shutdown, and start-up rebuilds the rooms from it. The map of rooms is behind a `std::sync::RwLock`
 //! rather than a Tokio lock: it is held only to clone an `Arc<Room>` out,
 //! never across an `.await`.
 
@@ -15,10 +18,12 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::journal::{Journal, JournalError, Record};
 use super::{Backend, BackendError, JoinOutcome, RoomPatch, RoomSnapshot, TicketRef, TicketSignal};
+use crate::config::Durability;
 use crate::engine::{
-    Clock, Departure, Identity, JoinError, Room, RoomId, RoomSettings, RoomView, TickReport,
-    TicketId, TicketStatus,
+    Clock, Departure, EventSink, Identity, JoinError, Room, RoomEvent, RoomId, RoomSettings,
+    RoomView, TickReport, TicketId, TicketStatus,
 };
 
 pub struct EmbeddedBackend {
@@ -28,6 +33,33 @@ pub struct EmbeddedBackend {
     run_workers: bool,
     shutdown: CancellationToken,
     workers: TaskTracker,
+    /// `None` for rooms kept in memory only (tests).
+    journal: Option<Arc<Journal>>,
+    /// Serialises snapshots (the periodic one and the last one).
+    snapshot_lock: tokio::sync::Mutex<()>,
+}
+
+/// Forwards one room's events to the journal.
+struct JournalSink {
+    room: RoomId,
+    journal: Arc<Journal>,
+}
+
+impl EventSink for JournalSink {
+    fn record(&self, event: RoomEvent<'_>) {
+        self.journal.append(&Record::Room {
+            room: self.room.clone(),
+            event: event.into(),
+        });
+    }
+}
+
+/// Where the embedded backend keeps its state, and how.
+#[derive(Clone, Debug)]
+pub struct Persistence {
+    pub data_dir: std::path::PathBuf,
+    pub durability: Durability,
+    pub snapshot_interval: Duration,
 }
 
 struct RoomSlot {
@@ -55,17 +87,146 @@ impl EmbeddedBackend {
     }
 
     fn build(rooms: Vec<RoomSettings>, clock: Arc<dyn Clock>, run_workers: bool) -> Arc<Self> {
-        let backend = Arc::new(Self {
+        let backend = Self::empty(clock, run_workers, None);
+        for settings in rooms {
+            backend.install(Room::new(settings, backend.clock.clone()));
+        }
+        backend
+    }
+
+    fn empty(clock: Arc<dyn Clock>, run_workers: bool, journal: Option<Arc<Journal>>) -> Arc<Self> {
+        Arc::new(Self {
             rooms: RwLock::new(HashMap::new()),
             clock,
             run_workers,
             shutdown: CancellationToken::new(),
             workers: TaskTracker::new(),
-        });
-        for settings in rooms {
-            backend.install(Room::new(settings, backend.clock.clone()));
+            journal,
+            snapshot_lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// Rooms kept in `persistence.data_dir`: the rooms found there come
+    /// back as they were (tickets, numbers, order, passes); configured
+    /// rooms not found there are created. Found rooms keep the settings
+    /// they had (operators may have changed them live). Starts the worker
+    /// tasks and the periodic snapshot; must run inside a Tokio runtime.
+    pub async fn open(
+        rooms: Vec<RoomSettings>,
+        clock: Arc<dyn Clock>,
+        persistence: Persistence,
+        run_workers: bool,
+    ) -> Result<Arc<Self>, JournalError> {
+        let dir = persistence.data_dir.clone();
+        let durability = persistence.durability;
+        let (journal, recovered) =
+            tokio::task::spawn_blocking(move || Journal::open(&dir, durability))
+                .await
+                .map_err(|e| JournalError::Io {
+                    path: persistence.data_dir.clone(),
+                    source: std::io::Error::other(e),
+                })??;
+        let backend = Self::empty(clock, run_workers, Some(journal.clone()));
+        let mut found = std::collections::HashSet::new();
+        for image in recovered.rooms {
+            let id = image.settings.id.clone();
+            let room = Room::restore(image, backend.clock.clone(), Some(backend.sink(&id)));
+            tracing::info!(
+                room = %id,
+                waiting = room.waiting_count(),
+                admitted = room.admitted_count(),
+                "room restored from the data directory"
+            );
+            found.insert(id);
+            backend.install(room);
         }
-        backend
+        if recovered.replayed > 0 || recovered.torn.is_some() {
+            tracing::info!(records = recovered.replayed, "journal replayed");
+        }
+        for settings in rooms {
+            if !found.contains(&settings.id) {
+                backend.create(settings);
+            }
+        }
+        // Start on a compact journal, and make the new rooms durable.
+        backend.snapshot().await.map_err(|e| JournalError::Io {
+            path: persistence.data_dir.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        let periodic = backend.clone();
+        let stop = backend.shutdown.clone();
+        backend.workers.spawn(async move {
+            periodic
+                .snapshot_periodically(persistence.snapshot_interval, stop)
+                .await;
+        });
+        Ok(backend)
+    }
+
+    fn sink(&self, room: &RoomId) -> Arc<dyn EventSink> {
+        let journal = self
+            .journal
+            .clone()
+            .expect("only journalled backends make sinks");
+        Arc::new(JournalSink {
+            room: room.clone(),
+            journal,
+        })
+    }
+
+    /// A new room (or a new incarnation of one), journalled first.
+    fn create(&self, settings: RoomSettings) -> Arc<Room> {
+        let room = match &self.journal {
+            None => Room::new(settings, self.clock.clone()),
+            Some(journal) => {
+                let sink = self.sink(&settings.id);
+                let room = Room::create(settings, self.clock.clone(), rand::random(), Some(sink));
+                journal.append(&Record::Created(Box::new(room.image())));
+                room
+            }
+        };
+        self.install(room.clone());
+        room
+    }
+
+    /// Compact the journal: start a new segment, copy every room out, and
+    /// store the copy as a snapshot.
+    pub async fn snapshot(&self) -> Result<(), String> {
+        let Some(journal) = self.journal.clone() else {
+            return Ok(());
+        };
+        let _one_at_a_time = self.snapshot_lock.lock().await;
+        let rooms: Vec<Arc<Room>> = self.read().values().map(|s| s.room.clone()).collect();
+        tokio::task::spawn_blocking(move || {
+            let seq = journal.rotate()?;
+            let images = rooms.iter().map(|r| r.image()).collect();
+            journal.write_snapshot(seq, images)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+    }
+
+    async fn snapshot_periodically(&self, every: Duration, stop: CancellationToken) {
+        /// Snapshot early when this much journal piles up.
+        const MAX_JOURNAL: u64 = 256 << 20;
+        let mut last = tokio::time::Instant::now();
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_millis(250).min(every)) => {}
+            }
+            let big = self
+                .journal
+                .as_ref()
+                .is_some_and(|j| j.since_snapshot() > MAX_JOURNAL);
+            if last.elapsed() >= every || big {
+                if let Err(e) = self.snapshot().await {
+                    tracing::error!(error = %e, "snapshot failed; the journal keeps growing");
+                }
+                last = tokio::time::Instant::now();
+            }
+        }
     }
 
     /// The engine room behind an id (for tests and the loadtest's checks).
@@ -111,7 +272,7 @@ impl EmbeddedBackend {
         Ok((room, ticket))
     }
 
-    fn snapshot(room: &Room) -> RoomSnapshot {
+    fn room_snapshot(room: &Room) -> RoomSnapshot {
         RoomSnapshot {
             settings: room.settings(),
             epoch: room.epoch(),
@@ -169,6 +330,16 @@ impl Backend for EmbeddedBackend {
             JoinError::Closed => BackendError::Closed(id.clone()),
             JoinError::Full => BackendError::Full(id.clone()),
         })?;
+        if let Some(journal) = &self.journal
+            && journal.durability() == Durability::Fsync
+        {
+            // The join's record is in the journal by now (appended before
+            // `join` returned); answer once it is on disk.
+            journal
+                .wait_durable(journal.appended())
+                .await
+                .map_err(|()| BackendError::Unavailable("the journal cannot be written".into()))?;
+        }
         let status = room
             .status(joined.ticket)
             .ok_or(BackendError::NoSuchTicket)?;
@@ -228,20 +399,19 @@ impl Backend for EmbeddedBackend {
 
     async fn list_rooms(&self) -> Result<Vec<RoomSnapshot>, BackendError> {
         let rooms: Vec<Arc<Room>> = self.read().values().map(|s| s.room.clone()).collect();
-        let mut out: Vec<RoomSnapshot> = rooms.iter().map(|r| Self::snapshot(r)).collect();
+        let mut out: Vec<RoomSnapshot> = rooms.iter().map(|r| Self::room_snapshot(r)).collect();
         out.sort_by(|a, b| a.settings.id.cmp(&b.settings.id));
         Ok(out)
     }
 
     async fn room(&self, id: &RoomId) -> Result<RoomSnapshot, BackendError> {
         let room = self.get(id)?;
-        Ok(Self::snapshot(&room))
+        Ok(Self::room_snapshot(&room))
     }
 
     async fn put_room(&self, settings: RoomSettings) -> Result<RoomSnapshot, BackendError> {
-        let room = Room::new(settings, self.clock.clone());
-        self.install(room.clone());
-        Ok(Self::snapshot(&room))
+        let room = self.create(settings);
+        Ok(Self::room_snapshot(&room))
     }
 
     async fn patch_room(
@@ -265,7 +435,7 @@ impl Backend for EmbeddedBackend {
         if patch.open_now {
             room.open_now();
         }
-        Ok(Self::snapshot(&room))
+        Ok(Self::room_snapshot(&room))
     }
 
     async fn close_room(&self, id: &RoomId) -> Result<(), BackendError> {
@@ -281,5 +451,15 @@ impl Backend for EmbeddedBackend {
         self.shutdown.cancel();
         self.workers.close();
         self.workers.wait().await;
+        if let Some(journal) = &self.journal {
+            match self.snapshot().await {
+                Ok(()) => tracing::info!("state saved to the data directory"),
+                Err(e) => {
+                    tracing::error!(error = %e, "final snapshot failed; the journal has it all")
+                }
+            }
+            let journal = journal.clone();
+            let _ = tokio::task::spawn_blocking(move || journal.close()).await;
+        }
     }
 }
