@@ -14,6 +14,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use dashmap::DashMap;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -39,18 +40,54 @@ pub struct EmbeddedBackend {
     snapshot_lock: tokio::sync::Mutex<()>,
 }
 
-/// Forwards one room's events to the journal.
+/// Forwards one room's events to the journal, and remembers which record
+/// admitted each admitted ticket, so that nobody is shown "admitted" (or
+/// let through the gate) before that admission would survive a crash.
 struct JournalSink {
     room: RoomId,
     journal: Arc<Journal>,
+    /// Admitted ticket → sequence number of its admission record
+    /// (`u64::MAX` while it is being appended).
+    admissions: DashMap<TicketId, u64>,
 }
 
 impl EventSink for JournalSink {
     fn record(&self, event: RoomEvent<'_>) {
-        self.journal.append(&Record::Room {
+        if let RoomEvent::Admitted { ticket, .. } = event {
+            self.admissions.insert(ticket, u64::MAX);
+        }
+        let seq = self.journal.append(&Record::Room {
             room: self.room.clone(),
             event: event.into(),
         });
+        match event {
+            RoomEvent::Admitted { ticket, .. } => {
+                self.admissions.insert(ticket, seq);
+            }
+            RoomEvent::Ended { ticket, .. } => {
+                self.admissions.remove(&ticket);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl JournalSink {
+    /// The record to wait for before showing this ticket as admitted, if
+    /// it may not be durable yet.
+    fn admission_pending(&self, ticket: TicketId) -> Option<u64> {
+        let seq = *self.admissions.get(&ticket)?;
+        let seq = if seq == u64::MAX {
+            self.journal.appended()
+        } else {
+            seq
+        };
+        if self.journal.is_durable(seq) {
+            self.admissions.remove(&ticket);
+            None
+        } else {
+            Some(seq)
+        }
     }
 }
 
@@ -64,6 +101,7 @@ pub struct Persistence {
 
 struct RoomSlot {
     room: Arc<Room>,
+    sink: Option<Arc<JournalSink>>,
     /// Stops this room's worker when the room is replaced.
     stop: CancellationToken,
 }
@@ -89,7 +127,7 @@ impl EmbeddedBackend {
     fn build(rooms: Vec<RoomSettings>, clock: Arc<dyn Clock>, run_workers: bool) -> Arc<Self> {
         let backend = Self::empty(clock, run_workers, None);
         for settings in rooms {
-            backend.install(Room::new(settings, backend.clock.clone()));
+            backend.install(Room::new(settings, backend.clock.clone()), None);
         }
         backend
     }
@@ -130,7 +168,8 @@ impl EmbeddedBackend {
         let mut found = std::collections::HashSet::new();
         for image in recovered.rooms {
             let id = image.settings.id.clone();
-            let room = Room::restore(image, backend.clock.clone(), Some(backend.sink(&id)));
+            let sink = backend.sink(&id);
+            let room = Room::restore(image, backend.clock.clone(), Some(sink.clone()));
             tracing::info!(
                 room = %id,
                 waiting = room.waiting_count(),
@@ -138,7 +177,7 @@ impl EmbeddedBackend {
                 "room restored from the data directory"
             );
             found.insert(id);
-            backend.install(room);
+            backend.install(room, Some(sink));
         }
         if recovered.replayed > 0 || recovered.torn.is_some() {
             tracing::info!(records = recovered.replayed, "journal replayed");
@@ -163,7 +202,7 @@ impl EmbeddedBackend {
         Ok(backend)
     }
 
-    fn sink(&self, room: &RoomId) -> Arc<dyn EventSink> {
+    fn sink(&self, room: &RoomId) -> Arc<JournalSink> {
         let journal = self
             .journal
             .clone()
@@ -171,21 +210,63 @@ impl EmbeddedBackend {
         Arc::new(JournalSink {
             room: room.clone(),
             journal,
+            admissions: DashMap::new(),
         })
+    }
+
+    /// With `durability = "fsync"`, wait until what this request changed
+    /// (appended before now) is on disk.
+    async fn durable(&self) -> Result<(), BackendError> {
+        if let Some(journal) = &self.journal
+            && journal.durability() == Durability::Fsync
+        {
+            journal
+                .wait_durable(journal.appended())
+                .await
+                .map_err(|()| BackendError::Unavailable("the journal cannot be written".into()))?;
+        }
+        Ok(())
+    }
+
+    /// Wait, if needed, until a ticket's admission is durable.
+    async fn admission_durable(&self, id: &RoomId, ticket: TicketId) -> Result<(), BackendError> {
+        let Some(journal) = &self.journal else {
+            return Ok(());
+        };
+        if journal.durability() != Durability::Fsync {
+            return Ok(());
+        }
+        let pending = self
+            .read()
+            .get(id)
+            .and_then(|s| s.sink.clone())
+            .and_then(|sink| sink.admission_pending(ticket));
+        if let Some(seq) = pending {
+            journal
+                .wait_durable(seq)
+                .await
+                .map_err(|()| BackendError::Unavailable("the journal cannot be written".into()))?;
+        }
+        Ok(())
     }
 
     /// A new room (or a new incarnation of one), journalled first.
     fn create(&self, settings: RoomSettings) -> Arc<Room> {
-        let room = match &self.journal {
-            None => Room::new(settings, self.clock.clone()),
+        let (room, sink) = match &self.journal {
+            None => (Room::new(settings, self.clock.clone()), None),
             Some(journal) => {
                 let sink = self.sink(&settings.id);
-                let room = Room::create(settings, self.clock.clone(), rand::random(), Some(sink));
+                let room = Room::create(
+                    settings,
+                    self.clock.clone(),
+                    rand::random(),
+                    Some(sink.clone()),
+                );
                 journal.append(&Record::Created(Box::new(room.image())));
-                room
+                (room, Some(sink))
             }
         };
-        self.install(room.clone());
+        self.install(room.clone(), sink);
         room
     }
 
@@ -240,7 +321,7 @@ impl EmbeddedBackend {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn install(&self, room: Arc<Room>) {
+    fn install(&self, room: Arc<Room>, sink: Option<Arc<JournalSink>>) {
         let stop = self.shutdown.child_token();
         if self.run_workers {
             self.workers.spawn(run_worker(room.clone(), stop.clone()));
@@ -249,7 +330,7 @@ impl EmbeddedBackend {
             .rooms
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(room.id().clone(), RoomSlot { room, stop });
+            .insert(room.id().clone(), RoomSlot { room, sink, stop });
         if let Some(old) = previous {
             old.stop.cancel();
             old.room.close();
@@ -330,16 +411,9 @@ impl Backend for EmbeddedBackend {
             JoinError::Closed => BackendError::Closed(id.clone()),
             JoinError::Full => BackendError::Full(id.clone()),
         })?;
-        if let Some(journal) = &self.journal
-            && journal.durability() == Durability::Fsync
-        {
-            // The join's record is in the journal by now (appended before
-            // `join` returned); answer once it is on disk.
-            journal
-                .wait_durable(journal.appended())
-                .await
-                .map_err(|()| BackendError::Unavailable("the journal cannot be written".into()))?;
-        }
+        // The join's record is in the journal by now (appended before
+        // `join` returned); answer once it is on disk.
+        self.durable().await?;
         let status = room
             .status(joined.ticket)
             .ok_or(BackendError::NoSuchTicket)?;
@@ -363,22 +437,31 @@ impl Backend for EmbeddedBackend {
         if touch {
             room.touch(ticket);
         }
+        if room.state_of(ticket) == Some(crate::engine::TicketState::Admitted) {
+            self.admission_durable(id, ticket).await?;
+        }
         room.status(ticket).ok_or(BackendError::NoSuchTicket)
     }
 
     async fn leave(&self, id: &RoomId, t: TicketRef) -> Result<Departure, BackendError> {
         let (room, ticket) = self.ticket(id, t)?;
-        Ok(room.leave(ticket))
+        let departure = room.leave(ticket);
+        self.durable().await?;
+        Ok(departure)
     }
 
     async fn release(&self, id: &RoomId, t: TicketRef) -> Result<Departure, BackendError> {
         let (room, ticket) = self.ticket(id, t)?;
-        Ok(room.release(ticket))
+        let departure = room.release(ticket);
+        self.durable().await?;
+        Ok(departure)
     }
 
     async fn revoke(&self, id: &RoomId, t: TicketRef) -> Result<Departure, BackendError> {
         let (room, ticket) = self.ticket(id, t)?;
-        Ok(room.revoke(ticket))
+        let departure = room.revoke(ticket);
+        self.durable().await?;
+        Ok(departure)
     }
 
     async fn tick(&self, id: &RoomId) -> Result<TickReport, BackendError> {

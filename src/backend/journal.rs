@@ -272,6 +272,11 @@ impl Journal {
         }
     }
 
+    /// Whether every record up to `seq` is on disk.
+    pub fn is_durable(&self, seq: u64) -> bool {
+        self.shared.progress.borrow().durable >= seq
+    }
+
     /// Bytes journalled since the last snapshot.
     pub fn since_snapshot(&self) -> u64 {
         self.shared.since_snapshot.load(Ordering::Relaxed)
