@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let base = args.get(1).cloned().unwrap_or("http://127.0.0.1:8080".into());
+    let base = args
+        .get(1)
+        .cloned()
+        .unwrap_or("http://127.0.0.1:8080".into());
     let room = args.get(2).cloned().unwrap_or("default".into());
     let conns: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(64);
     let secs: u64 = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(5);

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::journal::{Journal, JournalError, Record};
+use super::journal::{self, Journal, JournalError, Record};
 use super::{Backend, BackendError, JoinOutcome, RoomPatch, RoomSnapshot, TicketRef, TicketSignal};
 use crate::config::Durability;
 use crate::engine::{
@@ -214,14 +214,17 @@ impl EmbeddedBackend {
         })
     }
 
-    /// With `durability = "fsync"`, wait until what this request changed
-    /// (appended before now) is on disk.
-    async fn durable(&self) -> Result<(), BackendError> {
+    /// With `durability = "fsync"`, wait until record `seq` (and all
+    /// before it) is on disk; 0 waits for nothing.
+    async fn durable(&self, seq: u64) -> Result<(), BackendError> {
+        if seq == 0 {
+            return Ok(());
+        }
         if let Some(journal) = &self.journal
             && journal.durability() == Durability::Fsync
         {
             journal
-                .wait_durable(journal.appended())
+                .wait_durable(seq)
                 .await
                 .map_err(|()| BackendError::Unavailable("the journal cannot be written".into()))?;
         }
@@ -407,13 +410,20 @@ impl Backend for EmbeddedBackend {
         identity: Option<Identity>,
     ) -> Result<JoinOutcome, BackendError> {
         let room = self.get(id)?;
+        journal::reset_appended_here();
         let joined = room.join(identity).map_err(|e| match e {
             JoinError::Closed => BackendError::Closed(id.clone()),
             JoinError::Full => BackendError::Full(id.clone()),
         })?;
-        // The join's record is in the journal by now (appended before
-        // `join` returned); answer once it is on disk.
-        self.durable().await?;
+        // A new join's record was appended on this thread before `join`
+        // returned; a repeated one may be another thread's, still on its
+        // way to disk, so that waits for everything appended so far.
+        let seq = match &self.journal {
+            Some(_) if joined.is_new => journal::appended_here(),
+            Some(j) => j.appended(),
+            None => 0,
+        };
+        self.durable(seq).await?;
         let status = room
             .status(joined.ticket)
             .ok_or(BackendError::NoSuchTicket)?;
@@ -445,22 +455,25 @@ impl Backend for EmbeddedBackend {
 
     async fn leave(&self, id: &RoomId, t: TicketRef) -> Result<Departure, BackendError> {
         let (room, ticket) = self.ticket(id, t)?;
+        journal::reset_appended_here();
         let departure = room.leave(ticket);
-        self.durable().await?;
+        self.durable(journal::appended_here()).await?;
         Ok(departure)
     }
 
     async fn release(&self, id: &RoomId, t: TicketRef) -> Result<Departure, BackendError> {
         let (room, ticket) = self.ticket(id, t)?;
+        journal::reset_appended_here();
         let departure = room.release(ticket);
-        self.durable().await?;
+        self.durable(journal::appended_here()).await?;
         Ok(departure)
     }
 
     async fn revoke(&self, id: &RoomId, t: TicketRef) -> Result<Departure, BackendError> {
         let (room, ticket) = self.ticket(id, t)?;
+        journal::reset_appended_here();
         let departure = room.revoke(ticket);
-        self.durable().await?;
+        self.durable(journal::appended_here()).await?;
         Ok(departure)
     }
 

@@ -140,6 +140,24 @@ struct Shared {
     since_snapshot: AtomicU64,
 }
 
+thread_local! {
+    /// The last sequence number appended by this thread, so that a request
+    /// waits for exactly its own records (the engine reports a change on
+    /// the thread that made it) rather than for everything appended since.
+    static LAST_APPENDED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Forget what this thread appended; call before a change.
+pub fn reset_appended_here() {
+    LAST_APPENDED.with(|c| c.set(0));
+}
+
+/// The last record this thread appended since [`reset_appended_here`]
+/// (0: none).
+pub fn appended_here() -> u64 {
+    LAST_APPENDED.with(std::cell::Cell::get)
+}
+
 fn lock(m: &Mutex<Pending>) -> MutexGuard<'_, Pending> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -250,6 +268,7 @@ impl Journal {
         p.buf.extend_from_slice(&frame);
         p.last_seq += 1;
         let seq = p.last_seq;
+        LAST_APPENDED.with(|c| c.set(seq));
         if p.writer_asleep {
             p.writer_asleep = false;
             self.shared.wake.notify_one();
