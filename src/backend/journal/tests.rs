@@ -39,7 +39,10 @@ fn records_come_back_after_a_reopen() {
     let (j, rec) = Journal::open(dir.path(), Durability::Fsync).unwrap();
     assert!(rec.rooms.is_empty());
     j.append(&Record::Created(Box::new(image("a"))));
-    let last = (0..10).map(|t| j.append(&joined("a", t))).last().unwrap();
+    let mut last = 0;
+    for t in 0..10 {
+        last = j.append(&joined("a", t));
+    }
     block_on(j.wait_durable(last)).unwrap();
     drop(j);
     let (_j, rec) = Journal::open(dir.path(), Durability::Fsync).unwrap();
