@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use crate::backend::Backend;
-use crate::backend::embedded::EmbeddedBackend;
+use crate::backend::embedded::{EmbeddedBackend, Persistence};
 use crate::config::{self, Config};
 use crate::engine::SystemClock;
 use crate::http::limits::{JoinLimiter, StreamLimiter};
@@ -34,10 +34,18 @@ use crate::webhooks::Webhooks;
 /// Build the backend the configuration names.
 pub async fn backend(config: &Config) -> anyhow::Result<Arc<dyn Backend>> {
     match &config.backend {
-        config::Backend::Embedded => Ok(EmbeddedBackend::new(
+        config::Backend::Embedded => Ok(EmbeddedBackend::open(
             config.rooms.clone(),
             Arc::new(SystemClock),
-        )),
+            Persistence {
+                data_dir: config.data_dir.clone(),
+                durability: config.durability,
+                snapshot_interval: config.snapshot_interval,
+            },
+            true,
+        )
+        .await
+        .context("loading the embedded state from the data directory")?),
         config::Backend::Redis { .. } => {
             anyhow::bail!("backend = \"redis\" is not available in this build yet")
         }
