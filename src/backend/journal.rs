@@ -88,6 +88,11 @@ pub enum JournalError {
         expected: u64,
         next: u64,
     },
+    #[error(
+        "{dir}: another Narabu process is using this data directory. Stop it, or give \
+         this one its own --data-dir"
+    )]
+    InUse { dir: PathBuf },
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -168,6 +173,10 @@ pub struct Journal {
     durability: Durability,
     shared: Arc<Shared>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Held open with an exclusive lock for as long as the journal lives:
+    /// two processes appending to one journal would interleave records.
+    /// The OS drops the lock when the process dies, even by SIGKILL.
+    _lock: std::fs::File,
 }
 
 impl std::fmt::Debug for Journal {
@@ -213,6 +222,18 @@ impl Journal {
         durability: Durability,
     ) -> Result<(Arc<Self>, Recovered), JournalError> {
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+        let lock_path = dir.join("LOCK");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io_err(&lock_path))?;
+        if lock.try_lock().is_err() {
+            return Err(JournalError::InUse {
+                dir: dir.to_owned(),
+            });
+        }
         let (recovered, last_seq) = recover(dir)?;
         let first = last_seq + 1;
         let file = new_segment(dir, first)?;
@@ -249,6 +270,7 @@ impl Journal {
             durability,
             shared,
             writer: Mutex::new(Some(handle)),
+            _lock: lock,
         });
         Ok((journal, recovered))
     }

@@ -71,6 +71,7 @@ fn a_snapshot_replaces_the_journal_before_it() {
     j.write_snapshot(seq, vec![snap]).unwrap();
     j.append(&joined("a", 5));
     j.close();
+    drop(j);
     let logs = numbered(dir.path(), "journal-", ".log").unwrap();
     assert_eq!(logs.len(), 1, "older segments are deleted: {logs:?}");
     let (_j, rec) = Journal::open(dir.path(), Durability::Off).unwrap();
@@ -109,6 +110,7 @@ fn damage_before_the_end_is_refused_and_named() {
         j.append(&joined("a", t));
     }
     j.close();
+    drop(j);
     let (_, path) = numbered(dir.path(), "journal-", ".log")
         .unwrap()
         .pop()
@@ -123,4 +125,15 @@ fn damage_before_the_end_is_refused_and_named() {
         msg.contains(&path.display().to_string()) && msg.contains("damaged at byte offset"),
         "{msg}"
     );
+}
+
+#[test]
+fn a_second_process_cannot_open_the_same_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, _) = Journal::open(dir.path(), Durability::Fsync).unwrap();
+    let err = Journal::open(dir.path(), Durability::Fsync).unwrap_err();
+    assert!(matches!(err, JournalError::InUse { .. }), "{err}");
+    assert!(err.to_string().contains("another Narabu process"), "{err}");
+    drop(first);
+    Journal::open(dir.path(), Durability::Fsync).unwrap();
 }
