@@ -512,6 +512,9 @@ impl Backend for EmbeddedBackend {
 
     async fn put_room(&self, settings: RoomSettings) -> Result<RoomSnapshot, BackendError> {
         let room = self.create(settings);
+        // An operator's change is acknowledged only once it would survive
+        // a crash, like a visitor's join.
+        self.durable(journal::appended_here()).await?;
         Ok(Self::room_snapshot(&room))
     }
 
@@ -536,16 +539,18 @@ impl Backend for EmbeddedBackend {
         if patch.open_now {
             room.open_now();
         }
+        self.durable(journal::appended_here()).await?;
         Ok(Self::room_snapshot(&room))
     }
 
     async fn close_room(&self, id: &RoomId) -> Result<(), BackendError> {
         let room = self.get(id)?;
         room.close();
+        let closed = journal::appended_here();
         if let Some(slot) = self.read().get(id) {
             slot.stop.cancel();
         }
-        Ok(())
+        self.durable(closed).await
     }
 
     async fn shutdown(&self) {

@@ -503,3 +503,72 @@ async fn a_damaged_journal_is_refused_with_file_and_offset() {
     // Nothing was changed: the same damage is reported again.
     assert_eq!(std::fs::read(&seg).unwrap(), bytes);
 }
+
+/// What operators change through the admin API is state too: a room made
+/// with PUT and a capacity changed with PATCH are there after a SIGKILL
+/// that follows the acknowledgement at once.
+#[tokio::test]
+async fn operators_changes_survive_a_kill() {
+    const TOKEN: &str = "durability-admin-token-durability-admin-token";
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let conf = tmp.path().join("narabu.toml");
+    std::fs::write(
+        &conf,
+        format!("admin_token = \"{TOKEN}\"\n\n[[rooms]]\nid = \"{ROOM}\"\ncapacity = 2\n"),
+    )
+    .unwrap();
+    let server = Server::start(&data, &conf, tmp.path(), 0).expect("starts");
+    let http = client();
+    let admin = |method: reqwest::Method, base: &str, path: &str| {
+        http.request(method, format!("{base}{path}"))
+            .bearer_auth(TOKEN)
+    };
+    let put = admin(reqwest::Method::PUT, &server.base, "/admin/rooms/flash")
+        .json(&serde_json::json!({"capacity": 3, "tick": "250ms"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 201);
+    let patch = admin(
+        reqwest::Method::PATCH,
+        &server.base,
+        &format!("/admin/rooms/{ROOM}"),
+    )
+    .json(&serde_json::json!({"capacity": 7, "paused": true}))
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(patch.status(), 200);
+    let joined = http
+        .post(format!("{}/api/rooms/flash/join", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(joined.status(), 201);
+    server.kill();
+
+    let server = Server::start(&data, &conf, tmp.path(), 1).expect("restarts");
+    let flash: Value = admin(reqwest::Method::GET, &server.base, "/admin/rooms/flash")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(flash["settings"]["capacity"], 3, "{flash}");
+    let sale: Value = admin(
+        reqwest::Method::GET,
+        &server.base,
+        &format!("/admin/rooms/{ROOM}"),
+    )
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(sale["settings"]["capacity"], 7, "{sale}");
+    assert_eq!(sale["settings"]["paused"], true, "{sale}");
+    drop(server);
+}
