@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
 use crate::backend::embedded::EmbeddedBackend;
+use crate::backend::redis::{RedisBackend, RedisOptions};
 use crate::config::{self, Config};
 use crate::engine::SystemClock;
 use crate::http::router::router;
@@ -28,8 +29,16 @@ pub async fn backend(config: &Config) -> anyhow::Result<Arc<dyn Backend>> {
             config.rooms.clone(),
             Arc::new(SystemClock),
         )),
-        config::Backend::Redis { .. } => {
-            anyhow::bail!("backend = \"redis\" is not available in this build yet")
+        config::Backend::Redis { url, cluster_nodes } => {
+            let options = RedisOptions {
+                cluster_nodes: cluster_nodes.clone(),
+                ..RedisOptions::new(url.clone())
+            };
+            let backend =
+                RedisBackend::connect(options, config.rooms.clone(), Arc::new(SystemClock))
+                    .await
+                    .context("starting the Redis backend")?;
+            Ok(backend)
         }
     }
 }

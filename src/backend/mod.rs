@@ -11,6 +11,7 @@
 //! ticket of a deleted-and-recreated room is simply unknown.
 
 pub mod embedded;
+pub mod redis;
 
 use std::sync::Arc;
 
