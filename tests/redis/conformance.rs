@@ -10,9 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use narabu::backend::{Backend, BackendError, RoomPatch, TicketRef};
-use narabu::engine::{
-    Departure, Handoff, Identity, LotterySeed, Order, RoomId, TicketState,
-};
+use narabu::engine::{Departure, Handoff, Identity, LotterySeed, Order, RoomId, TicketState};
 
 use crate::support::{Harness, Kind, T0, room};
 
@@ -94,10 +92,22 @@ async fn admits_in_order_up_to_capacity(kind: Kind) {
     assert_eq!(snap.stats.admissions, 2);
     balanced(b, "r").await;
     // Unknown tickets and rooms are errors, not panics.
-    let bogus = TicketRef { epoch: tickets[0].epoch, id: 999 };
-    assert_eq!(b.status(&rid("r"), bogus, true).await, Err(BackendError::NoSuchTicket));
-    let other_epoch = TicketRef { epoch: tickets[0].epoch ^ 1, id: 0 };
-    assert_eq!(b.leave(&rid("r"), other_epoch).await, Err(BackendError::NoSuchTicket));
+    let bogus = TicketRef {
+        epoch: tickets[0].epoch,
+        id: 999,
+    };
+    assert_eq!(
+        b.status(&rid("r"), bogus, true).await,
+        Err(BackendError::NoSuchTicket)
+    );
+    let other_epoch = TicketRef {
+        epoch: tickets[0].epoch ^ 1,
+        id: 0,
+    };
+    assert_eq!(
+        b.leave(&rid("r"), other_epoch).await,
+        Err(BackendError::NoSuchTicket)
+    );
     assert!(matches!(
         b.join(&rid("nope"), None).await,
         Err(BackendError::NoSuchRoom(_))
@@ -393,7 +403,10 @@ async fn opening_with(kind: Kind, order: Order) -> (Vec<TicketRef>, Vec<u64>, Ha
         pre.push(j.ticket);
     }
     // One leaves the pre-queue before the draw.
-    assert_eq!(b.leave(&rid("r"), pre[3]).await.unwrap(), Departure::LeftQueue);
+    assert_eq!(
+        b.leave(&rid("r"), pre[3]).await.unwrap(),
+        Departure::LeftQueue
+    );
     assert!(!b.tick(&rid("r")).await.unwrap().opened);
     h.clock.advance(Duration::from_secs(61));
     let report = b.tick(&rid("r")).await.unwrap();
@@ -403,7 +416,13 @@ async fn opening_with(kind: Kind, order: Order) -> (Vec<TicketRef>, Vec<u64>, Ha
     assert_eq!(late.status.number, Some(31));
     let mut numbers = Vec::new();
     for t in &pre {
-        numbers.push(b.status(&rid("r"), *t, false).await.unwrap().number.unwrap());
+        numbers.push(
+            b.status(&rid("r"), *t, false)
+                .await
+                .unwrap()
+                .number
+                .unwrap(),
+        );
     }
     (pre, numbers, h)
 }
@@ -442,7 +461,10 @@ async fn closed_room_refuses_joins(kind: Kind) {
     let b = &h.backend;
     let a = join(b, "r").await;
     b.close_room(&rid("r")).await.unwrap();
-    assert!(matches!(b.join(&rid("r"), None).await, Err(BackendError::Closed(_))));
+    assert!(matches!(
+        b.join(&rid("r"), None).await,
+        Err(BackendError::Closed(_))
+    ));
     assert!(b.status(&rid("r"), a, false).await.unwrap().closed);
     assert!(b.room(&rid("r")).await.unwrap().view.closed);
     assert!(matches!(
@@ -459,7 +481,10 @@ async fn replaced_room_forgets_old_tickets(kind: Kind) {
     let snap = b.put_room(room("r", 5)).await.unwrap();
     assert_ne!(snap.epoch, a.epoch);
     assert_eq!(b.epoch(&rid("r")).await.unwrap(), snap.epoch);
-    assert_eq!(b.status(&rid("r"), a, true).await, Err(BackendError::NoSuchTicket));
+    assert_eq!(
+        b.status(&rid("r"), a, true).await,
+        Err(BackendError::NoSuchTicket)
+    );
     let fresh = b.join(&rid("r"), None).await.unwrap();
     assert_eq!(fresh.status.number, Some(1));
     assert_eq!(snap.ledger.held, 5);

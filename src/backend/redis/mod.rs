@@ -87,6 +87,9 @@ pub struct RedisBackend {
     clock: Arc<dyn Clock>,
     options: RedisOptions,
     hub: Arc<Hub>,
+    /// The configured rooms, created again if a Redis without persistence
+    /// comes back empty.
+    configured: Vec<RoomSettings>,
     workers: DashMap<RoomId, ()>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
@@ -272,6 +275,7 @@ impl RedisBackend {
             clock,
             options,
             hub: Arc::new(Hub::default()),
+            configured: rooms.clone(),
             workers: DashMap::new(),
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
@@ -553,6 +557,9 @@ impl RedisBackend {
                     backend.refresh_view(&room).await;
                 }
                 Some(HubEvent::Resubscribed) => {
+                    for settings in backend.configured.clone() {
+                        let _ = backend.create(settings, false).await;
+                    }
                     for room in backend.hub.local_rooms() {
                         backend.refresh_view(&room).await;
                     }
@@ -609,74 +616,79 @@ impl RedisBackend {
 /// holding it, tick every `tick` and renew it every third of the lease;
 /// on shutdown give it up.
 async fn run_worker(me: Weak<RedisBackend>, room: RoomId) {
+    use tokio::time::Instant;
     let (stop, ttl) = match me.upgrade() {
         Some(b) => (b.shutdown.clone(), b.options.lease),
         None => return,
     };
     let lease = Lease::new(RoomKeys::new(&room).lease, ttl);
     let renew_every = ttl / 3;
+    let retry = renew_every.min(Duration::from_millis(500));
     let mut holding = false;
-    let mut renewed_at = tokio::time::Instant::now();
-    let mut wait = Duration::ZERO;
+    let mut renewed_at = Instant::now();
+    let mut next_tick = Instant::now();
+    let mut wake = Instant::now();
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
-            () = tokio::time::sleep(wait) => {}
+            () = tokio::time::sleep_until(wake) => {}
         }
         let Some(backend) = me.upgrade() else { return };
         let mut con = backend.con();
+        let now = Instant::now();
         if !holding {
             match lease.acquire(&mut con).await {
                 Ok(true) => {
                     tracing::info!(room = %room, "this instance runs the room's worker");
                     holding = true;
-                    renewed_at = tokio::time::Instant::now();
+                    renewed_at = now;
+                    next_tick = now;
                 }
                 Ok(false) => {
-                    wait = renew_every;
+                    wake = now + renew_every;
                     continue;
                 }
                 Err(e) => {
                     tracing::debug!(room = %room, kind = ?e.kind(), "lease: redis error");
-                    wait = renew_every;
+                    wake = now + retry;
                     continue;
                 }
             }
-        }
-        if renewed_at.elapsed() >= renew_every {
+        } else if now >= renewed_at + renew_every {
             match lease.extend(&mut con, &backend.scripts).await {
-                Ok(true) => renewed_at = tokio::time::Instant::now(),
+                Ok(true) => renewed_at = now,
                 Ok(false) => {
                     tracing::warn!(room = %room, "lost the room's worker lease");
                     holding = false;
-                    wait = renew_every;
+                    wake = now + renew_every;
                     continue;
                 }
                 Err(_) => {
-                    wait = renew_every.min(Duration::from_millis(500));
+                    wake = now + retry;
                     continue;
                 }
             }
         }
-        match backend.tick_as(&room, &lease.token).await {
-            Ok(Some((report, tick_ms))) => {
-                if report.opened {
-                    tracing::info!(room = %room, "room opened");
+        if now >= next_tick {
+            match backend.tick_as(&room, &lease.token).await {
+                Ok(Some((report, tick_ms))) => {
+                    if report.opened {
+                        tracing::info!(room = %room, "room opened");
+                    }
+                    next_tick = now + Duration::from_millis(tick_ms.max(1));
                 }
-                wait = Duration::from_millis(tick_ms.max(1)).min(renew_every);
-            }
-            Ok(None) => {
-                holding = false;
-                wait = renew_every;
-            }
-            Err(BackendError::NoSuchRoom(_)) => {
-                wait = renew_every;
-            }
-            Err(e) => {
-                tracing::debug!(room = %room, error = %e, "tick failed");
-                wait = renew_every.min(Duration::from_millis(500));
+                Ok(None) => {
+                    holding = false;
+                    wake = now + renew_every;
+                    continue;
+                }
+                Err(e) => {
+                    tracing::debug!(room = %room, error = %e, "tick failed");
+                    next_tick = now + retry;
+                }
             }
         }
+        wake = next_tick.min(renewed_at + renew_every);
     }
     if holding && let Some(backend) = me.upgrade() {
         let _ = lease.release(&mut backend.con(), &backend.scripts).await;
