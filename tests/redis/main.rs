@@ -3,4 +3,5 @@
 //! one set of bodies), several instances sharing one Redis, and faults.
 
 mod conformance;
+mod instances;
 mod support;

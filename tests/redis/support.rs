@@ -2,7 +2,6 @@
 //! dir, killed on drop; and builders for both backends over one clock.
 
 use std::net::TcpListener;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,10 +50,6 @@ impl RedisServer {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    pub fn dir(&self) -> PathBuf {
-        self.dir.path().to_path_buf()
     }
 
     pub async fn launch(&mut self, extra: &[&str]) {
