@@ -2,6 +2,7 @@
 //! starts on a free loopback port: the conformance suite (both backends,
 //! one set of bodies), several instances sharing one Redis, and faults.
 
+mod cluster;
 mod conformance;
 mod instances;
 mod support;

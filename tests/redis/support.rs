@@ -48,6 +48,32 @@ impl RedisServer {
         server
     }
 
+    /// A Redis Cluster node (not yet part of a cluster). Its bus port,
+    /// port + 10000, must be free too.
+    pub async fn start_cluster_node() -> Self {
+        let port = loop {
+            let p = free_port();
+            if p < 55_000 && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
+                break p;
+            }
+        };
+        let mut server = Self {
+            port,
+            dir: tempfile::tempdir().unwrap(),
+            child: None,
+            persistent: false,
+        };
+        server
+            .launch(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ])
+            .await;
+        server
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
