@@ -5,4 +5,5 @@
 mod cluster;
 mod conformance;
 mod instances;
+mod measure;
 mod support;
