@@ -81,6 +81,9 @@ pub fn unavailable(e: &RedisError) -> BackendError {
     } else if e.is_timeout() {
         "Redis did not answer in time"
     } else {
+        // A script or server error: worth an operator's look. Server
+        // replies name the script and line, never a URL or password.
+        tracing::warn!(kind = ?e.kind(), detail = e.detail().unwrap_or(""), "redis refused an operation");
         "Redis refused the operation"
     };
     tracing::debug!(kind = ?e.kind(), "redis error");

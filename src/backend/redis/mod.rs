@@ -890,3 +890,75 @@ impl Backend for RedisBackend {
         self.tasks.wait().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    /// The status layout of lib.lua's `status_reply`, after a tag.
+    fn reply(state: i64, position: i64, open: i64, hand: i64) -> Reply {
+        let mut v = vec![bulk("ok")];
+        v.extend(
+            [
+                state, 4, 1_000, 2_000, 9_000, position, 8, 12, open, 5_000, 0, 0, hand, 0,
+            ]
+            .map(Value::Int),
+        );
+        v.extend([bulk("2.5"), bulk("0"), Value::Int(1), Value::Int(1_000)]);
+        Reply(v)
+    }
+
+    #[test]
+    fn a_waiting_ticket_reads_like_the_engine_computes_it() {
+        let s = ticket_status(3, &reply(0, 5, 1, 0), 1);
+        assert_eq!(s.state, TicketState::Waiting);
+        assert_eq!((s.number, s.position, s.ahead), (Some(5), Some(5), Some(4)));
+        assert!((s.progress - 0.5).abs() < 1e-9);
+        assert_eq!(s.queue_length, 12);
+        // 5 ahead at 2.5 a second.
+        assert_eq!(s.eta.map(|e| e.expected_secs), Some(2));
+        assert_eq!(s.opens_at, None);
+        // With free permits in the worker's hand, the next tick takes it.
+        let s = ticket_status(3, &reply(0, 2, 1, 3), 1);
+        assert_eq!(s.eta.map(|e| e.expected_secs), Some(1));
+        // Before opening: no estimate, and the opening time.
+        let s = ticket_status(3, &reply(0, 2, 0, 3), 1);
+        assert_eq!((s.eta, s.opens_at), (None, Some(5_000)));
+    }
+
+    #[test]
+    fn an_admitted_ticket_carries_its_pass() {
+        let s = ticket_status(3, &reply(1, -1, 1, 0), 1);
+        assert_eq!(s.state, TicketState::Admitted);
+        assert_eq!(
+            (s.admitted_at, s.pass_expires_at),
+            (Some(2_000), Some(9_000))
+        );
+        assert_eq!(s.position, None);
+        assert!((s.progress - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn departures_map_to_the_engine_s() {
+        let r = |v: Vec<Value>| departure(&Reply(v));
+        assert_eq!(r(vec![bulk("left")]), Ok(Departure::LeftQueue));
+        assert_eq!(
+            r(vec![bulk("gave"), bulk("to"), Value::Int(7)]),
+            Ok(Departure::GaveBack(Handoff::To(7)))
+        );
+        assert_eq!(
+            r(vec![bulk("gave"), bulk("retired")]),
+            Ok(Departure::GaveBack(Handoff::Retired))
+        );
+        assert_eq!(
+            r(vec![bulk("nothing"), Value::Int(4)]),
+            Ok(Departure::Nothing(TicketState::Expired))
+        );
+        assert_eq!(r(vec![bulk("noticket")]), Err(BackendError::NoSuchTicket));
+        assert!(matches!(r(vec![]), Err(BackendError::Unavailable(_))));
+    }
+}
