@@ -21,6 +21,7 @@ use tower::ServiceExt;
 
 use crate::backend::Backend;
 use crate::backend::embedded::{EmbeddedBackend, Persistence};
+use crate::backend::redis::{RedisBackend, RedisOptions};
 use crate::config::{self, Config};
 use crate::engine::SystemClock;
 use crate::http::limits::{JoinLimiter, StreamLimiter};
@@ -46,8 +47,16 @@ pub async fn backend(config: &Config) -> anyhow::Result<Arc<dyn Backend>> {
         )
         .await
         .context("loading the embedded state from the data directory")?),
-        config::Backend::Redis { .. } => {
-            anyhow::bail!("backend = \"redis\" is not available in this build yet")
+        config::Backend::Redis { url, cluster_nodes } => {
+            let options = RedisOptions {
+                cluster_nodes: cluster_nodes.clone(),
+                ..RedisOptions::new(url.clone())
+            };
+            let backend =
+                RedisBackend::connect(options, config.rooms.clone(), Arc::new(SystemClock))
+                    .await
+                    .context("starting the Redis backend")?;
+            Ok(backend)
         }
     }
 }

@@ -350,7 +350,10 @@ impl EmbeddedBackend {
     fn ticket(&self, id: &RoomId, t: TicketRef) -> Result<(Arc<Room>, TicketId), BackendError> {
         let room = self.get(id)?;
         let ticket = TicketId::try_from(t.id).map_err(|_| BackendError::NoSuchTicket)?;
-        if t.epoch != room.epoch() || ticket >= room.issued() {
+        // Not `ticket >= room.issued()`: the count lags a push that
+        // finished while an earlier slot is still being written, so a
+        // ticket just issued could read as unknown.
+        if t.epoch != room.epoch() || room.state_of(ticket).is_none() {
             return Err(BackendError::NoSuchTicket);
         }
         Ok((room, ticket))

@@ -12,6 +12,7 @@
 
 pub mod embedded;
 pub mod journal;
+pub mod redis;
 
 use std::sync::Arc;
 

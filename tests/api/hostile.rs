@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use narabu::backend::Backend;
 use narabu::backend::embedded::EmbeddedBackend;
 use narabu::config::{Config, Secret};
 use narabu::engine::SystemClock;
