@@ -252,7 +252,7 @@ pub fn validate(scenario: &Scenario) -> Result<(), String> {
             if a.capacity == Some(0) {
                 return Err("--capacity must be at least 1".into());
             }
-            if !(a.order_slack_ms >= 0.0) {
+            if a.order_slack_ms.is_nan() || a.order_slack_ms < 0.0 {
                 return Err("--order-slack-ms must not be negative".into());
             }
             Ok(())

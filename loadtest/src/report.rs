@@ -79,7 +79,7 @@ impl Report {
         root.fill(&WHITE).map_err(plot_err)?;
         let panels = root.split_evenly((3, 1));
         let end = self.series.last().map_or(1.0, |s| s.t_s.max(0.1));
-        let lines: [(&str, fn(&Sample) -> f64, RGBColor); 3] = [
+        let lines: [Line; 3] = [
             ("queue length", |s| s.queue as f64, BLUE),
             ("admitted visitors", |s| s.admitted as f64, GREEN),
             ("admissions per second", |s| s.admissions_per_s, RED),
@@ -114,6 +114,9 @@ impl Report {
         Ok(())
     }
 }
+
+/// A chart panel: its name, what it plots, its colour.
+type Line = (&'static str, fn(&Sample) -> f64, RGBColor);
 
 fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow::anyhow!("drawing the chart: {e:?}")

@@ -244,9 +244,12 @@ struct Ev {
     updated_ms: Option<u64>,
 }
 
+/// A worker's streams once ready: (opened, failed).
+type Opened = (usize, usize);
+
 struct Workers {
     events: Arc<Mutex<Vec<Ev>>>,
-    ready: Arc<Mutex<Vec<Option<(usize, usize)>>>>,
+    ready: Arc<Mutex<Vec<Option<Opened>>>>,
     opened: Arc<Vec<AtomicUsize>>,
     stops: Vec<Box<dyn FnOnce() + Send>>,
 }
