@@ -32,9 +32,6 @@ use crate::engine::{RoomId, TicketState};
 
 /// At most one `position` event a second per stream.
 const POSITION_INTERVAL: Duration = Duration::from_secs(1);
-/// The window over which one view change's deliveries are spread (see
-/// `broadcast_spread`); small next to the one-second tick.
-const BROADCAST_SPREAD: Duration = Duration::from_millis(50);
 
 #[derive(Debug, Default, Deserialize)]
 pub struct EventsQuery {
@@ -167,17 +164,6 @@ fn stream(
                         yield Ok(Event::default().event("closed").data(r#"{"status":"closed"}"#));
                         return;
                     }
-                    // A view change wakes every stream of the room at once.
-                    // Spread their status reads and writes over a few
-                    // milliseconds, so that a hand-off (this ticket's signal
-                    // or another visitor's leave request) never queues
-                    // behind the whole broadcast on the runtime.
-                    tokio::select! {
-                        biased;
-                        () = state.shutdown.cancelled() => return,
-                        () = &mut woken => {}
-                        () = tokio::time::sleep(broadcast_spread(ticket)) => {}
-                    }
                 }
                 _ = heartbeat.changed() => {
                     yield Ok(Event::default().comment("keep-alive"));
@@ -187,38 +173,9 @@ fn stream(
     }
 }
 
-/// How long after a view change this stream reacts: a fixed offset per
-/// ticket, spread evenly over [`BROADCAST_SPREAD`].
-fn broadcast_spread(ticket: TicketRef) -> Duration {
-    let spread = BROADCAST_SPREAD.as_micros() as u64;
-    let mixed = ticket.id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
-    Duration::from_micros(mixed % spread)
-}
-
 async fn sleep_until_some(deadline: Option<Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn broadcast_reactions_are_spread_over_the_window() {
-        let mut buckets = [0u32; 10];
-        for id in 1..=1000u64 {
-            let d = broadcast_spread(TicketRef { epoch: 1, id });
-            assert!(d < BROADCAST_SPREAD);
-            assert_eq!(d, broadcast_spread(TicketRef { epoch: 1, id }));
-            buckets[(d.as_micros() * 10 / BROADCAST_SPREAD.as_micros()) as usize] += 1;
-        }
-        // Consecutive tickets land all over the window, not in one burst.
-        assert!(
-            buckets.iter().all(|&n| (50..=150).contains(&n)),
-            "{buckets:?}"
-        );
     }
 }
