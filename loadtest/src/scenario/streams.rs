@@ -557,7 +557,8 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
         if quiet {
             "yes (no position event for 1.2 s)".to_owned()
         } else {
-            "no: the view kept changing for 30 s, so the fan-out includes the 1 s throttle".to_owned()
+            "no: the view kept changing for 30 s, so the fan-out includes the 1 s throttle"
+                .to_owned()
         },
     );
     r.row("hand-off (leave → admitted)", handoff.show());
