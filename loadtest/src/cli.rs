@@ -147,6 +147,9 @@ pub struct StreamsArgs {
     /// Pause between hand-offs, in ms.
     #[arg(long, default_value_t = 20)]
     pub handoff_gap_ms: u64,
+    /// Wait at most this long (s) for a second without position events before timing the fan-out.
+    #[arg(long, default_value_t = 30.0)]
+    pub quiet_max_seconds: f64,
 }
 
 /// A validated target: a loopback socket address.
@@ -290,6 +293,9 @@ pub fn validate(scenario: &Scenario) -> Result<(), String> {
             }
             if a.prefill > 5_000_000 {
                 return Err("--prefill must be at most 5000000".into());
+            }
+            if !(0.0..=600.0).contains(&a.quiet_max_seconds) {
+                return Err("--quiet-max-seconds must be 0 to 600".into());
             }
             if a.handoffs >= a.streams {
                 return Err("--handoffs must be fewer than --streams".into());

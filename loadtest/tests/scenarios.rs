@@ -171,6 +171,7 @@ async fn streams_in_process_time_fan_out_and_hand_offs() {
         prefill: 100,
         handoffs: 10,
         handoff_gap_ms: 5,
+        quiet_max_seconds: 2.0,
     };
     let report = streams::run(&args).await.unwrap();
     let f = &report.figures;
@@ -198,7 +199,15 @@ async fn streams_split_over_worker_processes() {
             "split",
         ])
         .args(["--streams", "40", "--workers", "2", "--capacity", "2"])
-        .args(["--handoffs", "5", "--max-seconds", "60", "--json"])
+        .args([
+            "--handoffs",
+            "5",
+            "--quiet-max-seconds",
+            "2",
+            "--max-seconds",
+            "60",
+        ])
+        .arg("--json")
         .arg(&json)
         .output()
         .await

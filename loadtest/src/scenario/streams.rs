@@ -390,7 +390,7 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
     // view changes every tick and each stream may just have had a
     // (throttled) event, which would time the throttle, not the fan-out.
     let quiet_for = Duration::from_millis(1200);
-    let quiet_by = Instant::now() + Duration::from_secs(30);
+    let quiet_by = Instant::now() + crate::cli::secs(args.quiet_max_seconds);
     let quiet = loop {
         let last = w
             .events
@@ -557,8 +557,10 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
         if quiet {
             "yes (no position event for 1.2 s)".to_owned()
         } else {
-            "no: the view kept changing for 30 s, so the fan-out includes the 1 s throttle"
-                .to_owned()
+            format!(
+                "no: the view kept changing for {} s, so the fan-out includes the 1 s throttle",
+                args.quiet_max_seconds
+            )
         },
     );
     r.row("hand-off (leave → admitted)", handoff.show());
