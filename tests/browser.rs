@@ -94,7 +94,7 @@ async fn wait_for_url(driver: &Driver, want: &str, within: Duration) {
     }
 }
 
-fn save(path: &Path) {
+fn assert_screenshot(path: &Path) {
     let size = std::fs::metadata(path).unwrap().len();
     assert!(size > 5_000, "{} is a real screenshot", path.display());
 }
@@ -142,7 +142,7 @@ async fn chromium_waits_through_nginx_and_reaches_the_origin_with_and_without_ja
         .script("window.narabuSamePage = true; return true")
         .await;
     browser.screenshot(&shots.join("queue-waiting.png")).await;
-    save(&shots.join("queue-waiting.png"));
+    assert_screenshot(&shots.join("queue-waiting.png"));
 
     let violations = axe_violations(&browser).await;
     for v in &violations {
@@ -181,7 +181,7 @@ async fn chromium_waits_through_nginx_and_reaches_the_origin_with_and_without_ja
         format!("{}/tickets?seat=a1", nginx.base)
     );
     browser.screenshot(&shots.join("origin-reached.png")).await;
-    save(&shots.join("origin-reached.png"));
+    assert_screenshot(&shots.join("origin-reached.png"));
 
     // Without JavaScript, behind the browser that now holds the permit.
     let plain = Driver::start_with(false).await;
@@ -209,7 +209,7 @@ async fn chromium_waits_through_nginx_and_reaches_the_origin_with_and_without_ja
         .unwrap();
     assert!((5..=60).contains(&seconds), "refresh every {seconds} s");
     plain.screenshot(&shots.join("nojs-queue-waiting.png")).await;
-    save(&shots.join("nojs-queue-waiting.png"));
+    assert_screenshot(&shots.join("nojs-queue-waiting.png"));
 
     // The first browser gives its permit back from its own page.
     let left = browser
@@ -231,7 +231,7 @@ async fn chromium_waits_through_nginx_and_reaches_the_origin_with_and_without_ja
     .await;
     assert_eq!(plain.text("body").await, "origin page /tickets");
     plain.screenshot(&shots.join("nojs-origin-reached.png")).await;
-    save(&shots.join("nojs-origin-reached.png"));
+    assert_screenshot(&shots.join("nojs-origin-reached.png"));
 
     plain.quit().await;
     browser.quit().await;
