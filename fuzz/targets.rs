@@ -95,7 +95,10 @@ pub fn assert_on_site(given: &str, path: &str) {
             text.starts_with('/') && !text.starts_with("//"),
             "{given:?} accepted, but {text:?} does not start with a single '/'"
         );
-        assert!(!text.contains('\\'), "{given:?} accepted with a backslash in {text:?}");
+        assert!(
+            !text.contains('\\'),
+            "{given:?} accepted with a backslash in {text:?}"
+        );
         assert!(
             !text.chars().any(char::is_control),
             "{given:?} accepted with a control character in {text:?}"
@@ -108,7 +111,11 @@ pub fn assert_on_site(given: &str, path: &str) {
             Some("narabu.example"),
             "{given:?} leaves the site as {joined}"
         );
-        assert_eq!(joined.scheme(), "https", "{given:?} changes scheme: {joined}");
+        assert_eq!(
+            joined.scheme(),
+            "https",
+            "{given:?} changes scheme: {joined}"
+        );
         assert!(
             !joined.path().starts_with("//"),
             "{given:?} resolves to {joined}, a path a relative redirect would turn into another host"
@@ -155,8 +162,14 @@ pub fn config(data: &[u8]) {
     };
     let shown = e.to_string();
     assert_eq!(e.origin(), "fuzz.toml", "{shown}");
-    assert!(!e.field().is_empty(), "an error that names no field: {shown}");
-    assert!(!e.message().is_empty(), "an error that says nothing: {shown}");
+    assert!(
+        !e.field().is_empty(),
+        "an error that names no field: {shown}"
+    );
+    assert!(
+        !e.message().is_empty(),
+        "an error that says nothing: {shown}"
+    );
     for value in secret_values(text) {
         assert!(
             !shown.contains(value),

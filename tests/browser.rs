@@ -7,17 +7,17 @@
 //! inside the waiting page, finds no serious or critical accessibility
 //! violations.
 //!
-//! Screenshots for a person to look at go to `target/e2e/`: `queue-waiting`,
-//! `origin-reached`, `nojs-queue-waiting`, `nojs-origin-reached`.
+//! Screenshots for a person to look at go to `target/e2e/`: `queue-waiting`
+//! (and `-dark`), `origin-reached`, `nojs-queue-waiting`, `nojs-origin-reached`.
 //!
 //! axe-core comes from the npm registry, installed under `target/e2e/node`
 //! the first time (never committed).
 
+#[path = "support/nginx.rs"]
+mod proxy;
 #[path = "api/support.rs"]
 #[allow(dead_code)]
 mod support;
-#[path = "support/nginx.rs"]
-mod proxy;
 #[path = "support/webdriver.rs"]
 #[allow(dead_code)]
 mod webdriver;
@@ -31,7 +31,7 @@ use narabu::backend::embedded::EmbeddedBackend;
 use narabu::engine::SystemClock;
 use proxy::{Nginx, spawn_origin};
 use reqwest::StatusCode;
-use serde_json::Value;
+use serde_json::{Value, json};
 use support::{config, room, spawn_with};
 use webdriver::Driver;
 
@@ -66,18 +66,19 @@ async fn axe_violations(driver: &Driver) -> Vec<Value> {
     let result = driver
         .script_async(
             "var done = arguments[arguments.length - 1];
-             axe.run(document, {resultTypes: ['violations']}).then(function (r) {
-               done(r.violations.map(function (v) {
+             axe.run(document).then(function (r) {
+               done({passes: r.passes.length, violations: r.violations.map(function (v) {
                  return {id: v.id, impact: v.impact, help: v.help,
                          nodes: v.nodes.map(function (n) { return n.target.join(' '); })};
-               }));
+               })});
              }, function (e) { done({error: String(e)}); });",
         )
         .await;
-    result
-        .as_array()
-        .unwrap_or_else(|| panic!("axe-core failed: {result}"))
-        .clone()
+    let passes = result["passes"].as_u64().unwrap_or(0);
+    println!("axe-core: {passes} rules passed");
+    // A run that checked nothing would find nothing.
+    assert!(passes > 10, "axe-core did not run its rules: {result}");
+    result["violations"].as_array().unwrap().clone()
 }
 
 /// Polls the browser's address (a WebDriver command, so it works with the
@@ -144,15 +145,33 @@ async fn chromium_waits_through_nginx_and_reaches_the_origin_with_and_without_ja
     browser.screenshot(&shots.join("queue-waiting.png")).await;
     assert_screenshot(&shots.join("queue-waiting.png"));
 
-    let violations = axe_violations(&browser).await;
-    for v in &violations {
-        println!("axe: {v}");
+    // In the light and the dark colour scheme (the page follows the
+    // visitor's), since contrast is checked on the colours shown.
+    for scheme in ["light", "dark"] {
+        browser
+            .call(
+                "POST",
+                "/goog/cdp/execute",
+                json!({"cmd": "Emulation.setEmulatedMedia", "params": {
+                    "features": [{"name": "prefers-color-scheme", "value": scheme}]}}),
+            )
+            .await;
+        let violations = axe_violations(&browser).await;
+        for v in &violations {
+            println!("axe ({scheme}): {v}");
+        }
+        let serious: Vec<&Value> = violations
+            .iter()
+            .filter(|v| matches!(v["impact"].as_str(), Some("serious" | "critical")))
+            .collect();
+        assert!(
+            serious.is_empty(),
+            "serious accessibility violations ({scheme}): {serious:?}"
+        );
     }
-    let serious: Vec<&Value> = violations
-        .iter()
-        .filter(|v| matches!(v["impact"].as_str(), Some("serious" | "critical")))
-        .collect();
-    assert!(serious.is_empty(), "serious accessibility violations: {serious:?}");
+    browser
+        .screenshot(&shots.join("queue-waiting-dark.png"))
+        .await;
 
     // The visitor ahead leaves: the page moves to position 1 in place.
     assert_eq!(app.leave("sale", &second).await, StatusCode::NO_CONTENT);
@@ -208,7 +227,9 @@ async fn chromium_waits_through_nginx_and_reaches_the_origin_with_and_without_ja
         .parse()
         .unwrap();
     assert!((5..=60).contains(&seconds), "refresh every {seconds} s");
-    plain.screenshot(&shots.join("nojs-queue-waiting.png")).await;
+    plain
+        .screenshot(&shots.join("nojs-queue-waiting.png"))
+        .await;
     assert_screenshot(&shots.join("nojs-queue-waiting.png"));
 
     // The first browser gives its permit back from its own page.
@@ -230,7 +251,9 @@ async fn chromium_waits_through_nginx_and_reaches_the_origin_with_and_without_ja
     )
     .await;
     assert_eq!(plain.text("body").await, "origin page /tickets");
-    plain.screenshot(&shots.join("nojs-origin-reached.png")).await;
+    plain
+        .screenshot(&shots.join("nojs-origin-reached.png"))
+        .await;
     assert_screenshot(&shots.join("nojs-origin-reached.png"));
 
     plain.quit().await;

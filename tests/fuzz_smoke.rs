@@ -37,7 +37,9 @@ fn iterations(default: usize) -> usize {
 }
 
 fn corpus(target: &str) -> Vec<Vec<u8>> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target);
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|entry| entry.unwrap().path())
@@ -110,7 +112,11 @@ fn mutate(rng: &mut StdRng, input: &[u8], seeds: &[Vec<u8>], words: &[&str]) -> 
 #[test]
 fn token_target_never_accepts_a_mutated_token() {
     let seeds = corpus("token");
-    let verifies = |s: &[u8]| targets::keyring().verify(&String::from_utf8_lossy(s)).is_ok();
+    let verifies = |s: &[u8]| {
+        targets::keyring()
+            .verify(&String::from_utf8_lossy(s))
+            .is_ok()
+    };
     // The corpus starts the fuzzer from tokens that verify, with both keys.
     let valid = seeds.iter().filter(|s| verifies(s)).count();
     assert_eq!(valid, 4, "the corpus's valid-* tokens verify");
@@ -118,13 +124,21 @@ fn token_target_never_accepts_a_mutated_token() {
     // one genuine token into another is not a forgery.
     let mut genuine: Vec<Vec<u8>> = seeds
         .iter()
-        .flat_map(|s| s.split(|&b| b == b'.').collect::<Vec<_>>().windows(2).map(|w| [w[0], b".", w[1]].concat()).collect::<Vec<_>>())
+        .flat_map(|s| {
+            s.split(|&b| b == b'.')
+                .collect::<Vec<_>>()
+                .windows(2)
+                .map(|w| [w[0], b".", w[1]].concat())
+                .collect::<Vec<_>>()
+        })
         .filter(|t| verifies(t))
         .collect();
     genuine.push(targets::sign("sale", 1, 1).into_bytes());
     assert_eq!(genuine.len(), 6);
 
-    let words = ["A", "_", "-", "=", ".", "..", "%2E", "+", "/", "AAAA", "\0", "é"];
+    let words = [
+        "A", "_", "-", "=", ".", "..", "%2E", "+", "/", "AAAA", "\0", "é",
+    ];
     let mut rng = StdRng::seed_from_u64(seed());
     let mut refused = 0;
     for input in &seeds {
@@ -148,10 +162,56 @@ fn token_target_never_accepts_a_mutated_token() {
 
 /// The pieces open redirects are made of.
 const PATH_WORDS: &[&str] = &[
-    "/", "//", "///", "\\", "%2F", "%2f", "%5C", "%5c", "%25", "%252F", "%25252F", "%", "%%", ".",
-    "..", "%2e", "%2E%2E", "\t", "\n", "\r", "%09", "%0a", "%0D", " ", "%20", "+", "?", "#", ":",
-    "@", "evil.example", "a", "tickets", "／", "＼", "．", "‥", "https:", "javascript:", "\u{200B}",
-    "\u{202E}", "é", "東京", "%E3%81%82", "%C0%AF", "%00", "\u{7f}", "℀", ";", "&",
+    "/",
+    "//",
+    "///",
+    "\\",
+    "%2F",
+    "%2f",
+    "%5C",
+    "%5c",
+    "%25",
+    "%252F",
+    "%25252F",
+    "%",
+    "%%",
+    ".",
+    "..",
+    "%2e",
+    "%2E%2E",
+    "\t",
+    "\n",
+    "\r",
+    "%09",
+    "%0a",
+    "%0D",
+    " ",
+    "%20",
+    "+",
+    "?",
+    "#",
+    ":",
+    "@",
+    "evil.example",
+    "a",
+    "tickets",
+    "／",
+    "＼",
+    "．",
+    "‥",
+    "https:",
+    "javascript:",
+    "\u{200B}",
+    "\u{202E}",
+    "é",
+    "東京",
+    "%E3%81%82",
+    "%C0%AF",
+    "%00",
+    "\u{7f}",
+    "℀",
+    ";",
+    "&",
 ];
 
 #[test]
@@ -197,12 +257,49 @@ fn return_path_target_accepts_only_paths_on_this_site() {
 
 /// Values of every type a config key might be given, and the wrong ones.
 const CONFIG_WORDS: &[&str] = &[
-    "0", "-1", "1", "4294967296", "18446744073709551616", "1e999", "nan", "inf", "true", "[]", "{}",
-    "\"\"", "\"1s\"", "\"0ms\"", "\"-5m\"", "\"999999999999h\"", "\"10m\"", "\"not an address\"",
-    "\"127.0.0.1:0\"", "\"[::1]:8080\"", "\"redis://\"", "\"redis://:pw@h:1/99\"", "\"http://\"",
-    "\"2026-13-45T99:00:00Z\"", "\"2026-12-01T10:00:00+09:00\"", "\"fifo\"", "\"é\"", "\"a\"",
-    "\"10.0.0.0/33\"", "\"::/0\"", "[[rooms]]\n", "[[webhooks]]\n", "\n", "=", "\"", "'", "#",
-    "id = \"sale\"\n", "capacity = ", "tick = ", "opens_at = ", "backend = ", "secret = ",
+    "0",
+    "-1",
+    "1",
+    "4294967296",
+    "18446744073709551616",
+    "1e999",
+    "nan",
+    "inf",
+    "true",
+    "[]",
+    "{}",
+    "\"\"",
+    "\"1s\"",
+    "\"0ms\"",
+    "\"-5m\"",
+    "\"999999999999h\"",
+    "\"10m\"",
+    "\"not an address\"",
+    "\"127.0.0.1:0\"",
+    "\"[::1]:8080\"",
+    "\"redis://\"",
+    "\"redis://:pw@h:1/99\"",
+    "\"http://\"",
+    "\"2026-13-45T99:00:00Z\"",
+    "\"2026-12-01T10:00:00+09:00\"",
+    "\"fifo\"",
+    "\"é\"",
+    "\"a\"",
+    "\"10.0.0.0/33\"",
+    "\"::/0\"",
+    "[[rooms]]\n",
+    "[[webhooks]]\n",
+    "\n",
+    "=",
+    "\"",
+    "'",
+    "#",
+    "id = \"sale\"\n",
+    "capacity = ",
+    "tick = ",
+    "opens_at = ",
+    "backend = ",
+    "secret = ",
 ];
 
 #[test]
@@ -250,7 +347,10 @@ fn config_target_never_panics_and_names_the_field() {
             failed += 1;
         }
     }
-    assert!(failed > n / 4, "{failed} of {n} refused: the mutations bite");
+    assert!(
+        failed > n / 4,
+        "{failed} of {n} refused: the mutations bite"
+    );
 }
 
 // Regressions: inputs the fuzz targets once failed on.
