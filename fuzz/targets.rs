@@ -178,9 +178,12 @@ pub fn config(data: &[u8]) {
     }
 }
 
-/// The values given to secret keys on `key = "value"` lines, long enough
-/// and unique enough in the text that seeing one in an error can only mean
-/// the secret leaked.
+/// The values given to secret keys on `key = "value"` lines that look like
+/// secrets (letters, digits and dashes, with both letters and digits) and
+/// occur once in the text, so that seeing one in an error can only mean the
+/// secret leaked. (Without the shape rule, `admin_token =
+/// "2026-12-01T10:00:00+09:00"` "leaked" through the `opens_at` error's
+/// example of a valid time.)
 fn secret_values(text: &str) -> Vec<&str> {
     text.lines()
         .filter_map(|line| {
@@ -188,7 +191,13 @@ fn secret_values(text: &str) -> Vec<&str> {
             let key = key.trim().trim_matches(['"', '\'']);
             SECRET_KEYS.contains(&key).then_some(())?;
             let value = value.trim().trim_matches(['"', '\'']);
-            (value.len() >= 12 && text.matches(value).count() == 1).then_some(value)
+            let secret_like = value.len() >= 12
+                && value
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && value.bytes().any(|b| b.is_ascii_alphabetic())
+                && value.bytes().any(|b| b.is_ascii_digit());
+            (secret_like && text.matches(value).count() == 1).then_some(value)
         })
         .collect()
 }
