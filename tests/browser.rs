@@ -128,26 +128,24 @@ async fn chromium_waits_through_nginx_and_reaches_the_origin_with_and_without_ja
     browser
         .goto(&format!("{}/tickets?seat=a1", nginx.base))
         .await;
-    assert_eq!(
-        browser.current_url().await,
-        format!("{}/queue/sale?return=%2Ftickets%3Fseat%3Da1", nginx.base)
-    );
+    let queue = format!("{}/queue/sale?return=%2Ftickets%3Fseat%3Da1", nginx.base);
+    assert_eq!(browser.current_url().await, queue);
     browser
         .wait_until(
             "the queue page shows position 2",
             "return document.getElementById('position').textContent === '2'",
         )
         .await;
-    // A mark on this very document: a reload would lose it.
-    browser
-        .script("window.narabuSamePage = true; return true")
-        .await;
-    browser.screenshot(&shots.join("queue-waiting.png")).await;
-    assert_screenshot(&shots.join("queue-waiting.png"));
-
-    // In the light and the dark colour scheme (the page follows the
-    // visitor's), since contrast is checked on the colours shown.
-    for scheme in ["light", "dark"] {
+    // axe-core in every language, and in the light and the dark colour
+    // scheme (the page follows the visitor's), since contrast is checked
+    // on the colours shown. Each language is a fresh page load.
+    for (lang, scheme) in [
+        ("ja", "light"),
+        ("zh", "dark"),
+        ("en", "dark"),
+        ("en", "light"),
+    ] {
+        browser.goto(&format!("{queue}&lang={lang}")).await;
         browser
             .call(
                 "POST",
@@ -158,7 +156,7 @@ async fn chromium_waits_through_nginx_and_reaches_the_origin_with_and_without_ja
             .await;
         let violations = axe_violations(&browser).await;
         for v in &violations {
-            println!("axe ({scheme}): {v}");
+            println!("axe ({lang}, {scheme}): {v}");
         }
         let serious: Vec<&Value> = violations
             .iter()
@@ -166,12 +164,27 @@ async fn chromium_waits_through_nginx_and_reaches_the_origin_with_and_without_ja
             .collect();
         assert!(
             serious.is_empty(),
-            "serious accessibility violations ({scheme}): {serious:?}"
+            "serious accessibility violations ({lang}, {scheme}): {serious:?}"
         );
+        if scheme == "dark" && lang == "en" {
+            browser
+                .screenshot(&shots.join("queue-waiting-dark.png"))
+                .await;
+        }
     }
     browser
-        .screenshot(&shots.join("queue-waiting-dark.png"))
+        .wait_until(
+            "the queue page still shows position 2",
+            "return document.documentElement.lang === 'en' && \
+             document.getElementById('position').textContent === '2'",
+        )
         .await;
+    // A mark on this very document: a reload would lose it.
+    browser
+        .script("window.narabuSamePage = true; return true")
+        .await;
+    browser.screenshot(&shots.join("queue-waiting.png")).await;
+    assert_screenshot(&shots.join("queue-waiting.png"));
 
     // The visitor ahead leaves: the page moves to position 1 in place.
     assert_eq!(app.leave("sale", &second).await, StatusCode::NO_CONTENT);
