@@ -67,16 +67,12 @@ pub fn return_path(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    match validate_return_path(Some(text)) {
-        Ok(path) => assert_on_site(text, &path),
-        Err(e) => {
-            // Refusals are shown to the visitor and logged: never echo it.
-            let message = e.to_string();
-            assert!(
-                text.len() < 4 || !message.contains(text),
-                "the refusal repeats the path: {message}"
-            );
-        }
+    // A refusal never repeats the path by construction (its error is a
+    // fieldless enum), so only what is accepted needs checking. (A check
+    // that the message does not contain the input found only inputs such
+    // as `e '/` that are pieces of the fixed messages.)
+    if let Ok(path) = validate_return_path(Some(text)) {
+        assert_on_site(text, &path);
     }
 }
 

@@ -423,3 +423,12 @@ fn config_errors_never_show_a_secret() {
         assert!(!e.to_string().contains("123"), "{input:?}: {e}");
     }
 }
+
+/// libFuzzer (coverage-guided, on stable): an input that is a piece of a
+/// refusal's fixed message is not the message echoing it (a false alarm
+/// of the target's own check, removed there).
+#[test]
+fn return_path_regression_input_inside_a_fixed_message() {
+    targets::return_path(b"e '/");
+    assert!(validate_return_path(Some("e '/")).is_err());
+}
