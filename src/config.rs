@@ -154,6 +154,20 @@ pub enum LogFormat {
     Json,
 }
 
+/// When the embedded backend acknowledges a join.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// Only after the join's journal record is on disk (fsync, shared by
+    /// every join that arrived meanwhile): survives a crash or power cut.
+    #[default]
+    Fsync,
+    /// At once; the journal is written in the background without fsync.
+    /// Survives a process crash, but a power cut may lose the last
+    /// moments. For measuring what durability costs.
+    Off,
+}
+
 /// What the gate answers when the backend cannot be reached.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -194,6 +208,10 @@ pub struct Config {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
     pub backend: Backend,
+    /// When joins are acknowledged (embedded backend).
+    pub durability: Durability,
+    /// How often the embedded backend compacts its journal into a snapshot.
+    pub snapshot_interval: std::time::Duration,
     /// The ticket signing key; when absent, a key is kept in
     /// `data_dir/secret.key`.
     pub secret: Option<Secret>,
@@ -224,6 +242,7 @@ impl Config {
     pub const DEFAULT_DATA_DIR: &str = "./narabu-data";
     pub const DEFAULT_ROOM: &str = "default";
     pub const DEFAULT_MAX_STREAMS_PER_ADDRESS: u32 = 20;
+    pub const DEFAULT_SNAPSHOT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
     /// Reads and validates a TOML file. Errors name the file as given.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -292,6 +311,8 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             data_dir: PathBuf::from(Self::DEFAULT_DATA_DIR),
             backend: Backend::Embedded,
+            durability: Durability::Fsync,
+            snapshot_interval: Self::DEFAULT_SNAPSHOT_INTERVAL,
             secret: None,
             previous_secret: None,
             admin_token: None,
@@ -316,6 +337,9 @@ struct FileConfig {
     listen: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
     backend: BackendKind,
+    durability: Durability,
+    #[serde(with = "room::opt_duration")]
+    snapshot_interval: Option<std::time::Duration>,
     redis_url: Option<String>,
     redis_cluster_nodes: Vec<String>,
     secret: Option<Secret>,
@@ -450,6 +474,15 @@ impl FileConfig {
         if data_dir.as_os_str().is_empty() {
             return Err(ConfigError::new("data_dir", "must not be empty"));
         }
+        let snapshot_interval = self.snapshot_interval.unwrap_or(defaults.snapshot_interval);
+        if !(std::time::Duration::from_millis(100)..=std::time::Duration::from_secs(86_400))
+            .contains(&snapshot_interval)
+        {
+            return Err(ConfigError::new(
+                "snapshot_interval",
+                "must be between 100ms and 24h",
+            ));
+        }
         let public_url = match self.public_url {
             None => None,
             Some(url) => Some(check_public_url(&url)?),
@@ -468,6 +501,8 @@ impl FileConfig {
             listen: self.listen.unwrap_or(defaults.listen),
             data_dir,
             backend,
+            durability: self.durability,
+            snapshot_interval,
             secret: self.secret,
             previous_secret: self.previous_secret,
             admin_token: self.admin_token,

@@ -5,18 +5,26 @@
 //! `run` takes a bound listener so tests can serve on `127.0.0.1:0`.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder as AutoBuilder;
+use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
 
 use crate::backend::Backend;
-use crate::backend::embedded::EmbeddedBackend;
+use crate::backend::embedded::{EmbeddedBackend, Persistence};
+use crate::backend::redis::{RedisBackend, RedisOptions};
 use crate::config::{self, Config};
 use crate::engine::SystemClock;
+use crate::http::limits::{JoinLimiter, StreamLimiter};
 use crate::http::router::router;
 use crate::http::state::{AppState, HttpSettings};
 use crate::metrics::Metrics;
@@ -27,12 +35,28 @@ use crate::webhooks::Webhooks;
 /// Build the backend the configuration names.
 pub async fn backend(config: &Config) -> anyhow::Result<Arc<dyn Backend>> {
     match &config.backend {
-        config::Backend::Embedded => Ok(EmbeddedBackend::new(
+        config::Backend::Embedded => Ok(EmbeddedBackend::open(
             config.rooms.clone(),
             Arc::new(SystemClock),
-        )),
-        config::Backend::Redis { .. } => {
-            anyhow::bail!("backend = \"redis\" is not available in this build yet")
+            Persistence {
+                data_dir: config.data_dir.clone(),
+                durability: config.durability,
+                snapshot_interval: config.snapshot_interval,
+            },
+            true,
+        )
+        .await
+        .context("loading the embedded state from the data directory")?),
+        config::Backend::Redis { url, cluster_nodes } => {
+            let options = RedisOptions {
+                cluster_nodes: cluster_nodes.clone(),
+                ..RedisOptions::new(url.clone())
+            };
+            let backend =
+                RedisBackend::connect(options, config.rooms.clone(), Arc::new(SystemClock))
+                    .await
+                    .context("starting the Redis backend")?;
+            Ok(backend)
         }
     }
 }
@@ -81,7 +105,21 @@ pub async fn serve(
     let webhooks = Webhooks::start(config.webhooks.clone(), metrics.clone(), stop.clone());
     let monitor = Monitor::new(backend.clone(), webhooks);
     monitor.start(stop.clone());
+    let joins = Arc::new(JoinLimiter::default());
+    let sweep_joins = joins.clone();
+    let sweep_stop = stop.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(30));
+        loop {
+            tokio::select! {
+                () = sweep_stop.cancelled() => return,
+                _ = every.tick() => sweep_joins.sweep(crate::http::api::now_ms()),
+            }
+        }
+    });
     let state = AppState {
+        joins,
+        streams: StreamLimiter::new(config.max_streams_per_address),
         metrics,
         monitor,
         backend: backend.clone(),
@@ -97,23 +135,77 @@ pub async fn serve(
         rooms = config.rooms.len(),
         "narabu is serving"
     );
-    let graceful_stop = stop.clone();
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
-        shutdown.await;
-        tracing::info!("shutting down: ending streams, finishing the last tick");
-        // Streams end on this, which lets graceful shutdown complete.
-        graceful_stop.cancel();
-    })
-    .await
-    .context("serving HTTP")?;
+    accept_loop(listener, app, shutdown, stop.clone()).await;
     stop.cancel();
     backend.shutdown().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Headers must arrive within this, or the connection is closed: a
+/// slowloris client trickling header bytes would otherwise hold a socket
+/// (and one of the process's 20,000 files) for as long as it likes.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long shutdown waits for in-flight requests once streams have ended.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Accept connections and serve each with hyper until `shutdown`, then
+/// end every stream (`stop`) and let open requests finish.
+///
+/// Served with hyper-util directly rather than `axum::serve` for the
+/// connection settings it does not expose: the header read timeout (which
+/// needs a timer) above all.
+async fn accept_loop(
+    listener: TcpListener,
+    app: axum::Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    stop: CancellationToken,
+) {
+    let mut builder = AutoBuilder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (socket, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of files or memory for a moment: back off rather
+                    // than spin, and keep serving the connections we have.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = socket.set_nodelay(true);
+        let router = app.clone();
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            router.clone().oneshot(request)
+        });
+        let connection = builder.serve_connection_with_upgrades(TokioIo::new(socket), service);
+        let connection = graceful.watch(connection.into_owned());
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    tracing::info!("shutting down: ending streams, finishing the last tick");
+    // Streams end on this, which lets their connections close.
+    stop.cancel();
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("some connections were still open after {DRAIN_TIMEOUT:?}");
+    }
 }
 
 /// Ctrl-C or SIGTERM.

@@ -2,7 +2,10 @@
 //! engine, each driven by its own worker task.
 //!
 //! Every operation is a direct call into `engine::Room`, so the invariants
-//! are the engine's. The map of rooms is behind a `std::sync::RwLock`
+//! are the engine's. Opened on a data directory ([`EmbeddedBackend::open`]),
+//! every room reports its changes to the [`Journal`], a join is answered
+//! only once its record is durable, a snapshot compacts the journal
+//! periodically and at shutdown, and start-up rebuilds the rooms from it. The map of rooms is behind a `std::sync::RwLock`
 //! rather than a Tokio lock: it is held only to clone an `Arc<Room>` out,
 //! never across an `.await`.
 
@@ -11,14 +14,17 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use dashmap::DashMap;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::journal::{self, Journal, JournalError, Record};
 use super::{Backend, BackendError, JoinOutcome, RoomPatch, RoomSnapshot, TicketRef, TicketSignal};
+use crate::config::Durability;
 use crate::engine::{
-    Clock, Departure, Identity, JoinError, Room, RoomId, RoomSettings, RoomView, TickReport,
-    TicketId, TicketStatus,
+    Clock, Departure, EventSink, Identity, JoinError, Room, RoomEvent, RoomId, RoomSettings,
+    RoomView, TickReport, TicketId, TicketStatus,
 };
 
 pub struct EmbeddedBackend {
@@ -28,10 +34,74 @@ pub struct EmbeddedBackend {
     run_workers: bool,
     shutdown: CancellationToken,
     workers: TaskTracker,
+    /// `None` for rooms kept in memory only (tests).
+    journal: Option<Arc<Journal>>,
+    /// Serialises snapshots (the periodic one and the last one).
+    snapshot_lock: tokio::sync::Mutex<()>,
+}
+
+/// Forwards one room's events to the journal, and remembers which record
+/// admitted each admitted ticket, so that nobody is shown "admitted" (or
+/// let through the gate) before that admission would survive a crash.
+struct JournalSink {
+    room: RoomId,
+    journal: Arc<Journal>,
+    /// Admitted ticket → sequence number of its admission record
+    /// (`u64::MAX` while it is being appended).
+    admissions: DashMap<TicketId, u64>,
+}
+
+impl EventSink for JournalSink {
+    fn record(&self, event: RoomEvent<'_>) {
+        if let RoomEvent::Admitted { ticket, .. } = event {
+            self.admissions.insert(ticket, u64::MAX);
+        }
+        let seq = self.journal.append(&Record::Room {
+            room: self.room.clone(),
+            event: event.into(),
+        });
+        match event {
+            RoomEvent::Admitted { ticket, .. } => {
+                self.admissions.insert(ticket, seq);
+            }
+            RoomEvent::Ended { ticket, .. } => {
+                self.admissions.remove(&ticket);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl JournalSink {
+    /// The record to wait for before showing this ticket as admitted, if
+    /// it may not be durable yet.
+    fn admission_pending(&self, ticket: TicketId) -> Option<u64> {
+        let seq = *self.admissions.get(&ticket)?;
+        let seq = if seq == u64::MAX {
+            self.journal.appended()
+        } else {
+            seq
+        };
+        if self.journal.is_durable(seq) {
+            self.admissions.remove(&ticket);
+            None
+        } else {
+            Some(seq)
+        }
+    }
+}
+
+/// Where the embedded backend keeps its state, and how.
+#[derive(Clone, Debug)]
+pub struct Persistence {
+    pub data_dir: std::path::PathBuf,
+    pub durability: Durability,
+    pub snapshot_interval: Duration,
 }
 
 struct RoomSlot {
     room: Arc<Room>,
+    sink: Option<Arc<JournalSink>>,
     /// Stops this room's worker when the room is replaced.
     stop: CancellationToken,
 }
@@ -55,17 +125,192 @@ impl EmbeddedBackend {
     }
 
     fn build(rooms: Vec<RoomSettings>, clock: Arc<dyn Clock>, run_workers: bool) -> Arc<Self> {
-        let backend = Arc::new(Self {
+        let backend = Self::empty(clock, run_workers, None);
+        for settings in rooms {
+            backend.install(Room::new(settings, backend.clock.clone()), None);
+        }
+        backend
+    }
+
+    fn empty(clock: Arc<dyn Clock>, run_workers: bool, journal: Option<Arc<Journal>>) -> Arc<Self> {
+        Arc::new(Self {
             rooms: RwLock::new(HashMap::new()),
             clock,
             run_workers,
             shutdown: CancellationToken::new(),
             workers: TaskTracker::new(),
-        });
-        for settings in rooms {
-            backend.install(Room::new(settings, backend.clock.clone()));
+            journal,
+            snapshot_lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// Rooms kept in `persistence.data_dir`: the rooms found there come
+    /// back as they were (tickets, numbers, order, passes); configured
+    /// rooms not found there are created. Found rooms keep the settings
+    /// they had (operators may have changed them live). Starts the worker
+    /// tasks and the periodic snapshot; must run inside a Tokio runtime.
+    pub async fn open(
+        rooms: Vec<RoomSettings>,
+        clock: Arc<dyn Clock>,
+        persistence: Persistence,
+        run_workers: bool,
+    ) -> Result<Arc<Self>, JournalError> {
+        let dir = persistence.data_dir.clone();
+        let durability = persistence.durability;
+        let (journal, recovered) =
+            tokio::task::spawn_blocking(move || Journal::open(&dir, durability))
+                .await
+                .map_err(|e| JournalError::Io {
+                    path: persistence.data_dir.clone(),
+                    source: std::io::Error::other(e),
+                })??;
+        let backend = Self::empty(clock, run_workers, Some(journal.clone()));
+        let mut found = std::collections::HashSet::new();
+        for image in recovered.rooms {
+            let id = image.settings.id.clone();
+            let sink = backend.sink(&id);
+            let room = Room::restore(image, backend.clock.clone(), Some(sink.clone()));
+            tracing::info!(
+                room = %id,
+                waiting = room.waiting_count(),
+                admitted = room.admitted_count(),
+                "room restored from the data directory"
+            );
+            found.insert(id);
+            backend.install(room, Some(sink));
         }
-        backend
+        if recovered.replayed > 0 || recovered.torn.is_some() {
+            tracing::info!(records = recovered.replayed, "journal replayed");
+        }
+        for settings in rooms {
+            if !found.contains(&settings.id) {
+                backend.create(settings);
+            }
+        }
+        // Start on a compact journal, and make the new rooms durable.
+        backend.snapshot().await.map_err(|e| JournalError::Io {
+            path: persistence.data_dir.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        let periodic = backend.clone();
+        let stop = backend.shutdown.clone();
+        backend.workers.spawn(async move {
+            periodic
+                .snapshot_periodically(persistence.snapshot_interval, stop)
+                .await;
+        });
+        Ok(backend)
+    }
+
+    fn sink(&self, room: &RoomId) -> Arc<JournalSink> {
+        let journal = self
+            .journal
+            .clone()
+            .expect("only journalled backends make sinks");
+        Arc::new(JournalSink {
+            room: room.clone(),
+            journal,
+            admissions: DashMap::new(),
+        })
+    }
+
+    /// With `durability = "fsync"`, wait until record `seq` (and all
+    /// before it) is on disk; 0 waits for nothing.
+    async fn durable(&self, seq: u64) -> Result<(), BackendError> {
+        if seq == 0 {
+            return Ok(());
+        }
+        if let Some(journal) = &self.journal
+            && journal.durability() == Durability::Fsync
+        {
+            journal
+                .wait_durable(seq)
+                .await
+                .map_err(|()| BackendError::Unavailable("the journal cannot be written".into()))?;
+        }
+        Ok(())
+    }
+
+    /// Wait, if needed, until a ticket's admission is durable.
+    async fn admission_durable(&self, id: &RoomId, ticket: TicketId) -> Result<(), BackendError> {
+        let Some(journal) = &self.journal else {
+            return Ok(());
+        };
+        if journal.durability() != Durability::Fsync {
+            return Ok(());
+        }
+        let pending = self
+            .read()
+            .get(id)
+            .and_then(|s| s.sink.clone())
+            .and_then(|sink| sink.admission_pending(ticket));
+        if let Some(seq) = pending {
+            journal
+                .wait_durable(seq)
+                .await
+                .map_err(|()| BackendError::Unavailable("the journal cannot be written".into()))?;
+        }
+        Ok(())
+    }
+
+    /// A new room (or a new incarnation of one), journalled first.
+    fn create(&self, settings: RoomSettings) -> Arc<Room> {
+        let (room, sink) = match &self.journal {
+            None => (Room::new(settings, self.clock.clone()), None),
+            Some(journal) => {
+                let sink = self.sink(&settings.id);
+                let room = Room::create(
+                    settings,
+                    self.clock.clone(),
+                    rand::random(),
+                    Some(sink.clone()),
+                );
+                journal.append(&Record::Created(Box::new(room.image())));
+                (room, Some(sink))
+            }
+        };
+        self.install(room.clone(), sink);
+        room
+    }
+
+    /// Compact the journal: start a new segment, copy every room out, and
+    /// store the copy as a snapshot.
+    pub async fn snapshot(&self) -> Result<(), String> {
+        let Some(journal) = self.journal.clone() else {
+            return Ok(());
+        };
+        let _one_at_a_time = self.snapshot_lock.lock().await;
+        let rooms: Vec<Arc<Room>> = self.read().values().map(|s| s.room.clone()).collect();
+        tokio::task::spawn_blocking(move || {
+            let seq = journal.rotate()?;
+            let images = rooms.iter().map(|r| r.image()).collect();
+            journal.write_snapshot(seq, images)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+    }
+
+    async fn snapshot_periodically(&self, every: Duration, stop: CancellationToken) {
+        /// Snapshot early when this much journal piles up.
+        const MAX_JOURNAL: u64 = 256 << 20;
+        let mut last = tokio::time::Instant::now();
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_millis(250).min(every)) => {}
+            }
+            let big = self
+                .journal
+                .as_ref()
+                .is_some_and(|j| j.since_snapshot() > MAX_JOURNAL);
+            if last.elapsed() >= every || big {
+                if let Err(e) = self.snapshot().await {
+                    tracing::error!(error = %e, "snapshot failed; the journal keeps growing");
+                }
+                last = tokio::time::Instant::now();
+            }
+        }
     }
 
     /// The engine room behind an id (for tests and the loadtest's checks).
@@ -79,7 +324,7 @@ impl EmbeddedBackend {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn install(&self, room: Arc<Room>) {
+    fn install(&self, room: Arc<Room>, sink: Option<Arc<JournalSink>>) {
         let stop = self.shutdown.child_token();
         if self.run_workers {
             self.workers.spawn(run_worker(room.clone(), stop.clone()));
@@ -88,7 +333,7 @@ impl EmbeddedBackend {
             .rooms
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(room.id().clone(), RoomSlot { room, stop });
+            .insert(room.id().clone(), RoomSlot { room, sink, stop });
         if let Some(old) = previous {
             old.stop.cancel();
             old.room.close();
@@ -105,13 +350,16 @@ impl EmbeddedBackend {
     fn ticket(&self, id: &RoomId, t: TicketRef) -> Result<(Arc<Room>, TicketId), BackendError> {
         let room = self.get(id)?;
         let ticket = TicketId::try_from(t.id).map_err(|_| BackendError::NoSuchTicket)?;
-        if t.epoch != room.epoch() || ticket >= room.issued() {
+        // Not `ticket >= room.issued()`: the count lags a push that
+        // finished while an earlier slot is still being written, so a
+        // ticket just issued could read as unknown.
+        if t.epoch != room.epoch() || room.state_of(ticket).is_none() {
             return Err(BackendError::NoSuchTicket);
         }
         Ok((room, ticket))
     }
 
-    fn snapshot(room: &Room) -> RoomSnapshot {
+    fn room_snapshot(room: &Room) -> RoomSnapshot {
         // The published view changes only on ticks and operators' actions;
         // operators want the line's length as of now.
         let mut view = room.view();
@@ -170,10 +418,20 @@ impl Backend for EmbeddedBackend {
         identity: Option<Identity>,
     ) -> Result<JoinOutcome, BackendError> {
         let room = self.get(id)?;
+        journal::reset_appended_here();
         let joined = room.join(identity).map_err(|e| match e {
             JoinError::Closed => BackendError::Closed(id.clone()),
             JoinError::Full => BackendError::Full(id.clone()),
         })?;
+        // A new join's record was appended on this thread before `join`
+        // returned; a repeated one may be another thread's, still on its
+        // way to disk, so that waits for everything appended so far.
+        let seq = match &self.journal {
+            Some(_) if joined.is_new => journal::appended_here(),
+            Some(j) => j.appended(),
+            None => 0,
+        };
+        self.durable(seq).await?;
         let status = room
             .status(joined.ticket)
             .ok_or(BackendError::NoSuchTicket)?;
@@ -197,22 +455,34 @@ impl Backend for EmbeddedBackend {
         if touch {
             room.touch(ticket);
         }
+        if room.state_of(ticket) == Some(crate::engine::TicketState::Admitted) {
+            self.admission_durable(id, ticket).await?;
+        }
         room.status(ticket).ok_or(BackendError::NoSuchTicket)
     }
 
     async fn leave(&self, id: &RoomId, t: TicketRef) -> Result<Departure, BackendError> {
         let (room, ticket) = self.ticket(id, t)?;
-        Ok(room.leave(ticket))
+        journal::reset_appended_here();
+        let departure = room.leave(ticket);
+        self.durable(journal::appended_here()).await?;
+        Ok(departure)
     }
 
     async fn release(&self, id: &RoomId, t: TicketRef) -> Result<Departure, BackendError> {
         let (room, ticket) = self.ticket(id, t)?;
-        Ok(room.release(ticket))
+        journal::reset_appended_here();
+        let departure = room.release(ticket);
+        self.durable(journal::appended_here()).await?;
+        Ok(departure)
     }
 
     async fn revoke(&self, id: &RoomId, t: TicketRef) -> Result<Departure, BackendError> {
         let (room, ticket) = self.ticket(id, t)?;
-        Ok(room.revoke(ticket))
+        journal::reset_appended_here();
+        let departure = room.revoke(ticket);
+        self.durable(journal::appended_here()).await?;
+        Ok(departure)
     }
 
     async fn tick(&self, id: &RoomId) -> Result<TickReport, BackendError> {
@@ -233,20 +503,22 @@ impl Backend for EmbeddedBackend {
 
     async fn list_rooms(&self) -> Result<Vec<RoomSnapshot>, BackendError> {
         let rooms: Vec<Arc<Room>> = self.read().values().map(|s| s.room.clone()).collect();
-        let mut out: Vec<RoomSnapshot> = rooms.iter().map(|r| Self::snapshot(r)).collect();
+        let mut out: Vec<RoomSnapshot> = rooms.iter().map(|r| Self::room_snapshot(r)).collect();
         out.sort_by(|a, b| a.settings.id.cmp(&b.settings.id));
         Ok(out)
     }
 
     async fn room(&self, id: &RoomId) -> Result<RoomSnapshot, BackendError> {
         let room = self.get(id)?;
-        Ok(Self::snapshot(&room))
+        Ok(Self::room_snapshot(&room))
     }
 
     async fn put_room(&self, settings: RoomSettings) -> Result<RoomSnapshot, BackendError> {
-        let room = Room::new(settings, self.clock.clone());
-        self.install(room.clone());
-        Ok(Self::snapshot(&room))
+        let room = self.create(settings);
+        // An operator's change is acknowledged only once it would survive
+        // a crash, like a visitor's join.
+        self.durable(journal::appended_here()).await?;
+        Ok(Self::room_snapshot(&room))
     }
 
     async fn patch_room(
@@ -270,21 +542,33 @@ impl Backend for EmbeddedBackend {
         if patch.open_now {
             room.open_now();
         }
-        Ok(Self::snapshot(&room))
+        self.durable(journal::appended_here()).await?;
+        Ok(Self::room_snapshot(&room))
     }
 
     async fn close_room(&self, id: &RoomId) -> Result<(), BackendError> {
         let room = self.get(id)?;
         room.close();
+        let closed = journal::appended_here();
         if let Some(slot) = self.read().get(id) {
             slot.stop.cancel();
         }
-        Ok(())
+        self.durable(closed).await
     }
 
     async fn shutdown(&self) {
         self.shutdown.cancel();
         self.workers.close();
         self.workers.wait().await;
+        if let Some(journal) = &self.journal {
+            match self.snapshot().await {
+                Ok(()) => tracing::info!("state saved to the data directory"),
+                Err(e) => {
+                    tracing::error!(error = %e, "final snapshot failed; the journal has it all")
+                }
+            }
+            let journal = journal.clone();
+            let _ = tokio::task::spawn_blocking(move || journal.close()).await;
+        }
     }
 }

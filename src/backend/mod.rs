@@ -11,6 +11,8 @@
 //! ticket of a deleted-and-recreated room is simply unknown.
 
 pub mod embedded;
+pub mod journal;
+pub mod redis;
 
 use std::sync::Arc;
 

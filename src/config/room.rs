@@ -218,7 +218,7 @@ fn show(d: Duration) -> humantime::FormattedDuration {
 }
 
 /// Durations as humans write them: "500ms", "1s", "10m", "1h 30m".
-mod opt_duration {
+pub(crate) mod opt_duration {
     use super::*;
 
     pub fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {

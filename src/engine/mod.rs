@@ -23,6 +23,8 @@
 
 mod clock;
 mod departures;
+mod event;
+mod image;
 mod lottery;
 mod rate;
 mod room;
@@ -32,6 +34,8 @@ mod view;
 mod worker;
 
 #[cfg(test)]
+mod image_tests;
+#[cfg(test)]
 mod model_tests;
 #[cfg(test)]
 mod room_tests;
@@ -39,6 +43,8 @@ mod room_tests;
 mod stress_tests;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use event::{EventRecord, EventSink, RoomEvent};
+pub use image::{RoomImage, TicketImage};
 pub use lottery::LotterySeed;
 pub use rate::AdmissionRate;
 pub use room::{Departure, Handoff, Identity, JoinError, Joined, Room};

@@ -25,6 +25,7 @@ use tokio::sync::{Notify, watch};
 
 use super::clock::{Clock, millis};
 use super::departures::{Departures, MAX_QUEUE};
+use super::event::{EventSink, RoomEvent};
 use super::lottery::LotterySeed;
 use super::rate::AdmitLimiter;
 use super::settings::{Order, RoomId, RoomSettings};
@@ -160,6 +161,9 @@ pub struct Room {
     /// State only the worker touches: its hand of permits and its lists.
     pub(crate) worker: Mutex<Worker>,
     pub(crate) view_tx: watch::Sender<RoomView>,
+    /// Told of every change a restart must keep (the journal); `None` for
+    /// rooms that need not survive one.
+    sink: Option<Arc<dyn EventSink>>,
 }
 
 impl std::fmt::Debug for Room {
@@ -177,12 +181,46 @@ impl Room {
         Self::with_epoch(settings, clock, rand::random())
     }
 
-    /// A room with a given incarnation id (used when restoring a room).
+    /// A room with a given incarnation id.
     pub fn with_epoch(settings: RoomSettings, clock: Arc<dyn Clock>, epoch: u64) -> Arc<Self> {
+        Self::create(settings, clock, epoch, None)
+    }
+
+    /// A new, empty room whose changes are reported to `sink`.
+    pub fn create(
+        settings: RoomSettings,
+        clock: Arc<dyn Clock>,
+        epoch: u64,
+        sink: Option<Arc<dyn EventSink>>,
+    ) -> Arc<Self> {
         let now = clock.now_ms();
         let open = settings.opens_at.is_none_or(|t| t <= now);
         let lottery = (!open && settings.order == Order::Lottery).then(LotterySeed::random);
-        let room = Self {
+        let room = Self::with_parts(
+            settings,
+            clock,
+            epoch,
+            lottery,
+            (!open).then(Vec::new),
+            sink,
+        );
+        room.publish_view(now, true);
+        room
+    }
+
+    /// An empty room in a given phase: open when `prequeue` is `None`.
+    /// The caller publishes the first view.
+    pub(crate) fn with_parts(
+        settings: RoomSettings,
+        clock: Arc<dyn Clock>,
+        epoch: u64,
+        lottery: Option<LotterySeed>,
+        prequeue: Option<Vec<TicketId>>,
+        sink: Option<Arc<dyn EventSink>>,
+    ) -> Arc<Self> {
+        let now = clock.now_ms();
+        let open = prequeue.is_none();
+        Arc::new(Self {
             id: settings.id.clone(),
             epoch,
             hot: HotSettings::from(&settings, open),
@@ -192,7 +230,7 @@ impl Room {
             head: AtomicU32::new(0),
             departures: Departures::new(),
             identities: DashMap::new(),
-            prequeue: Mutex::new((!open).then(Vec::new)),
+            prequeue: Mutex::new(prequeue),
             lottery,
             tray: AtomicU64::new(0),
             debt: AtomicU64::new(0),
@@ -207,10 +245,35 @@ impl Room {
             worker: Mutex::new(Worker::new(u64::from(settings.capacity), now)),
             view_tx: watch::Sender::new(RoomView::default()),
             settings: RwLock::new(settings),
-        };
-        let room = Arc::new(room);
-        room.publish_view(now, true);
-        room
+            sink,
+        })
+    }
+
+    /// Report a change to the sink, if any.
+    pub(crate) fn emit(&self, event: RoomEvent<'_>) {
+        if let Some(sink) = &self.sink {
+            sink.record(event);
+        }
+    }
+
+    /// Report the whole current settings (after an operator's change).
+    fn emit_settings(&self) {
+        if self.sink.is_some() {
+            let s = self.settings();
+            self.emit(RoomEvent::Settings(&s));
+        }
+    }
+
+    pub(crate) fn identities_iter(&self) -> impl Iterator<Item = (Identity, TicketId)> + '_ {
+        self.identities.iter().map(|e| (*e.key(), *e.value()))
+    }
+
+    pub(crate) fn restore_identity(&self, identity: u128, id: TicketId) {
+        self.identities.insert(Identity(identity), id);
+    }
+
+    pub(crate) fn set_hand(&self, hand: u64) {
+        lock(&self.worker).hand = hand;
     }
 
     pub fn id(&self) -> &RoomId {
@@ -252,7 +315,7 @@ impl Room {
             return Err(JoinError::Closed);
         }
         let Some(identity) = identity else {
-            return self.issue().map(|(ticket, number)| Joined {
+            return self.issue(None).map(|(ticket, number)| Joined {
                 ticket,
                 number,
                 is_new: true,
@@ -270,7 +333,7 @@ impl Room {
                 })
             }
             Entry::Vacant(e) => {
-                let (ticket, number) = self.issue()?;
+                let (ticket, number) = self.issue(Some(identity))?;
                 e.insert(ticket);
                 Ok(Joined {
                     ticket,
@@ -286,7 +349,7 @@ impl Room {
         self.identities.get(&identity).map(|e| *e)
     }
 
-    fn issue(&self) -> Result<(TicketId, Option<u64>), JoinError> {
+    fn issue(&self, identity: Option<Identity>) -> Result<(TicketId, Option<u64>), JoinError> {
         // A margin below the hard limit, because the check and the push race.
         if self.tickets.count() >= MAX_QUEUE - 4096 {
             return Err(JoinError::Full);
@@ -299,12 +362,29 @@ impl Room {
             let mut pre = lock(&self.prequeue);
             if let Some(pre) = pre.as_mut() {
                 pre.push(id);
+                // Under the pre-queue lock, so the draw's event cannot
+                // come first.
+                self.emit(RoomEvent::Joined {
+                    ticket: id,
+                    identity,
+                    index: None,
+                    ahead: 0,
+                    at: now,
+                });
                 return Ok((id, None));
             }
             // Opened while we were getting here: queue normally, behind the
             // drawn pre-queue.
         }
         let index = self.enqueue(id);
+        let ahead = self.ticket(id).map_or(0, Ticket::initial_ahead);
+        self.emit(RoomEvent::Joined {
+            ticket: id,
+            identity,
+            index: Some(index),
+            ahead,
+            at: now,
+        });
         Ok((id, Some(u64::from(index) + 1)))
     }
 
@@ -403,6 +483,10 @@ impl Room {
         self.counters.admissions.fetch_add(1, Ordering::Relaxed);
         self.waits.record(now.saturating_sub(t.joined_at));
         self.admitted_log.push(id);
+        self.emit(RoomEvent::Admitted {
+            ticket: id,
+            at: now,
+        });
         self.notify_ticket(id);
     }
 
@@ -414,6 +498,11 @@ impl Room {
             _ => &self.counters.leaves,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+        self.emit(RoomEvent::Ended {
+            ticket: id,
+            state: to,
+            at: self.clock.now_ms(),
+        });
         self.notify_ticket(id);
     }
 
@@ -462,7 +551,7 @@ impl Room {
         };
         if t.transition(TicketState::Admitted, TicketState::Released) {
             self.counters.releases.fetch_add(1, Ordering::Relaxed);
-            return Departure::GaveBack(self.after_permit_freed(id));
+            return Departure::GaveBack(self.after_permit_freed(id, TicketState::Released));
         }
         Departure::Nothing(t.state())
     }
@@ -486,7 +575,7 @@ impl Room {
                             &self.counters.releases
                         };
                         counter.fetch_add(1, Ordering::Relaxed);
-                        return Departure::GaveBack(self.after_permit_freed(id));
+                        return Departure::GaveBack(self.after_permit_freed(id, admitted_to));
                     }
                 }
                 TicketState::Waiting => {
@@ -499,10 +588,18 @@ impl Room {
         }
     }
 
-    fn after_permit_freed(&self, id: TicketId) -> Handoff {
+    fn after_permit_freed(&self, id: TicketId, state: TicketState) -> Handoff {
         self.admitted.fetch_sub(1, Ordering::AcqRel);
+        let now = self.clock.now_ms();
+        // Before the hand-off, so the journal has the permit back before
+        // the next visitor's admission.
+        self.emit(RoomEvent::Ended {
+            ticket: id,
+            state,
+            at: now,
+        });
         self.notify_ticket(id);
-        self.give_back(self.clock.now_ms())
+        self.give_back(now)
     }
 
     /// Move a waiting ticket out of the line, keeping positions exact.
@@ -518,7 +615,15 @@ impl Room {
 
     /// Record activity: a gate check, a live stream, a status poll.
     pub fn touch(&self, id: TicketId) -> Option<TicketState> {
-        Some(self.ticket(id)?.touch(self.clock.now_ms()))
+        let now = self.clock.now_ms();
+        let (state, arrived) = self.ticket(id)?.touch(now);
+        if arrived {
+            self.emit(RoomEvent::Arrived {
+                ticket: id,
+                at: now,
+            });
+        }
+        Some(state)
     }
 
     // ----- ticket notifications -----------------------------------------
@@ -703,6 +808,7 @@ impl Room {
             less -= take_up_to(&self.tray, less);
             self.debt.fetch_add(less, Ordering::AcqRel);
         }
+        self.emit_settings();
         self.publish_locked(&w, self.clock.now_ms(), false);
     }
 
@@ -712,6 +818,7 @@ impl Room {
         let w = lock(&self.worker);
         self.hot.paused.store(paused, Ordering::Release);
         write(&self.settings).paused = paused;
+        self.emit_settings();
         self.publish_locked(&w, self.clock.now_ms(), false);
     }
 
@@ -721,6 +828,7 @@ impl Room {
         let now = self.clock.now_ms();
         if !self.hot.open.load(Ordering::Acquire) {
             write(&self.settings).opens_at = Some(now);
+            self.emit_settings();
             self.open(&mut w);
         }
         self.publish_locked(&w, now, false);
@@ -741,6 +849,7 @@ impl Room {
             s.admit_per_minute = new.admit_per_minute;
             self.hot.store_timeouts(&s);
         }
+        self.emit_settings();
         self.publish_locked(&w, self.clock.now_ms(), false);
     }
 
@@ -749,6 +858,7 @@ impl Room {
     pub fn close(&self) {
         let w = lock(&self.worker);
         self.hot.closed.store(true, Ordering::Release);
+        self.emit(RoomEvent::Closed);
         self.publish_locked(&w, self.clock.now_ms(), false);
     }
 
@@ -791,6 +901,7 @@ impl Room {
             admit_rate: w.rate.mean,
             rate: w.rate,
             admissions_total: self.counters.admissions.load(Ordering::Relaxed),
+            join_limit_per_minute: settings.join_limit_per_minute,
         };
         drop(settings);
         self.view_tx.send_if_modified(|current| {

@@ -80,7 +80,7 @@ pub enum Order {
 
 /// Everything the engine needs to run one room. Times are wall-clock Unix
 /// milliseconds so that they survive a restart and cross instances.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoomSettings {
     pub id: RoomId,
     /// Visitors admitted at once (the semaphore's permits).

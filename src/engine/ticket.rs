@@ -153,16 +153,42 @@ impl Ticket {
     }
 
     /// Record a sign of life; on an admitted ticket it also counts as the
-    /// visitor's arrival.
-    pub(crate) fn touch(&self, now_ms: u64) -> TicketState {
+    /// visitor's arrival. Also says whether this was that first arrival.
+    pub(crate) fn touch(&self, now_ms: u64) -> (TicketState, bool) {
         let state = self.state();
+        let mut first_arrival = false;
         if state.is_live() {
             self.last_seen.fetch_max(now_ms, Ordering::AcqRel);
             if state == TicketState::Admitted {
-                self.arrived.store(true, Ordering::Release);
+                first_arrival = !self.arrived.swap(true, Ordering::AcqRel);
             }
         }
-        state
+        (state, first_arrival)
+    }
+
+    /// A ticket as it was saved. A placed ticket's departure from the line
+    /// counts as already recorded (whoever restores the room records it
+    /// once); an unplaced one's is counted when the draw places it.
+    pub(crate) fn restore(
+        state: TicketState,
+        index: Option<u32>,
+        ahead: u32,
+        joined_at: u64,
+        admitted_at: u64,
+        last_seen: u64,
+        arrived: bool,
+    ) -> Self {
+        Self {
+            state: AtomicU8::new(state as u8),
+            arrived: AtomicBool::new(arrived),
+            departure_counted: AtomicBool::new(state != TicketState::Waiting && index.is_some()),
+            queue_index: AtomicU32::new(index.unwrap_or(NOT_QUEUED)),
+            reported_position: AtomicU32::new(u32::MAX),
+            initial_ahead: AtomicU32::new(ahead),
+            joined_at,
+            admitted_at: AtomicU64::new(admitted_at),
+            last_seen: AtomicU64::new(last_seen),
+        }
     }
 
     pub(crate) fn has_arrived(&self) -> bool {

@@ -42,6 +42,9 @@ pub struct RoomView {
     #[serde(skip)]
     pub rate: AdmissionRate,
     pub admissions_total: u64,
+    /// New tickets one client address may take per minute (0: no limit);
+    /// published so the HTTP layer can enforce it without asking.
+    pub join_limit_per_minute: u32,
 }
 
 impl RoomView {

@@ -10,6 +10,7 @@
 
 use std::sync::atomic::Ordering;
 
+use super::event::RoomEvent;
 use super::rate::AdmissionRate;
 use super::room::{Room, lock, take_up_to};
 use super::ticket::{TicketId, TicketState};
@@ -132,6 +133,11 @@ impl Room {
             false
         });
         for &id in &report.expired {
+            self.emit(RoomEvent::Ended {
+                ticket: id,
+                state: TicketState::Expired,
+                at: now,
+            });
             self.notify_ticket(id);
         }
         w.hand += returned;
@@ -197,9 +203,13 @@ impl Room {
             None => ids,
         };
         // `enqueue` counts those who left before the draw as departures.
-        for id in order {
+        for &id in &order {
             self.enqueue(id);
         }
+        self.emit(RoomEvent::Opened {
+            order: &order,
+            at: self.clock.now_ms(),
+        });
         // Joins that see `open` go straight to the queue, behind the draw;
         // joins that saw it closed wait on the pre-queue lock we hold and
         // then find it gone.

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::error::ApiError;
+use super::limits::{self, ClientIp};
 use super::return_path::validate_return_path;
 use super::room_id;
 use super::state::AppState;
@@ -153,6 +154,7 @@ pub async fn join_room(
     state: &AppState,
     room: &RoomId,
     headers: &HeaderMap,
+    client: ClientIp,
 ) -> Result<Joined, ApiError> {
     // A broken or foreign cookie must not lock a visitor out: start afresh.
     if let Ok(Some(VisitorTicket { token, ticket })) = ticket::find(state, room, headers) {
@@ -170,6 +172,17 @@ pub async fn join_room(
         }
     }
     let identity = idempotency_identity(room, headers)?;
+    // Only a join that may make a new ticket counts against the address.
+    let limit = state
+        .backend
+        .watch_room(room)
+        .await?
+        .borrow()
+        .join_limit_per_minute;
+    state
+        .joins
+        .check(room, client, limit, now_ms())
+        .map_err(|wait| limits::join_limited(limit, wait))?;
     let outcome = state.backend.join(room, identity).await?;
     let token = ticket::sign(state, room, outcome.ticket);
     Ok(Joined {
@@ -191,12 +204,13 @@ pub fn set_cookie(state: &AppState, room: &RoomId, token: String) -> (header::He
 pub async fn join(
     State(state): State<AppState>,
     Path(room): Path<String>,
+    client: ClientIp,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let room = room_id(&room)?;
     parse_join_body(&body)?;
-    let joined = join_room(&state, &room, &headers).await?;
+    let joined = join_room(&state, &room, &headers, client).await?;
     let mut body = StatusBody::new(&joined.status, now_ms());
     body.ticket = Some(joined.token.clone());
     let code = if joined.is_new {

@@ -24,6 +24,7 @@ use tokio::time::Instant;
 
 use super::api::{StatusBody, now_ms, rfc3339};
 use super::error::ApiError;
+use super::limits::{ClientIp, StreamSlot};
 use super::return_path::validate_return_path;
 use super::room_id;
 use super::state::AppState;
@@ -46,6 +47,7 @@ pub async fn events(
     State(state): State<AppState>,
     Path(room): Path<String>,
     Query(query): Query<EventsQuery>,
+    client: ClientIp,
     headers: HeaderMap,
 ) -> Result<impl IntoResponse, ApiError> {
     let room = room_id(&room)?;
@@ -57,11 +59,12 @@ pub async fn events(
     // Fail before the stream starts, with a proper status, for a ticket or
     // room that does not exist.
     state.backend.status(&room, visitor.ticket, true).await?;
+    let slot = state.streams.acquire(client)?;
     // nginx buffers proxied responses unless told not to; a buffered event
     // stream would hold a visitor's admission back.
     Ok((
         [(HeaderName::from_static("x-accel-buffering"), "no")],
-        Sse::new(stream(state, room, visitor.ticket, redirect)),
+        Sse::new(stream(state, room, visitor.ticket, redirect, slot)),
     ))
 }
 
@@ -79,8 +82,11 @@ fn stream(
     room: RoomId,
     ticket: TicketRef,
     redirect: Option<String>,
+    slot: StreamSlot,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     async_stream::stream! {
+        // Held for as long as the stream lives.
+        let _slot = slot;
         let backend = state.backend.clone();
         let (mut view, signal) = match (
             backend.watch_room(&room).await,

@@ -9,6 +9,7 @@
 //! - `health`: liveness and readiness
 //! - `ticket`, `auth`: the visitor's signed ticket and operators' tokens
 //! - `return_path`: the open-redirect guard for `?return=`
+//! - `limits`: joins per minute and open streams per client address
 //! - `error`: the JSON error shape
 //! - `visitor`, `pages`, `i18n`, `assets`: the queue page in three
 //!   languages and its embedded script and styles
@@ -22,6 +23,7 @@ pub mod events;
 pub mod gate;
 pub mod health;
 pub mod i18n;
+pub mod limits;
 pub mod metrics;
 pub mod pages;
 pub mod return_path;

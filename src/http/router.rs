@@ -7,7 +7,7 @@ use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -15,12 +15,17 @@ use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
+use super::error::ApiError;
 use super::state::AppState;
 use super::{admin, api, assets, events, gate, health, metrics, visitor};
 use crate::metrics::{HttpLabels, Metrics};
 
 /// Request bodies are tiny JSON objects; anything bigger is refused (413).
 const BODY_LIMIT: usize = 16 * 1024;
+/// Headers beyond this (a cookie jar stuffed by a bot, a header flood) are
+/// refused with 431 before any handler parses them. A visitor's own
+/// headers, with one ticket cookie per room, are a few hundred bytes.
+const HEADER_LIMIT: usize = 16 * 1024;
 /// Ordinary requests answer in milliseconds; event streams are exempt.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -90,7 +95,9 @@ pub fn router(state: AppState) -> Router {
             header::X_CONTENT_TYPE_OPTIONS,
             HeaderValue::from_static("nosniff"),
         ))
+        .fallback(not_found)
         .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
+        .layer(middleware::from_fn(limit_header_size))
         .layer(middleware::from_fn_with_state(
             state.metrics.clone(),
             count_request,
@@ -99,6 +106,32 @@ pub fn router(state: AppState) -> Router {
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
         .with_state(state)
+}
+
+async fn limit_header_size(request: Request, next: Next) -> Response {
+    let size: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    if size > HEADER_LIMIT {
+        return ApiError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers_too_large",
+            format!("The request's headers are larger than {HEADER_LIMIT} bytes."),
+        )
+        .into_response();
+    }
+    next.run(request).await
+}
+
+/// Unknown paths get the API's JSON error, not an empty body.
+async fn not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "There is nothing at this address.",
+    )
 }
 
 /// Each request's log span carries its request id (set by the outer

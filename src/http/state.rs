@@ -25,6 +25,10 @@ pub struct AppState {
     /// Rooms sampled over time: the dashboard's history, windowed figures
     /// and webhook events.
     pub monitor: Arc<crate::monitor::Monitor>,
+    /// New tickets per (room, client address) per minute.
+    pub joins: Arc<super::limits::JoinLimiter>,
+    /// Open event streams per client address.
+    pub streams: Arc<super::limits::StreamLimiter>,
 }
 
 /// The parts of the configuration the HTTP layer reads.
@@ -39,6 +43,8 @@ pub struct HttpSettings {
     pub release_key: Option<Secret>,
     pub keep_alive: std::time::Duration,
     pub on_backend_error: crate::config::OnBackendError,
+    /// Peers whose forwarding headers name the client.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 impl HttpSettings {
@@ -55,6 +61,7 @@ impl HttpSettings {
             release_key: config.release_key.clone(),
             keep_alive: std::time::Duration::from_secs(15),
             on_backend_error: config.on_backend_error,
+            trusted_proxies: config.trusted_proxies.clone(),
         }
     }
 }

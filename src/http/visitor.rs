@@ -14,6 +14,7 @@ use serde::Deserialize;
 use super::api::{self, StatusBody};
 use super::error::ApiError;
 use super::i18n::Lang;
+use super::limits::ClientIp;
 use super::pages::{self, ClosedPage, ClosedReason, ErrorPage, QueuePage};
 use super::return_path::validate_return_path;
 use super::state::AppState;
@@ -59,6 +60,7 @@ pub async fn queue(
     State(state): State<AppState>,
     Path(room): Path<String>,
     Query(query): Query<QueueQuery>,
+    client: ClientIp,
     headers: HeaderMap,
 ) -> Response {
     let accept = headers
@@ -94,7 +96,7 @@ pub async fn queue(
         }
     }
 
-    let joined = match api::join_room(&state, &room, &headers).await {
+    let joined = match api::join_room(&state, &room, &headers, client).await {
         Ok(joined) => joined,
         Err(e) if e.code == "room_closed" => {
             return pages::html(

@@ -1,6 +1,10 @@
 //! `spawn_app`: the real server on 127.0.0.1:0 over a backend the test can
 //! also reach directly (to tick a room on demand, so hand-off tests prove
 //! that nothing waited for a tick), plus small HTTP and SSE helpers.
+//!
+//! The backend is the embedded one, or with `NARABU_TEST_BACKEND=redis`
+//! the Redis backend on a redis-server of the test's own (`scripts/test`
+//! runs the suite both ways), so the service's tests hold for both.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,6 +16,7 @@ use eventsource_stream::{Event, EventStreamError, Eventsource};
 use futures_util::{Stream, StreamExt};
 use narabu::backend::Backend;
 use narabu::backend::embedded::EmbeddedBackend;
+use narabu::backend::redis::{RedisBackend, RedisOptions};
 use narabu::config::{Config, Secret};
 use narabu::engine::{RoomId, RoomSettings, SystemClock};
 use reqwest::StatusCode;
@@ -21,10 +26,15 @@ use tokio::sync::oneshot;
 pub const SECRET: &str = "test-secret-test-secret-test-secret-0123";
 pub const ADMIN_TOKEN: &str = "admin-token-admin-token-admin-token-0123";
 
+#[allow(dead_code)]
+#[path = "../redis/support.rs"]
+mod redis_support;
+
 pub struct TestApp {
     pub base: String,
-    pub backend: Arc<EmbeddedBackend>,
+    pub backend: Arc<dyn Backend>,
     pub client: reqwest::Client,
+    _redis: Option<redis_support::RedisServer>,
     stop: Option<oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
@@ -45,19 +55,31 @@ pub fn config() -> Config {
 
 /// The server with rooms whose workers do not run: the test ticks.
 pub async fn spawn_app(rooms: Vec<RoomSettings>) -> TestApp {
+    if std::env::var("NARABU_TEST_BACKEND").as_deref() == Ok("redis") {
+        let server = redis_support::RedisServer::start().await;
+        let options = RedisOptions {
+            run_workers: false,
+            ..RedisOptions::new(server.url())
+        };
+        let backend = RedisBackend::connect(options, rooms, Arc::new(SystemClock))
+            .await
+            .unwrap();
+        let mut app = spawn_with(config(), backend).await;
+        app._redis = Some(server);
+        return app;
+    }
     let backend = EmbeddedBackend::without_workers(rooms, Arc::new(SystemClock));
     spawn_with(config(), backend).await
 }
 
-pub async fn spawn_with(config: Config, backend: Arc<EmbeddedBackend>) -> TestApp {
+pub async fn spawn_with(config: Config, backend: Arc<dyn Backend>) -> TestApp {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    let dyn_backend: Arc<dyn Backend> = backend.clone();
     let server = tokio::spawn(narabu::server::serve(
         listener,
         config,
-        dyn_backend,
+        backend.clone(),
         async {
             let _ = stopped.await;
         },
@@ -65,6 +87,7 @@ pub async fn spawn_with(config: Config, backend: Arc<EmbeddedBackend>) -> TestAp
     TestApp {
         base: format!("http://{addr}"),
         backend,
+        _redis: None,
         client: reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .build()

@@ -1,0 +1,155 @@
+//! The room's change feed: what a room reports as it changes, so that a
+//! backend can make its state durable without the engine knowing of files.
+//!
+//! A room built with an [`EventSink`] calls it right after every change
+//! that a restart must keep: a join (with its number and identity), an
+//! admission, every end of a ticket, a visitor's arrival, the opening draw,
+//! settings and closing. The call happens on the thread that made the
+//! change, after the compare-and-swap that made it, so a sink sees each
+//! change exactly once. Events of different tickets may reach the sink in a
+//! different order than they happened (two threads racing); replay
+//! ([`super::RoomImage::apply`]) is built to tolerate that, because a
+//! ticket's state only ever moves forward.
+
+use serde::{Deserialize, Serialize};
+
+use super::room::Identity;
+use super::settings::RoomSettings;
+use super::ticket::{TicketId, TicketState};
+
+/// One change of a room.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RoomEvent<'a> {
+    /// A ticket was issued. `index` is its queue index (number − 1), or
+    /// `None` while it waits in the pre-queue.
+    Joined {
+        ticket: TicketId,
+        identity: Option<Identity>,
+        index: Option<u32>,
+        ahead: u32,
+        at: u64,
+    },
+    /// A waiting ticket got a permit.
+    Admitted { ticket: TicketId, at: u64 },
+    /// A ticket reached a final state (released, revoked, expired, left,
+    /// abandoned).
+    Ended {
+        ticket: TicketId,
+        state: TicketState,
+        at: u64,
+    },
+    /// An admitted visitor showed up for the first time: from now on the
+    /// pass lapses after `pass_idle` rather than `arrival_grace`.
+    Arrived { ticket: TicketId, at: u64 },
+    /// The room opened; the pre-queue took queue indices `0..order.len()`
+    /// in this order.
+    Opened { order: &'a [TicketId], at: u64 },
+    /// An operator changed settings (capacity, pause, timeouts, opening);
+    /// this is the whole new set.
+    Settings(&'a RoomSettings),
+    /// The room was closed.
+    Closed,
+}
+
+/// Receives a room's events. Implementations must be quick and must not
+/// call back into the room: they run on the hot paths, some under the
+/// worker's lock.
+pub trait EventSink: Send + Sync + 'static {
+    fn record(&self, event: RoomEvent<'_>);
+}
+
+/// An event as owned, serializable data: what a journal stores.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum EventRecord {
+    Joined {
+        ticket: TicketId,
+        identity: Option<u128>,
+        index: Option<u32>,
+        ahead: u32,
+        at: u64,
+    },
+    Admitted {
+        ticket: TicketId,
+        at: u64,
+    },
+    Ended {
+        ticket: TicketId,
+        state: TicketState,
+        at: u64,
+    },
+    Arrived {
+        ticket: TicketId,
+        at: u64,
+    },
+    Opened {
+        order: Vec<TicketId>,
+        at: u64,
+    },
+    Settings(RoomSettings),
+    Closed,
+}
+
+impl From<RoomEvent<'_>> for EventRecord {
+    fn from(e: RoomEvent<'_>) -> Self {
+        match e {
+            RoomEvent::Joined {
+                ticket,
+                identity,
+                index,
+                ahead,
+                at,
+            } => Self::Joined {
+                ticket,
+                identity: identity.map(|i| i.0),
+                index,
+                ahead,
+                at,
+            },
+            RoomEvent::Admitted { ticket, at } => Self::Admitted { ticket, at },
+            RoomEvent::Ended { ticket, state, at } => Self::Ended { ticket, state, at },
+            RoomEvent::Arrived { ticket, at } => Self::Arrived { ticket, at },
+            RoomEvent::Opened { order, at } => Self::Opened {
+                order: order.to_vec(),
+                at,
+            },
+            RoomEvent::Settings(s) => Self::Settings(s.clone()),
+            RoomEvent::Closed => Self::Closed,
+        }
+    }
+}
+
+impl EventRecord {
+    pub fn as_event(&self) -> RoomEvent<'_> {
+        match self {
+            Self::Joined {
+                ticket,
+                identity,
+                index,
+                ahead,
+                at,
+            } => RoomEvent::Joined {
+                ticket: *ticket,
+                identity: identity.map(Identity),
+                index: *index,
+                ahead: *ahead,
+                at: *at,
+            },
+            Self::Admitted { ticket, at } => RoomEvent::Admitted {
+                ticket: *ticket,
+                at: *at,
+            },
+            Self::Ended { ticket, state, at } => RoomEvent::Ended {
+                ticket: *ticket,
+                state: *state,
+                at: *at,
+            },
+            Self::Arrived { ticket, at } => RoomEvent::Arrived {
+                ticket: *ticket,
+                at: *at,
+            },
+            Self::Opened { order, at } => RoomEvent::Opened { order, at: *at },
+            Self::Settings(s) => RoomEvent::Settings(s),
+            Self::Closed => RoomEvent::Closed,
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! Images and replay: a room rebuilt from an image, or from an older image
+//! plus the events since, is the same room (same tickets, numbers, states,
+//! order and permits), also when the image was taken while many threads
+//! were changing the room.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::*;
+
+const T0: u64 = 1_800_000_000_000;
+
+/// Keeps every event, as a journal would.
+#[derive(Default)]
+struct Recorder(Mutex<Vec<EventRecord>>);
+
+impl EventSink for Recorder {
+    fn record(&self, event: RoomEvent<'_>) {
+        self.0.lock().unwrap().push(event.into());
+    }
+}
+
+impl Recorder {
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+    fn since(&self, from: usize) -> Vec<EventRecord> {
+        self.0.lock().unwrap()[from..].to_vec()
+    }
+}
+
+fn settings(capacity: u32) -> RoomSettings {
+    let mut s = RoomSettings::new(RoomId::new("img").unwrap());
+    s.capacity = capacity;
+    s
+}
+
+fn recorded_room(s: RoomSettings, clock: &ManualClock) -> (Arc<Room>, Arc<Recorder>, RoomImage) {
+    let rec = Arc::new(Recorder::default());
+    let room = Room::create(s, Arc::new(clock.clone()), 42, Some(rec.clone()));
+    let first = room.image();
+    (room, rec, first)
+}
+
+/// What a visitor could see of every ticket.
+fn summary(room: &Room) -> Vec<(TicketState, Option<u64>, Option<u64>)> {
+    (0..room.issued())
+        .map(|id| {
+            let s = room.status(id).unwrap();
+            (s.state, s.number, s.position)
+        })
+        .collect()
+}
+
+fn replay(mut image: RoomImage, events: &[EventRecord]) -> RoomImage {
+    for e in events {
+        image.apply(e.as_event());
+    }
+    image
+}
+
+fn assert_same(live: &Room, restored: &Room) {
+    assert_eq!(summary(live), summary(restored));
+    assert_eq!(live.waiting_count(), restored.waiting_count());
+    assert_eq!(live.admitted_count(), restored.admitted_count());
+    assert_eq!(live.settings(), restored.settings());
+    let l = restored.ledger();
+    assert!(l.balances(), "{l:?}");
+    assert_eq!(
+        l.held + l.tray,
+        live.ledger().held + live.ledger().tray,
+        "free permits"
+    );
+}
+
+/// Joins with identities, admissions, hand-offs, leaves, releases, an
+/// arrival and a capacity change.
+fn busy_scenario(room: &Room, clock: &ManualClock) -> Vec<TicketId> {
+    let ids: Vec<TicketId> = (0..20)
+        .map(|i| room.join(Some(Identity(1000 + i))).unwrap().ticket)
+        .collect();
+    room.tick();
+    room.touch(ids[0]);
+    room.leave(ids[7]);
+    room.release(ids[1]);
+    clock.advance(Duration::from_secs(1));
+    room.set_capacity(5);
+    room.tick();
+    room.revoke(ids[12]);
+    room.leave(ids[2]);
+    ids
+}
+
+#[test]
+fn a_room_restored_from_its_image_is_the_same_room() {
+    let clock = ManualClock::new(T0);
+    let (room, _, _) = recorded_room(settings(3), &clock);
+    let ids = busy_scenario(&room, &clock);
+    let restored = Room::restore(room.image(), Arc::new(clock.clone()), None);
+    assert_same(&room, &restored);
+    assert_eq!(restored.epoch(), 42);
+    // The same identity still gets the same ticket.
+    let again = restored.join(Some(Identity(1005))).unwrap();
+    assert_eq!((again.ticket, again.is_new), (ids[5], false));
+    // And the line moves on in the same order in both.
+    for r in [&room, &restored] {
+        r.release(ids[0]);
+    }
+    assert_eq!(room.tick().admitted, restored.tick().admitted);
+    assert_same(&room, &restored);
+}
+
+#[test]
+fn replaying_the_events_onto_the_first_image_gives_the_same_room() {
+    let clock = ManualClock::new(T0);
+    let (room, rec, first) = recorded_room(settings(3), &clock);
+    busy_scenario(&room, &clock);
+    let image = replay(first, &rec.since(0));
+    let restored = Room::restore(image, Arc::new(clock.clone()), None);
+    assert_same(&room, &restored);
+    assert_eq!(room.stats().joins, restored.stats().joins);
+    assert_eq!(room.stats().admissions, restored.stats().admissions);
+    assert_eq!(room.stats().leaves, restored.stats().leaves);
+}
+
+#[test]
+fn replay_tolerates_duplicates_and_one_ticket_events_out_of_order() {
+    let clock = ManualClock::new(T0);
+    let (room, rec, first) = recorded_room(settings(2), &clock);
+    busy_scenario(&room, &clock);
+    let events = rec.since(0);
+    // Settings keep their order; ticket events come reversed and twice.
+    let (settings_events, mut ticket_events): (Vec<_>, Vec<_>) = events
+        .into_iter()
+        .partition(|e| matches!(e, EventRecord::Settings(_) | EventRecord::Closed));
+    ticket_events.reverse();
+    let mut image = replay(first, &settings_events);
+    image = replay(image, &ticket_events);
+    image = replay(image, &ticket_events);
+    let restored = Room::restore(image, Arc::new(clock.clone()), None);
+    assert_same(&room, &restored);
+}
+
+#[test]
+fn the_lottery_draw_survives_before_and_after_opening() {
+    let clock = ManualClock::new(T0);
+    let mut s = settings(2);
+    s.opens_at = Some(T0 + 60_000);
+    let (room, rec, first) = recorded_room(s, &clock);
+    let early: Vec<TicketId> = (0..30).map(|_| room.join(None).unwrap().ticket).collect();
+    room.leave(early[3]);
+    // Restored before opening: same commitment, same draw later.
+    let before = Room::restore(room.image(), Arc::new(clock.clone()), None);
+    assert_eq!(
+        before.view().lottery_commitment,
+        room.view().lottery_commitment
+    );
+    clock.advance(Duration::from_secs(61));
+    assert!(room.tick().opened);
+    assert!(before.tick().opened);
+    assert_same(&room, &before);
+    room.join(None).unwrap();
+    // Replayed from the very first image, across the draw.
+    let replayed = Room::restore(replay(first, &rec.since(0)), Arc::new(clock.clone()), None);
+    assert_same(&room, &replayed);
+    assert_eq!(replayed.view().lottery_seed, room.view().lottery_seed);
+}
+
+#[test]
+fn lost_joins_leave_placeholders_and_numbers_keep_their_meaning() {
+    let clock = ManualClock::new(T0);
+    let (room, rec, first) = recorded_room(settings(1), &clock);
+    for _ in 0..5 {
+        room.join(None).unwrap();
+    }
+    let mut events = rec.since(0);
+    // The join of ticket 2 never became durable.
+    events.retain(|e| !matches!(e, EventRecord::Joined { ticket: 2, .. }));
+    let restored = Room::restore(replay(first, &events), Arc::new(clock.clone()), None);
+    assert_eq!(restored.state_of(2), Some(TicketState::Left));
+    let s = restored.status(4).unwrap();
+    assert_eq!((s.number, s.position), (Some(5), Some(4)));
+    assert!(restored.ledger().balances());
+}
+
+#[test]
+fn time_spent_down_counts() {
+    let clock = ManualClock::new(T0);
+    let mut s = settings(2);
+    s.arrival_grace = Duration::from_secs(60);
+    s.pass_idle = Duration::from_secs(600);
+    s.queue_idle = Duration::from_secs(300);
+    let (room, _, _) = recorded_room(s, &clock);
+    let ids: Vec<TicketId> = (0..4).map(|_| room.join(None).unwrap().ticket).collect();
+    room.tick();
+    room.touch(ids[0]); // arrived: pass_idle applies
+    let image = room.image();
+    // Down for two minutes: ids[1] never arrived within its grace.
+    clock.advance(Duration::from_secs(120));
+    let restored = Room::restore(image, Arc::new(clock.clone()), None);
+    let report = restored.tick();
+    assert_eq!(report.expired, vec![ids[1]]);
+    assert_eq!(restored.state_of(ids[0]), Some(TicketState::Admitted));
+    // The freed permit goes to the next in line, in order.
+    assert_eq!(report.admitted, vec![ids[2]]);
+    assert_eq!(restored.state_of(ids[3]), Some(TicketState::Waiting));
+    assert!(restored.ledger().balances());
+    // Down past queue_idle: quiet waiters are skipped.
+    let image = restored.image();
+    clock.advance(Duration::from_secs(400));
+    let restored = Room::restore(image, Arc::new(clock.clone()), None);
+    restored.tick();
+    assert_eq!(restored.state_of(ids[3]), Some(TicketState::Abandoned));
+}
+
+#[test]
+fn an_image_taken_under_load_plus_the_events_after_it_is_the_final_room() {
+    let clock = ManualClock::new(T0);
+    let (room, rec, _) = recorded_room(settings(8), &clock);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (cut, image) = std::thread::scope(|s| {
+        for t in 0..4u128 {
+            let room = &room;
+            s.spawn(move || {
+                for i in 0..400u128 {
+                    let id = room.join(Some(Identity(t * 10_000 + i))).unwrap().ticket;
+                    match i % 5 {
+                        0 => {
+                            room.leave(id);
+                        }
+                        1 => {
+                            room.release(id.saturating_sub(3));
+                        }
+                        2 => {
+                            room.touch(id.saturating_sub(5));
+                        }
+                        _ => {}
+                    }
+                }
+            });
+        }
+        let stop = &stop;
+        let room = &room;
+        s.spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                room.tick();
+                std::thread::yield_now();
+            }
+        });
+        // A snapshot in the middle: fix the cut, then copy the room.
+        std::thread::sleep(Duration::from_millis(5));
+        let cut = rec.len();
+        let image = room.image();
+        std::thread::sleep(Duration::from_millis(5));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (cut, image)
+    });
+    room.tick();
+    let restored = Room::restore(
+        replay(image, &rec.since(cut)),
+        Arc::new(clock.clone()),
+        None,
+    );
+    assert_same(&room, &restored);
+    assert_eq!(room.issued(), 1600);
+}

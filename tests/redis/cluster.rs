@@ -1,0 +1,116 @@
+//! Redis Cluster: three masters started here, joined with `redis-cli
+//! --cluster create`; several rooms (spread over the shards by their hash
+//! tags) take joins, admit through their workers and hand off, with the
+//! admission pushed over pub/sub from whichever node the room lives on.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use narabu::backend::Backend;
+use narabu::backend::redis::{RedisBackend, RedisOptions};
+use narabu::engine::{Departure, Handoff, RoomId, SystemClock, TicketState};
+
+use crate::support::{RedisServer, room};
+
+async fn cluster_ok(port: u16) -> bool {
+    let Ok(mut c) = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+    else {
+        return false;
+    };
+    let info: redis::RedisResult<String> =
+        redis::cmd("CLUSTER").arg("INFO").query_async(&mut c).await;
+    info.is_ok_and(|i| i.contains("cluster_state:ok"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rooms_spread_over_a_three_master_cluster_admit_and_hand_off() {
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        nodes.push(RedisServer::start_cluster_node().await);
+    }
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let created = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .expect("redis-cli is installed with redis-server");
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stdout)
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for n in &nodes {
+        while !cluster_ok(n.port).await {
+            assert!(Instant::now() < deadline, "the cluster did not form");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    let ids: Vec<String> = (0..6).map(|i| format!("room-{i}")).collect();
+    let rooms: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let mut r = room(id, 1);
+            r.tick = Duration::from_millis(100);
+            r
+        })
+        .collect();
+    let options = RedisOptions {
+        cluster_nodes: nodes.iter().map(RedisServer::url).collect(),
+        lease: Duration::from_secs(2),
+        ..RedisOptions::new(nodes[0].url())
+    };
+    let backend = RedisBackend::connect(options, rooms, Arc::new(SystemClock))
+        .await
+        .unwrap();
+
+    // The rooms' keys landed on more than one master.
+    let mut used = 0;
+    for n in &nodes {
+        let mut c = n.client().await;
+        let size: i64 = redis::cmd("DBSIZE").query_async(&mut c).await.unwrap();
+        used += usize::from(size > 0);
+    }
+    assert!(used >= 2, "all rooms on one shard");
+
+    for id in &ids {
+        let room = RoomId::new(id).unwrap();
+        let first = backend.join(&room, None).await.unwrap().ticket;
+        let second = backend.join(&room, None).await.unwrap().ticket;
+        let signal = backend.watch_ticket(&room, second).await.unwrap();
+        let woken = signal.notify().notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        // The room's worker (this instance, by lease) admits the first.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while backend.status(&room, first, true).await.unwrap().state != TicketState::Admitted {
+            assert!(Instant::now() < deadline, "{id}: nobody admitted");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            backend.leave(&room, first).await.unwrap(),
+            Departure::GaveBack(Handoff::To(second.id as u32))
+        );
+        // The admission is pushed over pub/sub from the room's node.
+        tokio::time::timeout(Duration::from_secs(10), woken)
+            .await
+            .unwrap_or_else(|_| panic!("{id}: the hand-off was not pushed"));
+        assert_eq!(
+            backend.status(&room, second, false).await.unwrap().state,
+            TicketState::Admitted
+        );
+        let ledger = backend.room(&room).await.unwrap().ledger;
+        assert!(ledger.balances() && ledger.admitted == 1, "{ledger:?}");
+    }
+    assert_eq!(backend.list_rooms().await.unwrap().len(), 6);
+    backend.shutdown().await;
+}

@@ -1,0 +1,423 @@
+//! Several Narabu instances on one Redis, over HTTP: visitors spread over
+//! the instances are admitted in global queue order, never more than
+//! capacity at once, and a leave on one instance reaches a stream held by
+//! another. Then the faults: the worker's instance dies (a real process,
+//! killed with SIGKILL), and Redis itself goes away and comes back.
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use eventsource_stream::Eventsource;
+use futures_util::{Stream, StreamExt};
+use narabu::backend::Backend;
+use narabu::backend::redis::{RedisBackend, RedisOptions};
+use narabu::config::{Backend as BackendConfig, Config, Secret};
+use narabu::engine::{RoomId, RoomSettings, SystemClock};
+use redis::AsyncCommands;
+use reqwest::StatusCode;
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use crate::support::{RedisServer, free_port, room};
+
+const SECRET: &str = "test-secret-test-secret-test-secret-0123";
+const ADMIN: &str = "admin-token-admin-token-admin-token-0123";
+
+struct Instance {
+    base: String,
+    backend: Arc<RedisBackend>,
+    stop: Option<oneshot::Sender<()>>,
+    server: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Instance {
+    async fn start(redis: &RedisServer, rooms: Vec<RoomSettings>, lease: Duration) -> Self {
+        let options = RedisOptions {
+            lease,
+            ..RedisOptions::new(redis.url())
+        };
+        let backend = RedisBackend::connect(options, rooms.clone(), Arc::new(SystemClock))
+            .await
+            .unwrap();
+        let config = Config {
+            secret: Some(Secret::new(SECRET)),
+            admin_token: Some(Secret::new(ADMIN)),
+            backend: BackendConfig::Redis {
+                url: redis.url(),
+                cluster_nodes: Vec::new(),
+            },
+            rooms,
+            ..Config::default()
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr: SocketAddr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let dyn_backend: Arc<dyn Backend> = backend.clone();
+        let server = tokio::spawn(narabu::server::serve(
+            listener,
+            config,
+            dyn_backend,
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        Self {
+            base: format!("http://{addr}"),
+            backend,
+            stop: Some(stop),
+            server,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.server).await;
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+async fn join(c: &reqwest::Client, base: &str, room: &str) -> (String, u64) {
+    let r = c
+        .post(format!("{base}/api/rooms/{room}/join"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let body: Value = r.json().await.unwrap();
+    (
+        body["ticket"].as_str().unwrap().to_owned(),
+        body["number"].as_u64().unwrap(),
+    )
+}
+
+async fn status(c: &reqwest::Client, base: &str, room: &str, token: &str) -> String {
+    let r = c
+        .get(format!("{base}/api/rooms/{room}/status"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let body: Value = r.json().await.unwrap();
+    body["status"].as_str().unwrap().to_owned()
+}
+
+type Events = std::pin::Pin<
+    Box<
+        dyn Stream<
+                Item = Result<
+                    eventsource_stream::Event,
+                    eventsource_stream::EventStreamError<reqwest::Error>,
+                >,
+            > + Send,
+    >,
+>;
+
+async fn events(c: &reqwest::Client, base: &str, room: &str, token: &str) -> Events {
+    let r = c
+        .get(format!("{base}/api/rooms/{room}/events"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    Box::pin(r.bytes_stream().eventsource())
+}
+
+/// The next event other than `position`, within a bound.
+async fn next_non_position(stream: &mut Events, within: Duration) -> Option<String> {
+    tokio::time::timeout(within, async {
+        while let Some(Ok(e)) = stream.next().await {
+            if e.event != "position" && e.event != "message" {
+                return Some(e.event);
+            }
+        }
+        None
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_admit_in_global_order_and_hand_off_across_instances() {
+    let redis = RedisServer::start().await;
+    let mut sale = room("sale", 2);
+    // A long tick: after the first, only hand-offs admit anyone, so every
+    // admission below was pushed across instances, not picked up by a tick.
+    sale.tick = Duration::from_secs(60);
+    let mut instances = Vec::new();
+    for _ in 0..3 {
+        instances.push(Instance::start(&redis, vec![sale.clone()], Duration::from_secs(1)).await);
+    }
+    let c = client();
+    let mut visitors = Vec::new();
+    for i in 0..8 {
+        let (token, number) = join(&c, &instances[i % 3].base, "sale").await;
+        assert_eq!(number, i as u64 + 1, "numbers follow one global line");
+        visitors.push(token);
+    }
+    // Each visitor's stream sits on an instance other than the one it joined.
+    let mut streams = Vec::new();
+    for (i, token) in visitors.iter().enumerate() {
+        streams.push(events(&c, &instances[(i + 1) % 3].base, "sale", token).await);
+    }
+    instances[2]
+        .backend
+        .tick(&RoomId::new("sale").unwrap())
+        .await
+        .unwrap();
+    for s in streams.iter_mut().take(2) {
+        assert_eq!(
+            next_non_position(s, Duration::from_secs(10))
+                .await
+                .as_deref(),
+            Some("admitted")
+        );
+    }
+    let room_id = RoomId::new("sale").unwrap();
+    for i in 0..6 {
+        // Visitor i leaves through a third instance.
+        let leave = c
+            .post(instances[(i + 2) % 3].url("/api/rooms/sale/leave"))
+            .bearer_auth(&visitors[i])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(leave.status(), StatusCode::NO_CONTENT);
+        // The next in line (number i + 3), streaming elsewhere, gets in.
+        let event = next_non_position(&mut streams[i + 2], Duration::from_secs(10)).await;
+        assert_eq!(
+            event.as_deref(),
+            Some("admitted"),
+            "visitor {} not admitted",
+            i + 3
+        );
+        for (j, token) in visitors.iter().enumerate() {
+            let s = status(&c, &instances[j % 3].base, "sale", token).await;
+            let expected = if j <= i {
+                "left"
+            } else if j <= i + 2 {
+                "admitted"
+            } else {
+                "waiting"
+            };
+            assert_eq!(s, expected, "visitor {} after {} left", j + 1, i + 1);
+        }
+        let ledger = instances[i % 3]
+            .backend
+            .room(&room_id)
+            .await
+            .unwrap()
+            .ledger;
+        assert!(ledger.admitted <= 2 && ledger.balances(), "{ledger:?}");
+    }
+    let snap = instances[0].backend.room(&room_id).await.unwrap();
+    assert_eq!(snap.stats.handoffs, 6);
+    assert!(snap.stats.peak_admitted <= 2);
+    for i in instances {
+        i.stop().await;
+    }
+}
+
+/// A narabu process on Redis, killed with SIGKILL on drop.
+struct Process {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Process {
+    fn start(redis: &RedisServer, port: u16) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("narabu.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"listen = "127.0.0.1:{port}"
+data_dir = "{data}"
+backend = "redis"
+redis_url = "{url}"
+secret = "{SECRET}"
+
+[[rooms]]
+id = "sale"
+capacity = 1
+tick = "200ms"
+"#,
+                data = dir.path().display(),
+                url = redis.url()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_narabu"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Self { child, _dir: dir }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn wait_until<F, Fut>(within: Duration, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_worker_instance_hands_the_room_to_another() {
+    let redis = RedisServer::start().await;
+    let mut con = redis.client().await;
+    let lease_key = "narabu:{sale}:lease";
+    let mut a = Process::start(&redis, free_port());
+    let holder = {
+        let con = con.clone();
+        wait_until(Duration::from_secs(20), move || {
+            let mut con = con.clone();
+            async move { con.exists::<_, bool>(lease_key).await.unwrap_or(false) }
+        })
+        .await
+    };
+    assert!(holder, "the first instance took the worker lease");
+    let owner_a: String = con.get(lease_key).await.unwrap();
+
+    let mut sale = room("sale", 1);
+    sale.tick = Duration::from_millis(200);
+    let b = Instance::start(&redis, vec![sale], RedisOptions::DEFAULT_LEASE).await;
+    let c = client();
+    let (first, _) = join(&c, &b.base, "sale").await;
+    let (second, _) = join(&c, &b.base, "sale").await;
+    // The process's worker admits the first.
+    assert!(
+        wait_until(Duration::from_secs(10), || async {
+            status(&c, &b.base, "sale", &first).await == "admitted"
+        })
+        .await
+    );
+    assert_eq!(status(&c, &b.base, "sale", &second).await, "waiting");
+
+    a.kill();
+    // A second permit needs a worker's tick to be handed out.
+    let patch = narabu::backend::RoomPatch {
+        capacity: Some(2),
+        ..Default::default()
+    };
+    b.backend
+        .patch_room(&RoomId::new("sale").unwrap(), patch)
+        .await
+        .unwrap();
+    // Within one lease (5 s) plus a tick, with room for a slow machine.
+    assert!(
+        wait_until(Duration::from_secs(30), || async {
+            status(&c, &b.base, "sale", &second).await == "admitted"
+        })
+        .await,
+        "admissions did not resume after the worker's instance died"
+    );
+    let owner_b: String = con.get(lease_key).await.unwrap();
+    assert_ne!(owner_a, owner_b);
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_going_away_answers_503_and_recovers_by_itself() {
+    let mut redis = RedisServer::start_persistent().await;
+    let mut sale = room("sale", 1);
+    sale.tick = Duration::from_millis(100);
+    let app = Instance::start(&redis, vec![sale], Duration::from_secs(1)).await;
+    let c = client();
+    let (pass, _) = join(&c, &app.base, "sale").await;
+    assert!(
+        wait_until(Duration::from_secs(10), || async {
+            status(&c, &app.base, "sale", &pass).await == "admitted"
+        })
+        .await
+    );
+    let gate = |c: reqwest::Client, url: String, token: String| async move {
+        c.get(url)
+            .header("cookie", format!("narabu_sale={token}"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    assert_eq!(
+        gate(c.clone(), app.url("/gate/sale"), pass.clone()).await,
+        StatusCode::NO_CONTENT
+    );
+
+    redis.kill();
+    let r = c
+        .post(app.url("/api/rooms/sale/join"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(r.headers().contains_key("retry-after"));
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "unavailable");
+    assert!(!body["message"].as_str().unwrap().contains("redis://"));
+    // The gate fails closed by default: back to the queue, never a 5xx.
+    assert_eq!(
+        gate(c.clone(), app.url("/gate/sale"), pass.clone()).await,
+        StatusCode::UNAUTHORIZED
+    );
+    let ready = c.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+
+    redis.launch(&[]).await;
+    assert!(
+        wait_until(Duration::from_secs(20), || async {
+            c.post(app.url("/api/rooms/sale/join"))
+                .send()
+                .await
+                .map(|r| r.status() == StatusCode::CREATED)
+                .unwrap_or(false)
+        })
+        .await,
+        "joins did not recover after Redis came back"
+    );
+    // The state survived (Redis with an append-only file): the pass holds.
+    assert_eq!(status(&c, &app.base, "sale", &pass).await, "admitted");
+    assert_eq!(
+        gate(c.clone(), app.url("/gate/sale"), pass.clone()).await,
+        StatusCode::NO_CONTENT
+    );
+    app.stop().await;
+}

@@ -1,0 +1,113 @@
+//! Join throughput, measured, never asserted: one embedded instance, one
+//! and three instances on one Redis, and a trivial axum handler in the same
+//! run as the yardstick (design §5 figures are ratios to it). Run with
+//! `cargo test --release --test redis measure -- --ignored --nocapture`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use narabu::backend::Backend;
+use narabu::backend::embedded::EmbeddedBackend;
+use narabu::backend::redis::{RedisBackend, RedisOptions};
+use narabu::config::{Config, Secret};
+use narabu::engine::SystemClock;
+
+use crate::support::{RedisServer, room};
+
+const CLIENTS: usize = 64;
+const RUN: Duration = Duration::from_secs(4);
+
+async fn serve(backend: Arc<dyn Backend>) -> String {
+    let mut sale = room("sale", 100);
+    sale.join_limit_per_minute = 0;
+    let config = Config {
+        secret: Some(Secret::new("test-secret-test-secret-test-secret-0123")),
+        rooms: vec![sale],
+        ..Config::default()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    tokio::spawn(narabu::server::serve(
+        listener,
+        config,
+        backend,
+        std::future::pending(),
+    ));
+    format!("http://{addr}")
+}
+
+async fn trivial() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().route("/", axum::routing::post(|| async { "ok" }));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/")
+}
+
+/// Requests per second over `CLIENTS` keep-alive clients spread over `urls`.
+async fn rate(urls: Vec<String>) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..CLIENTS {
+        let url = urls[i % urls.len()].clone();
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            let c = reqwest::Client::new();
+            while start.elapsed() < RUN {
+                let r = c.post(&url).send().await.unwrap();
+                assert!(r.status().is_success(), "{}", r.status());
+                let _ = r.bytes().await;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a measurement: run by hand in release mode"]
+async fn measure_join_rates() {
+    let trivial_rate = rate(vec![trivial().await]).await;
+
+    let mut sale = room("sale", 100);
+    sale.join_limit_per_minute = 0;
+    let embedded = EmbeddedBackend::new(vec![sale.clone()], Arc::new(SystemClock));
+    let base = serve(embedded).await;
+    let embedded_rate = rate(vec![format!("{base}/api/rooms/sale/join")]).await;
+
+    let redis = RedisServer::start().await;
+    let mut urls = Vec::new();
+    for _ in 0..3 {
+        let b = RedisBackend::connect(
+            RedisOptions::new(redis.url()),
+            vec![sale.clone()],
+            Arc::new(SystemClock),
+        )
+        .await
+        .unwrap();
+        urls.push(format!("{}/api/rooms/sale/join", serve(b).await));
+    }
+    let one_redis = rate(vec![urls[0].clone()]).await;
+    let three_redis = rate(urls).await;
+    println!("trivial handler:        {trivial_rate:>9.0} req/s");
+    println!(
+        "joins, embedded, 1:     {embedded_rate:>9.0} /s  ({:.2} x trivial)",
+        embedded_rate / trivial_rate
+    );
+    println!(
+        "joins, redis, 1 inst.:  {one_redis:>9.0} /s  ({:.2} x trivial, {:.2} x embedded)",
+        one_redis / trivial_rate,
+        one_redis / embedded_rate
+    );
+    println!(
+        "joins, redis, 3 inst.:  {three_redis:>9.0} /s  ({:.2} x trivial, {:.2} x embedded)",
+        three_redis / trivial_rate,
+        three_redis / embedded_rate
+    );
+}

@@ -1,0 +1,200 @@
+//! A real `redis-server` for each test, on a free loopback port, in a temp
+//! dir, killed on drop; and builders for both backends over one clock.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use narabu::backend::Backend;
+use narabu::backend::embedded::EmbeddedBackend;
+use narabu::backend::redis::{RedisBackend, RedisOptions};
+use narabu::engine::{ManualClock, RoomId, RoomSettings};
+
+pub struct RedisServer {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    persistent: bool,
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl RedisServer {
+    /// No persistence: state lives as long as the process.
+    pub async fn start() -> Self {
+        Self::start_with(false).await
+    }
+
+    /// With an append-only file in its dir, so a restart keeps the state.
+    pub async fn start_persistent() -> Self {
+        Self::start_with(true).await
+    }
+
+    async fn start_with(persistent: bool) -> Self {
+        let mut server = Self {
+            port: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+            child: None,
+            persistent,
+        };
+        server.launch(&[]).await;
+        server
+    }
+
+    /// A Redis Cluster node (not yet part of a cluster). Its bus port,
+    /// port + 10000, must be free too.
+    pub async fn start_cluster_node() -> Self {
+        let port = loop {
+            let p = free_port();
+            if p < 55_000 && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
+                break p;
+            }
+        };
+        let mut server = Self {
+            port,
+            dir: tempfile::tempdir().unwrap(),
+            child: None,
+            persistent: false,
+        };
+        server
+            .launch(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ])
+            .await;
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub async fn launch(&mut self, extra: &[&str]) {
+        let port = self.port.to_string();
+        let mut args = vec![
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "yes",
+        ];
+        if self.persistent {
+            args.extend(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            args.extend(["--appendonly", "no"]);
+        }
+        args.extend(extra);
+        let child = Command::new("redis-server")
+            .args(&args)
+            .current_dir(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (scripts/test installs it)");
+        self.child = Some(child);
+        wait_for_port(self.port).await;
+    }
+
+    /// Kill the server (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub async fn client(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub async fn wait_for_port(port: u16) {
+    for _ in 0..200 {
+        if let Ok(mut c) = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+        {
+            let pong: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut c).await;
+            if pong.is_ok() {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("redis-server on port {port} did not come up");
+}
+
+pub fn room(id: &str, capacity: u32) -> RoomSettings {
+    let mut s = RoomSettings::new(RoomId::new(id).unwrap());
+    s.capacity = capacity;
+    s
+}
+
+/// Which backend a conformance test body runs against.
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    Embedded,
+    Redis,
+}
+
+/// A backend without workers on a manual clock, and what keeps it alive.
+pub struct Harness {
+    pub backend: Arc<dyn Backend>,
+    pub clock: ManualClock,
+    _redis: Option<RedisServer>,
+}
+
+pub const T0: u64 = 1_800_000_000_000;
+
+impl Harness {
+    pub async fn new(kind: Kind, rooms: Vec<RoomSettings>) -> Self {
+        let clock = ManualClock::new(T0);
+        match kind {
+            Kind::Embedded => Self {
+                backend: EmbeddedBackend::without_workers(rooms, Arc::new(clock.clone())),
+                clock,
+                _redis: None,
+            },
+            Kind::Redis => {
+                let server = RedisServer::start().await;
+                let options = RedisOptions {
+                    run_workers: false,
+                    ..RedisOptions::new(server.url())
+                };
+                let backend = RedisBackend::connect(options, rooms, Arc::new(clock.clone()))
+                    .await
+                    .unwrap();
+                Self {
+                    backend,
+                    clock,
+                    _redis: Some(server),
+                }
+            }
+        }
+    }
+}
