@@ -432,3 +432,19 @@ fn return_path_regression_input_inside_a_fixed_message() {
     targets::return_path(b"e '/");
     assert!(validate_return_path(Some("e '/")).is_err());
 }
+
+/// libFuzzer (coverage-guided, on stable) found that a `#` produced by
+/// decoding (`%23`) ended the path for the dot-segment check, so this was
+/// accepted though a browser resolves it to `//` on this host, one relative
+/// redirect away from another site. Fixed in `validate_return_path`.
+#[test]
+fn return_path_regression_decoded_fragment_hid_dot_segments() {
+    for raw in [
+        "/%0%2332/%2E%2E//32/%2E%2e",
+        "/x%23/%2E%2E//evil.example",
+        "/x%3F/%2e%2e//evil.example",
+    ] {
+        assert!(validate_return_path(Some(raw)).is_err(), "{raw:?}");
+        targets::return_path(raw.as_bytes());
+    }
+}
