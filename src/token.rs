@@ -54,6 +54,25 @@ pub enum TokenError {
     BadSignature,
 }
 
+/// What a pass says: this ticket was admitted and its pass runs until
+/// `expires_at_ms`. The gate hands one out (as cookie
+/// `narabu_{room}_pass`) only when it is set to fail open, so that while
+/// the backend cannot be asked, a visitor who was let in a moment ago still
+/// is, and nobody else.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PassClaim {
+    pub room: RoomId,
+    pub epoch: u64,
+    pub ticket: u64,
+    /// Unix ms.
+    pub expires_at_ms: u64,
+}
+
+/// A different MAC context than tickets', so neither kind of token can be
+/// passed off as the other.
+const PASS_CONTEXT: &[u8] = b"narabu pass v1\0";
+const PASS_HEADER_LEN: usize = 1 + 8 + 8 + 8;
+
 /// Why the key file could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyFileError {
@@ -226,10 +245,68 @@ impl Keyring {
 }
 
 fn mac(key: &HmacSha256, payload: &[u8]) -> HmacSha256 {
+    mac_in(key, CONTEXT, payload)
+}
+
+fn mac_in(key: &HmacSha256, context: &[u8], payload: &[u8]) -> HmacSha256 {
     let mut mac = key.clone();
-    mac.update(CONTEXT);
+    mac.update(context);
     mac.update(payload);
     mac
+}
+
+impl Keyring {
+    /// The token for a pass, signed with the current key.
+    pub fn sign_pass(&self, claim: &PassClaim) -> String {
+        let room = claim.room.as_str().as_bytes();
+        let mut payload = Vec::with_capacity(PASS_HEADER_LEN + room.len());
+        payload.push(VERSION);
+        payload.extend_from_slice(&claim.epoch.to_be_bytes());
+        payload.extend_from_slice(&claim.ticket.to_be_bytes());
+        payload.extend_from_slice(&claim.expires_at_ms.to_be_bytes());
+        payload.extend_from_slice(room);
+        let tag = mac_in(&self.current, PASS_CONTEXT, &payload)
+            .finalize()
+            .into_bytes();
+        let mut token = B64.encode(&payload);
+        token.push('.');
+        B64.encode_string(tag, &mut token);
+        token
+    }
+
+    /// The claim of a pass signed with the current or the previous key.
+    /// Expiry is the caller's to check. Never panics, whatever the input.
+    pub fn verify_pass(&self, token: &str) -> Result<PassClaim, TokenError> {
+        if token.len() > MAX_TOKEN_LEN + 12 {
+            return Err(TokenError::Malformed);
+        }
+        let (payload_b64, tag_b64) = token.split_once('.').ok_or(TokenError::Malformed)?;
+        let payload = B64.decode(payload_b64).map_err(|_| TokenError::Malformed)?;
+        let tag = B64.decode(tag_b64).map_err(|_| TokenError::Malformed)?;
+        let signed_by = |key: &HmacSha256| {
+            mac_in(key, PASS_CONTEXT, &payload)
+                .verify_slice(&tag)
+                .is_ok()
+        };
+        if !signed_by(&self.current) && !self.previous.as_ref().is_some_and(signed_by) {
+            return Err(TokenError::BadSignature);
+        }
+        let (header, room) = payload
+            .split_at_checked(PASS_HEADER_LEN)
+            .ok_or(TokenError::Malformed)?;
+        let number =
+            |at: usize| <[u8; 8]>::try_from(&header[at..at + 8]).map_or(0, u64::from_be_bytes);
+        let room = std::str::from_utf8(room).map_err(|_| TokenError::Malformed)?;
+        match (header[0], RoomId::new(room)) {
+            (VERSION, Ok(room)) => Ok(PassClaim {
+                room,
+                epoch: number(1),
+                ticket: number(9),
+                expires_at_ms: number(17),
+            }),
+            _ => Err(TokenError::Malformed),
+        }
+    }
 }
 
 fn decode_payload(payload: &[u8]) -> Result<TicketClaim, TokenError> {

@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::api::rfc3339;
+use super::api::{now_ms, rfc3339};
 use super::error::ApiError;
 use super::return_path::validate_return_path;
 use super::room_id;
@@ -19,6 +19,7 @@ use super::ticket;
 use crate::backend::BackendError;
 use crate::config::OnBackendError;
 use crate::engine::{RoomId, TicketState};
+use crate::token::PassClaim;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct GateQuery {
@@ -86,12 +87,26 @@ pub async fn gate(
     match state.backend.status(&room, visitor.ticket, true).await {
         Ok(status) if status.state == TicketState::Admitted && !status.closed => {
             let mut response = StatusCode::NO_CONTENT.into_response();
-            if let Some(expires) = status.pass_expires_at
-                && let Ok(v) = HeaderValue::from_str(&rfc3339(expires))
-            {
-                response
-                    .headers_mut()
-                    .insert(header::HeaderName::from_static("x-narabu-pass-expires"), v);
+            if let Some(expires) = status.pass_expires_at {
+                if let Ok(v) = HeaderValue::from_str(&rfc3339(expires)) {
+                    response
+                        .headers_mut()
+                        .insert(header::HeaderName::from_static("x-narabu-pass-expires"), v);
+                }
+                // Failing open needs something to trust while the backend
+                // is away: a signed pass that runs out with the real one.
+                if state.settings.on_backend_error == OnBackendError::Open {
+                    let pass = PassClaim {
+                        room: room.clone(),
+                        epoch: visitor.ticket.epoch,
+                        ticket: visitor.ticket.id,
+                        expires_at_ms: expires,
+                    };
+                    let cookie = ticket::pass_cookie(&state, &pass, now_ms());
+                    if let Ok(v) = HeaderValue::from_str(&cookie.to_string()) {
+                        response.headers_mut().insert(header::SET_COOKIE, v);
+                    }
+                }
             }
             response
         }
@@ -100,10 +115,13 @@ pub async fn gate(
             ApiError::from(BackendError::NoSuchRoom(room)).into_response()
         }
         Err(e) => {
-            // The state store is down. A validly signed pass may go through
-            // when the operator chose to fail open; otherwise, the queue.
+            // The state store is down. When the operator chose to fail
+            // open, a visitor whose signed pass (set by an earlier check)
+            // has not run out goes through; everyone else, the queue.
             tracing::warn!(room = %room, error = %e, "gate check failed");
-            if state.settings.on_backend_error == OnBackendError::Open {
+            let open = state.settings.on_backend_error == OnBackendError::Open
+                && ticket::live_pass(&state, &room, visitor.ticket, &headers, now_ms()).is_some();
+            if open {
                 StatusCode::NO_CONTENT.into_response()
             } else {
                 refuse(&state, &room, &headers, redirect)

@@ -8,7 +8,7 @@ use super::error::ApiError;
 use super::state::AppState;
 use crate::backend::TicketRef;
 use crate::engine::RoomId;
-use crate::token::{MAX_TOKEN_LEN, TicketClaim};
+use crate::token::{MAX_TOKEN_LEN, PassClaim, TicketClaim};
 
 /// A verified ticket of the room being asked about.
 #[derive(Debug, Clone)]
@@ -21,15 +21,12 @@ pub fn cookie_name(room: &RoomId) -> String {
     format!("narabu_{room}")
 }
 
-/// The raw token from the request: a Bearer header wins over the cookie.
-fn raw_token(room: &RoomId, headers: &HeaderMap) -> Option<String> {
-    if let Some(auth) = headers.get(header::AUTHORIZATION)
-        && let Ok(auth) = auth.to_str()
-        && let Some(token) = auth.strip_prefix("Bearer ")
-    {
-        return Some(token.trim().to_owned());
-    }
-    let name = cookie_name(room);
+/// The cookie holding a fail-open pass for `room`.
+pub fn pass_cookie_name(room: &RoomId) -> String {
+    format!("narabu_{room}_pass")
+}
+
+fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -38,6 +35,50 @@ fn raw_token(room: &RoomId, headers: &HeaderMap) -> Option<String> {
         .filter_map(Result::ok)
         .find(|c| c.name() == name)
         .map(|c| c.value().to_owned())
+}
+
+/// The live pass for this very ticket, if the request carries one: signed
+/// by us, for this room, ticket and incarnation, and not yet expired.
+pub fn live_pass(
+    state: &AppState,
+    room: &RoomId,
+    ticket: TicketRef,
+    headers: &HeaderMap,
+    now_ms: u64,
+) -> Option<PassClaim> {
+    let token = cookie_value(headers, &pass_cookie_name(room))?;
+    let pass = state.keys.verify_pass(&token).ok()?;
+    (&pass.room == room
+        && pass.epoch == ticket.epoch
+        && pass.ticket == ticket.id
+        && pass.expires_at_ms > now_ms)
+        .then_some(pass)
+}
+
+/// The pass cookie the gate sets (for the proxy to hand on) when it fails
+/// open: it lives as long as the pass does, renewed with every check.
+pub fn pass_cookie(state: &AppState, pass: &PassClaim, now_ms: u64) -> Cookie<'static> {
+    let secs = pass.expires_at_ms.saturating_sub(now_ms) / 1000;
+    Cookie::build((pass_cookie_name(&pass.room), state.keys.sign_pass(pass)))
+        .path("/")
+        .http_only(true)
+        .same_site(SameSite::Lax)
+        .secure(state.settings.cookie_secure)
+        .max_age(cookie::time::Duration::seconds(
+            i64::try_from(secs).unwrap_or(i64::MAX),
+        ))
+        .build()
+}
+
+/// The raw token from the request: a Bearer header wins over the cookie.
+fn raw_token(room: &RoomId, headers: &HeaderMap) -> Option<String> {
+    if let Some(auth) = headers.get(header::AUTHORIZATION)
+        && let Ok(auth) = auth.to_str()
+        && let Some(token) = auth.strip_prefix("Bearer ")
+    {
+        return Some(token.trim().to_owned());
+    }
+    cookie_value(headers, &cookie_name(room))
 }
 
 /// The visitor's ticket for `room`, if the request carries one.

@@ -359,3 +359,38 @@ proptest! {
         prop_assert_eq!(keys.verify(&keys.sign(&c)), Ok(c));
     }
 }
+
+#[test]
+fn passes_round_trip_and_cannot_be_confused_with_tickets() {
+    let keys = ring(KEY_A, None);
+    let pass = PassClaim {
+        room: RoomId::new("sale").unwrap(),
+        epoch: 7,
+        ticket: 42,
+        expires_at_ms: 1_800_000_000_000,
+    };
+    let token = keys.sign_pass(&pass);
+    assert_eq!(keys.verify_pass(&token), Ok(pass.clone()));
+    // A pass is not a ticket, and a ticket is not a pass.
+    assert!(keys.verify(&token).is_err());
+    let ticket = keys.sign(&claim("sale", 7, 42));
+    assert!(keys.verify_pass(&ticket).is_err());
+    // Every single-byte edit is refused; another key is refused.
+    for i in 0..token.len() {
+        let mut edited = token.clone().into_bytes();
+        edited[i] = if edited[i] == b'A' { b'B' } else { b'A' };
+        let edited = String::from_utf8(edited).unwrap();
+        if edited != token {
+            assert!(keys.verify_pass(&edited).is_err(), "edit at {i}");
+        }
+    }
+    assert!(ring(KEY_B, None).verify_pass(&token).is_err());
+    assert!(ring(KEY_B, Some(KEY_A)).verify_pass(&token).is_ok());
+}
+
+proptest! {
+    #[test]
+    fn pass_verification_never_panics(s in ".{0,200}") {
+        let _ = ring(KEY_A, None).verify_pass(&s);
+    }
+}

@@ -13,7 +13,7 @@ use eventsource_stream::Eventsource;
 use futures_util::{Stream, StreamExt};
 use narabu::backend::Backend;
 use narabu::backend::redis::{RedisBackend, RedisOptions};
-use narabu::config::{Backend as BackendConfig, Config, Secret};
+use narabu::config::{Backend as BackendConfig, Config, OnBackendError, Secret};
 use narabu::engine::{RoomId, RoomSettings, SystemClock};
 use redis::AsyncCommands;
 use reqwest::StatusCode;
@@ -34,6 +34,15 @@ struct Instance {
 
 impl Instance {
     async fn start(redis: &RedisServer, rooms: Vec<RoomSettings>, lease: Duration) -> Self {
+        Self::start_with(redis, rooms, lease, OnBackendError::Closed).await
+    }
+
+    async fn start_with(
+        redis: &RedisServer,
+        rooms: Vec<RoomSettings>,
+        lease: Duration,
+        on_backend_error: OnBackendError,
+    ) -> Self {
         let options = RedisOptions {
             lease,
             ..RedisOptions::new(redis.url())
@@ -49,6 +58,7 @@ impl Instance {
                 cluster_nodes: Vec::new(),
             },
             rooms,
+            on_backend_error,
             ..Config::default()
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -418,6 +428,80 @@ async fn redis_going_away_answers_503_and_recovers_by_itself() {
     assert_eq!(
         gate(c.clone(), app.url("/gate/sale"), pass.clone()).await,
         StatusCode::NO_CONTENT
+    );
+    app.stop().await;
+}
+
+/// `on_backend_error = "open"`: while Redis is away, a visitor whose pass
+/// was live when last checked still goes through, by the signed pass
+/// cookie the gate set then; a waiting visitor and a forged pass do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_open_lets_only_live_passes_through() {
+    let mut redis = RedisServer::start_persistent().await;
+    let mut sale = room("sale", 1);
+    sale.tick = Duration::from_millis(100);
+    let app = Instance::start_with(
+        &redis,
+        vec![sale],
+        Duration::from_secs(1),
+        OnBackendError::Open,
+    )
+    .await;
+    let c = client();
+    let (admitted, _) = join(&c, &app.base, "sale").await;
+    let (waiting, _) = join(&c, &app.base, "sale").await;
+    assert!(
+        wait_until(Duration::from_secs(10), || async {
+            status(&c, &app.base, "sale", &admitted).await == "admitted"
+        })
+        .await
+    );
+    let check = |cookies: String| {
+        let c = c.clone();
+        let url = app.url("/gate/sale");
+        async move { c.get(url).header("cookie", cookies).send().await.unwrap() }
+    };
+    // While the backend answers, the gate hands the admitted visitor a pass.
+    let ok = check(format!("narabu_sale={admitted}")).await;
+    assert_eq!(ok.status(), StatusCode::NO_CONTENT);
+    let set = ok.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(
+        set.starts_with("narabu_sale_pass=") && set.contains("HttpOnly"),
+        "{set}"
+    );
+    let pass = set.split(';').next().unwrap().to_owned();
+    let waiting_check = check(format!("narabu_sale={waiting}")).await;
+    assert_eq!(waiting_check.status(), StatusCode::UNAUTHORIZED);
+    assert!(waiting_check.headers().get("set-cookie").is_none());
+
+    redis.kill();
+    // The admitted visitor with the pass goes on; without it, or with the
+    // pass on someone else's ticket, or edited, the queue.
+    assert_eq!(
+        check(format!("narabu_sale={admitted}; {pass}"))
+            .await
+            .status(),
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        check(format!("narabu_sale={admitted}")).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        check(format!("narabu_sale={waiting}; {pass}"))
+            .await
+            .status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let mut edited = pass.clone().into_bytes();
+    let at = edited.len() - 3;
+    edited[at] = if edited[at] == b'A' { b'B' } else { b'A' };
+    let edited = String::from_utf8(edited).unwrap();
+    assert_eq!(
+        check(format!("narabu_sale={admitted}; {edited}"))
+            .await
+            .status(),
+        StatusCode::UNAUTHORIZED
     );
     app.stop().await;
 }

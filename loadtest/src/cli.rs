@@ -1,0 +1,439 @@
+//! The command line: scenarios, their options, and the checks made before
+//! anything is sent. The tool only ever talks to this machine: a target
+//! that is not a loopback address is refused outright.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "loadtest",
+    about = "Simulate visitors against a Narabu instance on this machine and report what happened"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub scenario: Scenario,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Scenario {
+    /// N visitors arrive, wait on their event stream, hold the gate, leave; checks order and capacity.
+    Surge(SurgeArgs),
+    /// The seed's case: 20 users, 2 permits, arrivals and holds of 100-200 ms.
+    Article(ArticleArgs),
+    /// Gate checks with valid passes as fast as the connections allow.
+    Gate(HammerArgs),
+    /// Joins as fast as the connections allow (every join a new ticket).
+    Joins(HammerArgs),
+    /// A trivial axum handler inside the tool, hammered the same way: the yardstick.
+    Baseline(HammerArgs),
+    /// K waiting event streams: server memory per stream, fan-out of one change, hand-off latency.
+    Streams(StreamsArgs),
+    /// Internal: one client process of `streams`, driven over stdin/stdout.
+    #[command(hide = true)]
+    StreamWorker,
+    /// Internal: the baseline server in a process of its own.
+    #[command(hide = true)]
+    BaselineServer,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Common {
+    /// The Narabu instance, e.g. http://127.0.0.1:8080 (loopback only).
+    #[arg(long, default_value = "http://127.0.0.1:8080", value_parser = parse_target)]
+    pub target: Target,
+    /// The room to queue in.
+    #[arg(long, default_value = "default")]
+    pub room: String,
+    /// Stop after this many seconds whatever happens.
+    #[arg(long, default_value_t = 60.0)]
+    pub max_seconds: f64,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Admin token: read room stats from `/admin/rooms/{room}` when the server has that API.
+    #[arg(long, env = "NARABU_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Spread connections over this many source addresses 127.0.0.2, 127.0.0.3, … (0: let the OS choose).
+    #[arg(long, default_value_t = 0)]
+    pub sources: u8,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SurgeArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// How many visitors arrive.
+    #[arg(long, default_value_t = 200)]
+    pub visitors: usize,
+    /// Over how many seconds they arrive, evenly spread (0: all at once).
+    #[arg(long, default_value_t = 0.0)]
+    pub over: f64,
+    /// Shortest time an admitted visitor stays, in ms.
+    #[arg(long, default_value_t = 100)]
+    pub hold_min_ms: u64,
+    /// Longest time an admitted visitor stays, in ms.
+    #[arg(long, default_value_t = 200)]
+    pub hold_max_ms: u64,
+    /// While holding, ask the gate this often (ms), as a proxy would per page.
+    #[arg(long, default_value_t = 50)]
+    pub gate_every_ms: u64,
+    /// The room's capacity, to check the admitted count against (the admin stats give it too).
+    #[arg(long)]
+    pub capacity: Option<u64>,
+    /// Admissions reaching the tool this close together (ms) count as simultaneous in the order check.
+    #[arg(long, default_value_t = 50.0)]
+    pub order_slack_ms: f64,
+    /// Write an SVG chart of queue length, admitted visitors and admissions per second.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ArticleArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Write an SVG chart of queue length, admitted visitors and admissions per second.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct HammerArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Concurrent keep-alive connections.
+    #[arg(long, default_value_t = 32)]
+    pub connections: usize,
+    /// How long to hammer, in seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub seconds: f64,
+    /// Stop after this many requests (0: no limit but time).
+    #[arg(long, default_value_t = 0)]
+    pub requests: u64,
+    /// Skip the baseline run (no ratios then).
+    #[arg(long)]
+    pub no_baseline: bool,
+    /// Serve the baseline inside this process instead of a child process.
+    #[arg(long, hide = true)]
+    pub baseline_in_process: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StreamsArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Waiting event streams to open.
+    #[arg(long, default_value_t = 1000)]
+    pub streams: usize,
+    /// Client processes to split into (0: all in this process).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// The server's process id, to read its resident memory from /proc.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+    /// The room's capacity: this many visitors are admitted first and hold the permits.
+    #[arg(long, default_value_t = 1)]
+    pub capacity: usize,
+    /// Extra tickets queued behind the streams (e.g. 1000000), without streams.
+    #[arg(long, default_value_t = 0)]
+    pub prefill: u64,
+    /// Hand-offs to time (each: an admitted visitor leaves, the next stream gets `admitted`).
+    #[arg(long, default_value_t = 100)]
+    pub handoffs: usize,
+    /// Pause between hand-offs, in ms.
+    #[arg(long, default_value_t = 20)]
+    pub handoff_gap_ms: u64,
+    /// Wait at most this long (s) for a second without position events before timing the fan-out.
+    #[arg(long, default_value_t = 30.0)]
+    pub quiet_max_seconds: f64,
+}
+
+/// A validated target: a loopback socket address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    pub addr: SocketAddr,
+}
+
+impl Target {
+    pub fn host_header(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "http://{}", self.addr)
+    }
+}
+
+/// `http://HOST[:PORT][/]` where HOST is `localhost`, an address in
+/// 127.0.0.0/8 or `[::1]`. Anything else is refused.
+pub fn parse_target(s: &str) -> Result<Target, String> {
+    let rest = s.strip_prefix("http://").ok_or_else(|| {
+        format!(
+            "target {s:?} must start with http:// (the tool speaks plain HTTP to this machine only)"
+        )
+    })?;
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority.is_empty() || authority.contains(['/', '?', '#', '@']) {
+        return Err(format!(
+            "target {s:?} must be just scheme, host and port, like http://127.0.0.1:8080"
+        ));
+    }
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (h, after) = v6
+            .split_once(']')
+            .ok_or_else(|| format!("target {s:?}: unclosed [ in the host"))?;
+        (h, after.strip_prefix(':'))
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    let port: u16 = match port {
+        None => 80,
+        Some(p) => p
+            .parse()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| format!("target {s:?}: port {p:?} is not a port number"))?,
+    };
+    let ip: IpAddr = if host.eq_ignore_ascii_case("localhost") {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    } else {
+        host.parse().map_err(|_| {
+            format!("target {s:?}: host {host:?} is not localhost or an IP address (no name lookups: loopback only)")
+        })?
+    };
+    if !ip.is_loopback() {
+        return Err(format!(
+            "refusing target {s:?}: {ip} is not a loopback address; loadtest only runs against this machine (127.0.0.0/8 or ::1)"
+        ));
+    }
+    Ok(Target {
+        addr: SocketAddr::new(ip, port),
+    })
+}
+
+/// Checks that clap's types cannot express.
+pub fn validate(scenario: &Scenario) -> Result<(), String> {
+    let common = |c: &Common| -> Result<(), String> {
+        if !(c.max_seconds > 0.0 && c.max_seconds <= 3600.0) {
+            return Err("--max-seconds must be more than 0 and at most 3600".into());
+        }
+        if !valid_room(&c.room) {
+            return Err(format!(
+                "--room {:?} is not a room id ([a-z0-9][a-z0-9-]{{0,63}})",
+                c.room
+            ));
+        }
+        if c.sources > 250 {
+            return Err("--sources must be at most 250".into());
+        }
+        Ok(())
+    };
+    match scenario {
+        Scenario::Surge(a) => {
+            common(&a.common)?;
+            if a.visitors == 0 || a.visitors > 15_000 {
+                return Err("--visitors must be 1 to 15000 (each holds a connection)".into());
+            }
+            if !(a.over >= 0.0 && a.over <= 3600.0) {
+                return Err("--over must be 0 to 3600 seconds".into());
+            }
+            if a.hold_min_ms > a.hold_max_ms {
+                return Err("--hold-min-ms must not exceed --hold-max-ms".into());
+            }
+            if a.gate_every_ms == 0 {
+                return Err("--gate-every-ms must be at least 1".into());
+            }
+            if a.capacity == Some(0) {
+                return Err("--capacity must be at least 1".into());
+            }
+            if a.order_slack_ms.is_nan() || a.order_slack_ms < 0.0 {
+                return Err("--order-slack-ms must not be negative".into());
+            }
+            Ok(())
+        }
+        Scenario::Article(a) => common(&a.common),
+        Scenario::Gate(a) | Scenario::Joins(a) | Scenario::Baseline(a) => {
+            common(&a.common)?;
+            if a.connections == 0 || a.connections > 10_000 {
+                return Err("--connections must be 1 to 10000".into());
+            }
+            if !(a.seconds > 0.0 && a.seconds <= 600.0) {
+                return Err("--seconds must be more than 0 and at most 600".into());
+            }
+            Ok(())
+        }
+        Scenario::Streams(a) => {
+            common(&a.common)?;
+            if a.streams == 0 || a.streams > 200_000 {
+                return Err("--streams must be 1 to 200000".into());
+            }
+            let workers = a.workers.unwrap_or_else(|| default_workers(a.streams));
+            if workers > 64 {
+                return Err("--workers must be at most 64".into());
+            }
+            if workers > 0 && a.streams.div_ceil(workers) > 18_000 {
+                return Err(
+                    "at most 18000 streams per client process (a process may open 20000 files): raise --workers".into(),
+                );
+            }
+            if workers == 0 && a.streams > 18_000 {
+                return Err("more than 18000 streams need --workers".into());
+            }
+            if a.capacity == 0 || a.capacity > 10_000 {
+                return Err("--capacity must be 1 to 10000".into());
+            }
+            if a.prefill > 5_000_000 {
+                return Err("--prefill must be at most 5000000".into());
+            }
+            if !(0.0..=600.0).contains(&a.quiet_max_seconds) {
+                return Err("--quiet-max-seconds must be 0 to 600".into());
+            }
+            if a.handoffs >= a.streams {
+                return Err("--handoffs must be fewer than --streams".into());
+            }
+            Ok(())
+        }
+        Scenario::StreamWorker | Scenario::BaselineServer => Ok(()),
+    }
+}
+
+/// One client process per 5,000 streams.
+pub fn default_workers(streams: usize) -> usize {
+    streams.div_ceil(5_000)
+}
+
+pub fn valid_room(id: &str) -> bool {
+    let b = id.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+pub fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s.max(0.0))
+}
+
+/// The `n`-th source address (127.0.0.2, 127.0.0.3, …) when spreading.
+pub fn source_address(target: &Target, sources: u8, n: usize) -> Option<IpAddr> {
+    if sources == 0 || !target.addr.is_ipv4() {
+        return None;
+    }
+    let k = (n % usize::from(sources)) as u8;
+    Some(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + k)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_targets_are_accepted() {
+        assert_eq!(
+            parse_target("http://127.0.0.1:8080").unwrap().addr,
+            "127.0.0.1:8080".parse().unwrap()
+        );
+        assert_eq!(
+            parse_target("http://localhost:9/").unwrap().addr,
+            "127.0.0.1:9".parse().unwrap()
+        );
+        assert_eq!(
+            parse_target("http://[::1]:81").unwrap().addr,
+            "[::1]:81".parse().unwrap()
+        );
+        assert_eq!(parse_target("http://127.9.9.9").unwrap().addr.port(), 80);
+    }
+
+    #[test]
+    fn everything_else_is_refused() {
+        for bad in [
+            "http://10.0.0.1:8080",
+            "http://192.168.1.1",
+            "http://0.0.0.0:80",
+            "http://[::]:80",
+            "http://example.com:80",
+            "https://127.0.0.1:443",
+            "127.0.0.1:8080",
+            "http://127.0.0.1:8080/api",
+            "http://user@127.0.0.1:80",
+            "http://127.0.0.1:0",
+            "http://127.0.0.1:99999",
+            "http://",
+        ] {
+            assert!(parse_target(bad).is_err(), "{bad} should be refused");
+        }
+        let e = parse_target("http://10.1.2.3:80").unwrap_err();
+        assert!(e.contains("not a loopback address"), "{e}");
+    }
+
+    #[test]
+    fn arguments_are_validated() {
+        let parse = |args: &[&str]| {
+            let cli = Cli::try_parse_from(args).map_err(|e| e.to_string())?;
+            validate(&cli.scenario)
+        };
+        assert!(parse(&["loadtest", "surge", "--visitors", "10"]).is_ok());
+        assert!(parse(&["loadtest", "surge", "--visitors", "0"]).is_err());
+        assert!(
+            parse(&[
+                "loadtest",
+                "surge",
+                "--hold-min-ms",
+                "5",
+                "--hold-max-ms",
+                "1"
+            ])
+            .is_err()
+        );
+        assert!(parse(&["loadtest", "surge", "--room", "Bad_Room"]).is_err());
+        assert!(parse(&["loadtest", "surge", "--target", "http://8.8.8.8:80"]).is_err());
+        assert!(parse(&["loadtest", "gate", "--connections", "0"]).is_err());
+        assert!(parse(&["loadtest", "gate", "--seconds", "-1"]).is_err());
+        assert!(parse(&["loadtest", "streams", "--streams", "15000"]).is_ok());
+        assert!(
+            parse(&[
+                "loadtest",
+                "streams",
+                "--streams",
+                "40000",
+                "--workers",
+                "2"
+            ])
+            .is_err()
+        );
+        assert!(
+            parse(&[
+                "loadtest",
+                "streams",
+                "--streams",
+                "30000",
+                "--workers",
+                "0"
+            ])
+            .is_err()
+        );
+        assert!(parse(&["loadtest", "streams", "--streams", "10", "--handoffs", "10"]).is_err());
+        assert!(parse(&["loadtest", "baseline", "--max-seconds", "0"]).is_err());
+        assert!(parse(&["loadtest", "nonsense"]).is_err());
+    }
+
+    #[test]
+    fn source_addresses_cycle_from_127_0_0_2() {
+        let t = parse_target("http://127.0.0.1:1").unwrap();
+        assert_eq!(source_address(&t, 0, 5), None);
+        assert_eq!(source_address(&t, 3, 0), Some("127.0.0.2".parse().unwrap()));
+        assert_eq!(source_address(&t, 3, 4), Some("127.0.0.3".parse().unwrap()));
+        let v6 = parse_target("http://[::1]:1").unwrap();
+        assert_eq!(source_address(&v6, 3, 0), None);
+    }
+}

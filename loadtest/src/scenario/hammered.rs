@@ -1,0 +1,189 @@
+//! `gate`, `joins` and `baseline`: one kind of request as fast as the
+//! connections allow, with the baseline hammered the same way in the same
+//! run so that each throughput is also a ratio to a trivial handler.
+
+use std::time::Duration;
+
+use anyhow::bail;
+
+use crate::api::Api;
+use crate::baseline;
+use crate::cli::{HammerArgs, Target, secs};
+use crate::hammer::{HammerResult, Plan, hammer};
+use crate::progress;
+use crate::report::{Report, ratio};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Gate,
+    Joins,
+    Baseline,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Gate => "gate",
+            Kind::Joins => "joins",
+            Kind::Baseline => "baseline",
+        }
+    }
+}
+
+fn plan(args: &HammerArgs, target: Target, requests: Vec<Vec<u8>>, ok_status: u16) -> Plan {
+    Plan {
+        addr: target.addr,
+        target,
+        sources: args.common.sources,
+        duration: secs(args.seconds.min(args.common.max_seconds)),
+        max_requests: args.requests,
+        requests,
+        ok_status,
+    }
+}
+
+async fn run_baseline(args: &HammerArgs, kind: Kind) -> anyhow::Result<HammerResult> {
+    let server = if args.baseline_in_process {
+        baseline::spawn_in_process().await?
+    } else {
+        baseline::spawn_process().await?
+    };
+    let target = Target { addr: server.addr };
+    let api = Api::new(&target, &args.common.room);
+    let (req, ok) = match kind {
+        Kind::Joins => (api.join_request(), 201),
+        Kind::Gate | Kind::Baseline => (api.gate_request("baseline-pass"), 204),
+    };
+    let bar = progress::spinner("baseline");
+    let result = hammer(plan(args, target, vec![req; args.connections], ok), &bar).await;
+    bar.finish_and_clear();
+    Ok(result)
+}
+
+pub async fn run(args: &HammerArgs, kind: Kind) -> anyhow::Result<Report> {
+    let common = &args.common;
+    let mut r = Report::new(kind.name(), &common.target.to_string());
+    let base = if kind == Kind::Baseline || !args.no_baseline {
+        Some(run_baseline(args, kind).await?)
+    } else {
+        None
+    };
+    let mut passes = Vec::new();
+    let api = Api::new(&common.target, &common.room);
+    let measured = match kind {
+        Kind::Baseline => None,
+        Kind::Joins => {
+            let bar = progress::spinner("joins");
+            let p = plan(
+                args,
+                common.target,
+                vec![api.join_request(); args.connections],
+                201,
+            );
+            let res = hammer(p, &bar).await;
+            bar.finish_and_clear();
+            Some(res)
+        }
+        Kind::Gate => {
+            passes = admitted_passes(&api, args.connections.min(16)).await?;
+            let requests = (0..args.connections)
+                .map(|i| api.gate_request(&passes[i % passes.len()]))
+                .collect();
+            let bar = progress::spinner("gate checks");
+            let res = hammer(plan(args, common.target, requests, 204), &bar).await;
+            bar.finish_and_clear();
+            Some(res)
+        }
+    };
+    // Give the permits back.
+    if !passes.is_empty()
+        && let Ok(mut conn) = api.connect(None).await
+    {
+        for p in &passes {
+            let _ = api.leave(&mut conn, p).await;
+        }
+    }
+
+    let show = |h: &HammerResult| {
+        format!(
+            "{:.0}/s ({} ok in {:.2} s; latency {})",
+            h.per_second,
+            h.ok,
+            h.elapsed_s,
+            h.latency.show()
+        )
+    };
+    if let Some(b) = &base {
+        r.row("baseline (trivial axum handler)", show(b));
+        r.figure("baseline", b);
+    }
+    if let Some(m) = &measured {
+        r.row(&format!("{} throughput", kind.name()), show(m));
+        r.figure(kind.name(), m);
+        let errors = m
+            .errors
+            .iter()
+            .map(|(k, v)| format!("{k} ×{v}"))
+            .collect::<Vec<_>>();
+        r.row(
+            "errors",
+            if errors.is_empty() {
+                "none".to_owned()
+            } else {
+                errors.join(", ")
+            },
+        );
+        if let Some(b) = &base {
+            let x = ratio(m.per_second, b.per_second);
+            r.row("ratio to baseline", format!("{x:.2}"));
+            r.figure("ratio_to_baseline", x);
+        }
+        r.invariants_held = m.ok > 0;
+    }
+    r.row("connections", args.connections.to_string());
+    Ok(r)
+}
+
+/// Up to `n` visitors admitted by the room, whose passes the gate checks.
+async fn admitted_passes(api: &Api, n: usize) -> anyhow::Result<Vec<String>> {
+    let mut conn = api
+        .connect(None)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut tokens = Vec::new();
+    for _ in 0..n.max(1) {
+        tokens.push(
+            api.join(&mut conn)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .token,
+        );
+    }
+    // Admission happens at the room's next tick.
+    let by = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut admitted = Vec::new();
+    while tokio::time::Instant::now() < by {
+        admitted.clear();
+        for t in &tokens {
+            let s = api
+                .status(&mut conn, t)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            if s["status"] == "admitted" {
+                admitted.push(t.clone());
+            }
+        }
+        if admitted.len() == tokens.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if admitted.is_empty() {
+        bail!("no visitor was admitted within 10 s: is the room full, paused or not open yet?");
+    }
+    // The ones never admitted leave the line.
+    for t in tokens.iter().filter(|t| !admitted.contains(t)) {
+        let _ = api.leave(&mut conn, t).await;
+    }
+    Ok(admitted)
+}

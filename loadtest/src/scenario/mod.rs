@@ -1,0 +1,6 @@
+//! The scenarios. Each takes its parsed options and returns a
+//! [`crate::report::Report`]; none prints anything but progress.
+
+pub mod hammered;
+pub mod streams;
+pub mod surge;

@@ -1,0 +1,247 @@
+//! Every scenario end to end, small and bounded, against the real Narabu
+//! server started in this process on 127.0.0.1:0 (and, for the worker
+//! processes and the loopback guard, the real `loadtest` binary).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use loadtest::cli::{Common, HammerArgs, StreamsArgs, Target, parse_target};
+use loadtest::scenario::hammered::{self, Kind};
+use loadtest::scenario::{streams, surge};
+use narabu::backend::Backend;
+use narabu::backend::embedded::EmbeddedBackend;
+use narabu::config::{Config, Secret};
+use narabu::engine::{RoomId, RoomSettings, SystemClock};
+use serde_json::Value;
+
+const SECRET: &str = "loadtest-secret-loadtest-secret-0123456789";
+const ADMIN_TOKEN: &str = "loadtest-admin-token-loadtest-admin-0123";
+
+struct Server {
+    target: Target,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Server {
+    async fn stop(mut self) {
+        let _ = self.stop.take().map(|s| s.send(()));
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("graceful shutdown")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+fn room(id: &str, capacity: u32) -> RoomSettings {
+    let mut s = RoomSettings::new(RoomId::new(id).unwrap());
+    s.capacity = capacity;
+    s.tick = Duration::from_millis(100);
+    s.join_limit_per_minute = 0;
+    s
+}
+
+async fn serve(rooms: Vec<RoomSettings>) -> Server {
+    let config = Config {
+        secret: Some(Secret::new(SECRET)),
+        admin_token: Some(Secret::new(ADMIN_TOKEN)),
+        max_streams_per_address: 0,
+        rooms: rooms.clone(),
+        ..Config::default()
+    };
+    let backend: Arc<dyn Backend> = EmbeddedBackend::new(rooms, Arc::new(SystemClock));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let target = parse_target(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(narabu::server::serve(listener, config, backend, async {
+        let _ = stopped.await;
+    }));
+    Server {
+        target,
+        stop: Some(stop),
+        task,
+    }
+}
+
+fn common(target: Target, room: &str) -> Common {
+    Common {
+        target,
+        room: room.to_owned(),
+        max_seconds: 60.0,
+        json: None,
+        admin_token: Some(ADMIN_TOKEN.to_owned()),
+        sources: 2,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn surge_of_200_through_5_permits_keeps_order_and_capacity() {
+    let server = serve(vec![room("sale", 5)]).await;
+    let mut plan = surge::Plan::surge(200, 0.3, (20, 60), &mut rand::rng());
+    plan.gate_every = Duration::from_millis(20);
+    plan.capacity = Some(5);
+    let report = surge::run("surge", &common(server.target, "sale"), plan)
+        .await
+        .unwrap();
+    let f = &report.figures;
+    assert!(report.invariants_held, "{}", report.table());
+    assert_eq!(f["joined"], 200, "{}", report.table());
+    assert_eq!(f["admitted"], 200, "{}", report.table());
+    assert_eq!(f["left"], 200);
+    assert_eq!(f["order_violations"], 0);
+    assert_eq!(f["stayed"], 200);
+    let most = f["most_admitted_own"].as_u64().unwrap();
+    assert!((1..=5).contains(&most), "{}", report.table());
+    assert_eq!(f["errors"], serde_json::json!({}));
+    assert_eq!(f["gate_refused"], 0);
+    // Permits came back by hand-off while the line was long.
+    assert!(
+        f["handoff"]["count"].as_u64().unwrap() > 100,
+        "{}",
+        report.table()
+    );
+    assert!(!report.series.is_empty());
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn article_admits_all_twenty_two_at_a_time() {
+    let server = serve(vec![room("article", 2)]).await;
+    let plan = surge::Plan::article(&mut rand::rng());
+    assert_eq!(plan.arrivals_s.len(), 20);
+    let report = surge::run("article", &common(server.target, "article"), plan)
+        .await
+        .unwrap();
+    let f = &report.figures;
+    assert!(report.invariants_held, "{}", report.table());
+    assert_eq!(f["admitted"], 20, "{}", report.table());
+    assert!(f["most_admitted_own"].as_u64().unwrap() <= 2);
+    assert_eq!(f["capacity"], 2);
+    server.stop().await;
+}
+
+fn hammer_args(target: Target, room: &str) -> HammerArgs {
+    HammerArgs {
+        common: common(target, room),
+        connections: 4,
+        seconds: 0.5,
+        requests: 0,
+        no_baseline: false,
+        baseline_in_process: true,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gate_and_joins_are_measured_against_the_baseline() {
+    let server = serve(vec![room("gate", 8), room("joins", 8)]).await;
+    let report = hammered::run(&hammer_args(server.target, "gate"), Kind::Gate)
+        .await
+        .unwrap();
+    let f = &report.figures;
+    assert!(report.invariants_held, "{}", report.table());
+    assert!(f["gate"]["ok"].as_u64().unwrap() > 0);
+    assert_eq!(
+        f["gate"]["errors"],
+        serde_json::json!({}),
+        "{}",
+        report.table()
+    );
+    assert!(f["baseline"]["ok"].as_u64().unwrap() > 0);
+    assert!(f["ratio_to_baseline"].as_f64().unwrap() > 0.0);
+
+    let mut args = hammer_args(server.target, "joins");
+    args.requests = 300;
+    let report = hammered::run(&args, Kind::Joins).await.unwrap();
+    let f = &report.figures;
+    assert_eq!(f["joins"]["ok"], 300, "{}", report.table());
+    assert_eq!(f["joins"]["errors"], serde_json::json!({}));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_in_process_time_fan_out_and_hand_offs() {
+    let server = serve(vec![room("streams", 1)]).await;
+    let args = StreamsArgs {
+        common: common(server.target, "streams"),
+        streams: 60,
+        workers: Some(0),
+        server_pid: Some(std::process::id()),
+        capacity: 1,
+        prefill: 100,
+        handoffs: 10,
+        handoff_gap_ms: 5,
+        quiet_max_seconds: 2.0,
+    };
+    let report = streams::run(&args).await.unwrap();
+    let f = &report.figures;
+    assert!(report.invariants_held, "{}", report.table());
+    assert_eq!(f["streams_open"], 60, "{}", report.table());
+    // Everyone but the visitor admitted by the first hand-off sees the change.
+    assert_eq!(f["fanout_delivered"], 59, "{}", report.table());
+    assert_eq!(f["handoff"]["count"], 10, "{}", report.table());
+    assert_eq!(f["handoff_timeouts"], 0);
+    assert!(f["memory_per_stream_kib"].is_number());
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_split_over_worker_processes() {
+    let server = serve(vec![room("split", 2)]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("streams.json");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .args([
+            "streams",
+            "--target",
+            &server.target.to_string(),
+            "--room",
+            "split",
+        ])
+        .args(["--streams", "40", "--workers", "2", "--capacity", "2"])
+        .args([
+            "--handoffs",
+            "5",
+            "--quiet-max-seconds",
+            "2",
+            "--max-seconds",
+            "60",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("fan-out of one change"), "{stdout}");
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let f = &report["figures"];
+    assert_eq!(f["streams_open"], 40, "{stdout}");
+    assert_eq!(f["workers"], 2);
+    assert_eq!(f["fanout_delivered"], 39, "{stdout}");
+    assert_eq!(f["handoff"]["count"], 5, "{stdout}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_non_loopback_target_is_refused_before_anything_is_sent() {
+    for target in [
+        "http://10.0.0.1:80",
+        "http://example.com:80",
+        "https://127.0.0.1:1",
+    ] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_loadtest"))
+            .args(["surge", "--target", target, "--visitors", "1"])
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{target}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(target), "{err}");
+    }
+}
