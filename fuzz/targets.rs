@@ -4,9 +4,10 @@
 //! the two cannot drift apart. Each takes arbitrary bytes, must never
 //! panic on them, and asserts the property its parser promises:
 //!
-//! - [`token`]: the only tokens `Keyring::verify` accepts are ones the
-//!   server signed, in the one spelling it signs them; a mutated token is
-//!   never accepted.
+//! - [`token`]: the only tokens `Keyring::verify` (tickets) and
+//!   `Keyring::verify_pass` (fail-open passes) accept are ones the server
+//!   signed, of that kind, in the one spelling it signs them; a mutated
+//!   token is never accepted.
 //! - [`return_path`]: whatever `validate_return_path` accepts is a path on
 //!   this site: it starts with a single `/`, is printable ASCII, has no
 //!   backslash, and resolves (WHATWG URL parser) on this site's origin,
@@ -40,18 +41,40 @@ pub fn previous_keyring() -> &'static Keyring {
     RING.get_or_init(|| Keyring::from_secrets(&Secret::new(PREVIOUS_SECRET), None))
 }
 
+/// Both kinds of token: the ticket, and the signed pass the gate hands out
+/// while failing open.
 pub fn token(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(claim) = keyring().verify(text) else {
-        return;
-    };
-    let signed = [keyring().sign(&claim), previous_keyring().sign(&claim)];
+    let ticket = keyring().verify(text);
+    if let Ok(claim) = &ticket {
+        let signed = [keyring().sign(claim), previous_keyring().sign(claim)];
+        assert!(
+            signed.iter().any(|s| s == text),
+            "accepted a ticket the server never signed: {text:?} as {claim:?}"
+        );
+    }
+    let pass = keyring().verify_pass(text);
+    if let Ok(claim) = &pass {
+        let signed = [
+            keyring().sign_pass(claim),
+            previous_keyring().sign_pass(claim),
+        ];
+        assert!(
+            signed.iter().any(|s| s == text),
+            "accepted a pass the server never signed: {text:?} as {claim:?}"
+        );
+    }
     assert!(
-        signed.iter().any(|s| s == text),
-        "accepted a token the server never signed: {text:?} as {claim:?}"
+        ticket.is_err() || pass.is_err(),
+        "one token is both a ticket and a pass: {text:?}"
     );
+}
+
+/// Whether the token target's keys accept `text` as a ticket or a pass.
+pub fn accepted(text: &str) -> bool {
+    keyring().verify(text).is_ok() || keyring().verify_pass(text).is_ok()
 }
 
 /// Signs a claim with the current key (for seeds and mutations).
