@@ -3,182 +3,24 @@
 //! made with its controls reaches the engine. A screenshot is saved to
 //! `target/e2e/dashboard.png` for a person to look at.
 //!
-//! The browser is driven by chromedriver over the W3C WebDriver protocol,
-//! spoken here with the test's HTTP client: the handful of commands needed
-//! do not justify a WebDriver crate's dependency tree. `scripts/test`
-//! installs Debian's `chromium` and `chromium-driver`.
+//! The browser is driven by chromedriver over the W3C WebDriver protocol
+//! (`tests/support/webdriver.rs`, shared with `tests/browser.rs`).
 
 #[path = "api/support.rs"]
 #[allow(dead_code)]
 mod support;
+#[path = "support/webdriver.rs"]
+#[allow(dead_code)]
+mod webdriver;
 
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use base64::Engine;
 use narabu::backend::embedded::EmbeddedBackend;
 use narabu::engine::{RoomId, SystemClock};
-use serde_json::{Value, json};
 use support::{ADMIN_TOKEN, config, room, spawn_with};
-
-/// chromedriver, stopped when the test ends however it ends.
-struct Driver {
-    child: Child,
-    base: String,
-    client: reqwest::Client,
-    session: String,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
-
-impl Driver {
-    async fn start() -> Driver {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("chromedriver is installed (scripts/test installs chromium-driver)");
-        let mut driver = Driver {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-            client: reqwest::Client::new(),
-            session: String::new(),
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(r) = driver
-                .client
-                .get(format!("{}/status", driver.base))
-                .send()
-                .await
-                && r.status().is_success()
-            {
-                break;
-            }
-            assert!(Instant::now() < deadline, "chromedriver did not start");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let profile = tempfile::tempdir().unwrap();
-        let created = driver
-            .call(
-                "POST",
-                "/session",
-                json!({"capabilities": {"alwaysMatch": {
-                    "browserName": "chrome",
-                    "goog:chromeOptions": {
-                        "binary": "/usr/bin/chromium",
-                        "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                                 "--disable-dev-shm-usage", "--window-size=1400,1300",
-                                 format!("--user-data-dir={}", profile.path().display())]
-                    }
-                }}}),
-            )
-            .await;
-        driver.session = created["sessionId"].as_str().unwrap().to_owned();
-        // The profile lives as long as the browser; chromium removes nothing
-        // itself, the tempdir does on drop at the end of the test process.
-        std::mem::forget(profile);
-        driver
-    }
-
-    async fn call(&self, method: &str, path: &str, body: Value) -> Value {
-        let url = if path == "/session" {
-            format!("{}{path}", self.base)
-        } else {
-            format!("{}/session/{}{path}", self.base, self.session)
-        };
-        let request = match method {
-            "GET" => self.client.get(url),
-            "DELETE" => self.client.delete(url),
-            _ => self.client.post(url).json(&body),
-        };
-        let response = request.send().await.unwrap();
-        let status = response.status();
-        let value: Value = response.json().await.unwrap();
-        assert!(status.is_success(), "{method} {path}: {value}");
-        value["value"].clone()
-    }
-
-    async fn goto(&self, url: &str) {
-        self.call("POST", "/url", json!({ "url": url })).await;
-    }
-
-    async fn find(&self, css: &str) -> String {
-        let v = self
-            .call(
-                "POST",
-                "/element",
-                json!({"using": "css selector", "value": css}),
-            )
-            .await;
-        v[ELEMENT]
-            .as_str()
-            .unwrap_or_else(|| panic!("{css}: {v}"))
-            .to_owned()
-    }
-
-    async fn type_into(&self, css: &str, text: &str) {
-        let id = self.find(css).await;
-        self.call(
-            "POST",
-            &format!("/element/{id}/value"),
-            json!({ "text": text }),
-        )
-        .await;
-    }
-
-    async fn click(&self, css: &str) {
-        let id = self.find(css).await;
-        self.call("POST", &format!("/element/{id}/click"), json!({}))
-            .await;
-    }
-
-    async fn script(&self, script: &str) -> Value {
-        self.call(
-            "POST",
-            "/execute/sync",
-            json!({"script": script, "args": []}),
-        )
-        .await
-    }
-
-    /// Polls a script until it returns true.
-    async fn wait_until(&self, what: &str, script: &str) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if self.script(script).await == Value::Bool(true) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "{what}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn screenshot(&self, path: &std::path::Path) {
-        let b64 = self.call("GET", "/screenshot", Value::Null).await;
-        let png = base64::engine::general_purpose::STANDARD
-            .decode(b64.as_str().unwrap())
-            .unwrap();
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, png).unwrap();
-    }
-}
+use webdriver::Driver;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
@@ -287,7 +129,6 @@ async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
              !document.getElementById('login').hidden",
         )
         .await;
-    driver.call("DELETE", "", Value::Null).await;
-    drop(driver);
+    driver.quit().await;
     app.stop().await;
 }

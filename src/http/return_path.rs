@@ -80,17 +80,30 @@ pub fn validate_return_path(raw: Option<&str>) -> Result<String, ReturnPathError
         return Err(ReturnPathError::ControlOrWhitespace);
     }
     let mut form = Cow::Borrowed(raw.as_bytes());
+    // The path ends at the first `?` or `#` as given. One that only
+    // decoding produces (`%23`, `%3F`) is part of the path to a browser,
+    // so dot segments after it still count: `/x%23/%2E%2E//evil.example`
+    // resolves to `//evil.example` on this host.
+    let path_end = raw.find(['?', '#']).unwrap_or(raw.len());
+    let mut path = Cow::Borrowed(&raw.as_bytes()[..path_end]);
     for _ in 0..=MAX_DECODE_ROUNDS {
         check_form(&form)?;
+        check_dot_segments(&path)?;
         match percent_decode_once(&form) {
             None => return Ok(encode_non_ascii(raw)),
-            Some(decoded) => form = Cow::Owned(decoded),
+            Some(decoded) => {
+                form = Cow::Owned(decoded);
+                if let Some(decoded) = percent_decode_once(&path) {
+                    path = Cow::Owned(decoded);
+                }
+            }
         }
     }
     Err(ReturnPathError::TooDeeplyEncoded)
 }
 
-/// The checks every form (as given, and each decoding of it) must pass.
+/// The checks every form (as given, and each decoding of it) must pass,
+/// besides [`check_dot_segments`] on its path part.
 /// Decoded bytes need not be UTF-8 (legacy Shift_JIS queries are not), so
 /// the byte checks come first and the character checks read the rest
 /// lossily.
@@ -113,8 +126,13 @@ fn check_form(form: &[u8]) -> Result<(), ReturnPathError> {
             return Err(ReturnPathError::Lookalike);
         }
     }
-    let path = text.split(['?', '#']).next().unwrap_or_default();
-    if path.split('/').any(is_dot_segment) {
+    Ok(())
+}
+
+/// `path` is the path part of the return address (before its `?` or `#`
+/// as given), in one of its decoded forms.
+fn check_dot_segments(path: &[u8]) -> Result<(), ReturnPathError> {
+    if String::from_utf8_lossy(path).split('/').any(is_dot_segment) {
         return Err(ReturnPathError::DotSegment);
     }
     Ok(())

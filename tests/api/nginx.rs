@@ -4,12 +4,8 @@
 //! is sent to the queue, waits, and reaches the origin page once a permit
 //! frees up, with the admission pushed through nginx's proxy as it happens.
 
-use std::net::TcpListener as StdListener;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use axum::Router;
-use axum::extract::OriginalUri;
 use eventsource_stream::Eventsource;
 use reqwest::StatusCode;
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
@@ -17,79 +13,9 @@ use serde_json::Value;
 
 use crate::support::{next_event, room, spawn_app};
 
-/// nginx as a child process on a free port, stopped on drop.
-struct Nginx {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Nginx {
-    fn start(narabu: &str, origin: &str) -> Nginx {
-        let port = StdListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let shipped = include_str!("../../config/nginx.conf");
-        let conf = shipped
-            .replace("127.0.0.1:8080", narabu)
-            .replace("127.0.0.1:3000", origin)
-            .replace("127.0.0.1:8000", &format!("127.0.0.1:{port}"))
-            .replace("worker_processes auto;", "worker_processes 1;");
-        assert_ne!(conf, shipped, "the addresses were rewritten");
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("nginx.conf");
-        std::fs::write(&path, conf).unwrap();
-        let globals = format!(
-            "daemon off; master_process off; pid {}/nginx.pid;",
-            dir.path().display()
-        );
-        let child = Command::new("nginx")
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-c")
-            .arg(&path)
-            .arg("-g")
-            .arg(globals)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("nginx is installed (scripts/test installs it)");
-        let address = format!("127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(&address).is_err() {
-            assert!(Instant::now() < deadline, "nginx did not start listening");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Nginx {
-            child,
-            base: format!("http://{address}"),
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        // One process (master_process off), so a kill leaves no workers
-        // behind holding the test's output open.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The protected site: it names the page it served, so the test knows the
-/// request really reached it.
-async fn spawn_origin() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = Router::new().fallback(|OriginalUri(uri): OriginalUri| async move {
-        format!("origin page {}", uri.path())
-    });
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    addr.to_string()
-}
+#[path = "../support/nginx.rs"]
+mod proxy;
+use proxy::{Nginx, spawn_origin};
 
 /// A browser's view of one visitor: its room cookie, once it has one.
 struct Browser<'a> {

@@ -189,6 +189,11 @@ fn dot_segments_are_refused() {
         "/\u{FF0E}\u{FF0E}//evil.com",
         "/\u{2025}//evil.com",
         "/%EF%BC%8E%EF%BC%8E//evil.com",
+        // Found by fuzzing: a decoded `#` or `?` is still path to a browser.
+        "/%0%2332/%2E%2E//32/%2E%2e",
+        "/x%23/%2E%2E//evil.com",
+        "/x%3F/%2e%2e//evil.com",
+        "/x%2523/%252e%252e//evil.com",
     ] {
         refused(raw, DotSegment);
     }

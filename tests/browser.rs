@@ -1,0 +1,276 @@
+//! The visitor's whole trip in a real browser: headless Chromium asks a real
+//! nginx (running the shipped `config/nginx.conf`) for a protected page,
+//! lands on Narabu's queue page, watches its place change without a reload,
+//! and is carried to the origin page when the visitor holding the only
+//! permit leaves. A second browser with JavaScript turned off makes the
+//! same trip on the page's `<noscript>` meta refresh alone. axe-core, run
+//! inside the waiting page, finds no serious or critical accessibility
+//! violations.
+//!
+//! Screenshots for a person to look at go to `target/e2e/`: `queue-waiting`
+//! (and `-dark`), `origin-reached`, `nojs-queue-waiting`, `nojs-origin-reached`.
+//!
+//! axe-core comes from the npm registry, installed under `target/e2e/node`
+//! the first time (never committed).
+
+#[path = "support/nginx.rs"]
+mod proxy;
+#[path = "api/support.rs"]
+#[allow(dead_code)]
+mod support;
+#[path = "support/webdriver.rs"]
+#[allow(dead_code)]
+mod webdriver;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use narabu::backend::embedded::EmbeddedBackend;
+use narabu::engine::SystemClock;
+use proxy::{Nginx, spawn_origin};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use support::{config, room, spawn_with};
+use webdriver::Driver;
+
+fn e2e_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/e2e")
+}
+
+/// `axe.min.js`, installed from the npm registry when missing.
+fn axe_source() -> String {
+    let prefix = e2e_dir().join("node");
+    let script = prefix.join("node_modules/axe-core/axe.min.js");
+    if !script.exists() {
+        std::fs::create_dir_all(&prefix).unwrap();
+        let status = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&prefix)
+            .arg("axe-core@4")
+            .status()
+            .expect("npm is installed (scripts/test installs it)");
+        assert!(status.success(), "npm install axe-core failed");
+    }
+    std::fs::read_to_string(&script).unwrap()
+}
+
+/// Runs axe-core in the page the browser shows; its violations, each as
+/// `{id, impact, help, nodes}`.
+async fn axe_violations(driver: &Driver) -> Vec<Value> {
+    let loaded = driver
+        .script(&format!("{}\n;return typeof axe.run", axe_source()))
+        .await;
+    assert_eq!(loaded, "function", "axe-core loaded into the page");
+    let result = driver
+        .script_async(
+            "var done = arguments[arguments.length - 1];
+             axe.run(document).then(function (r) {
+               done({passes: r.passes.length, violations: r.violations.map(function (v) {
+                 return {id: v.id, impact: v.impact, help: v.help,
+                         nodes: v.nodes.map(function (n) { return n.target.join(' '); })};
+               })});
+             }, function (e) { done({error: String(e)}); });",
+        )
+        .await;
+    let passes = result["passes"].as_u64().unwrap_or(0);
+    println!("axe-core: {passes} rules passed");
+    // A run that checked nothing would find nothing.
+    assert!(passes > 10, "axe-core did not run its rules: {result}");
+    result["violations"].as_array().unwrap().clone()
+}
+
+/// Polls the browser's address (a WebDriver command, so it works with the
+/// page's scripts off) until it is `want`.
+async fn wait_for_url(driver: &Driver, want: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = driver.current_url().await;
+        if now == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "still on {now}, not {want}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn assert_screenshot(path: &Path) {
+    let size = std::fs::metadata(path).unwrap().len();
+    assert!(size > 5_000, "{} is a real screenshot", path.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_waits_through_nginx_and_reaches_the_origin_with_and_without_javascript() {
+    let mut sale = room("sale", 1);
+    sale.tick = Duration::from_millis(200);
+    sale.join_limit_per_minute = 0;
+    // The room's worker runs, as in production: nothing here ticks by hand.
+    let backend = EmbeddedBackend::new(vec![sale], Arc::new(SystemClock));
+    let app = spawn_with(config(), backend).await;
+    let origin = spawn_origin().await;
+    let nginx = Nginx::start(app.base.trim_start_matches("http://"), &origin);
+    let shots = e2e_dir();
+
+    // A first visitor holds the only permit; a second waits behind them.
+    let first = app.join("sale").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.status("sale", &first).await["status"] != "admitted" {
+        assert!(Instant::now() < deadline, "the worker admits the first");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let second = app.join("sale").await;
+    assert_eq!(second.body["position"], 1);
+
+    // The browser asks for a protected page and is sent to the queue,
+    // third in line counting the one admitted: position 2.
+    let browser = Driver::start().await;
+    browser
+        .goto(&format!("{}/tickets?seat=a1", nginx.base))
+        .await;
+    let queue = format!("{}/queue/sale?return=%2Ftickets%3Fseat%3Da1", nginx.base);
+    assert_eq!(browser.current_url().await, queue);
+    browser
+        .wait_until(
+            "the queue page shows position 2",
+            "return document.getElementById('position').textContent === '2'",
+        )
+        .await;
+    // axe-core in every language, and in the light and the dark colour
+    // scheme (the page follows the visitor's), since contrast is checked
+    // on the colours shown. Each language is a fresh page load.
+    for (lang, scheme) in [
+        ("ja", "light"),
+        ("zh", "dark"),
+        ("en", "dark"),
+        ("en", "light"),
+    ] {
+        browser.goto(&format!("{queue}&lang={lang}")).await;
+        browser
+            .call(
+                "POST",
+                "/goog/cdp/execute",
+                json!({"cmd": "Emulation.setEmulatedMedia", "params": {
+                    "features": [{"name": "prefers-color-scheme", "value": scheme}]}}),
+            )
+            .await;
+        let violations = axe_violations(&browser).await;
+        for v in &violations {
+            println!("axe ({lang}, {scheme}): {v}");
+        }
+        let serious: Vec<&Value> = violations
+            .iter()
+            .filter(|v| matches!(v["impact"].as_str(), Some("serious" | "critical")))
+            .collect();
+        assert!(
+            serious.is_empty(),
+            "serious accessibility violations ({lang}, {scheme}): {serious:?}"
+        );
+        if scheme == "dark" && lang == "en" {
+            browser
+                .screenshot(&shots.join("queue-waiting-dark.png"))
+                .await;
+        }
+    }
+    browser
+        .wait_until(
+            "the queue page still shows position 2",
+            "return document.documentElement.lang === 'en' && \
+             document.getElementById('position').textContent === '2'",
+        )
+        .await;
+    // A mark on this very document: a reload would lose it.
+    browser
+        .script("window.narabuSamePage = true; return true")
+        .await;
+    browser.screenshot(&shots.join("queue-waiting.png")).await;
+    assert_screenshot(&shots.join("queue-waiting.png"));
+
+    // The visitor ahead leaves: the page moves to position 1 in place.
+    assert_eq!(app.leave("sale", &second).await, StatusCode::NO_CONTENT);
+    browser
+        .wait_until(
+            "the page shows position 1 without reloading",
+            "return window.narabuSamePage === true && \
+             document.getElementById('position').textContent === '1' && \
+             document.getElementById('ahead').textContent === '0'",
+        )
+        .await;
+
+    // The permit holder leaves: the permit is handed to the browser's
+    // ticket, the page hears it on its event stream and goes back to the
+    // page it asked for, which nginx now lets through to the origin.
+    assert_eq!(app.leave("sale", &first).await, StatusCode::NO_CONTENT);
+    browser
+        .wait_until(
+            "the browser reaches the origin page",
+            "return location.pathname === '/tickets' && \
+             document.body.innerText.indexOf('origin page /tickets') >= 0",
+        )
+        .await;
+    assert_eq!(
+        browser.current_url().await,
+        format!("{}/tickets?seat=a1", nginx.base)
+    );
+    browser.screenshot(&shots.join("origin-reached.png")).await;
+    assert_screenshot(&shots.join("origin-reached.png"));
+
+    // Without JavaScript, behind the browser that now holds the permit.
+    let plain = Driver::start_with(false).await;
+    plain.goto(&format!("{}/tickets", nginx.base)).await;
+    let queue_url = format!("{}/queue/sale?return=%2Ftickets", nginx.base);
+    assert_eq!(plain.current_url().await, queue_url);
+    assert_eq!(plain.text("#position").await, "1");
+    let page = plain.text("body").await;
+    assert!(
+        page.contains("This page refreshes every"),
+        "the <noscript> note shows, so scripts are off: {page}"
+    );
+    // With scripts off, the <noscript> in the head is parsed as markup: its
+    // meta refresh is live.
+    let refresh = plain
+        .script(
+            "var m = document.querySelector('noscript meta[http-equiv=refresh]'); \
+             return m ? m.getAttribute('content') : null",
+        )
+        .await;
+    let seconds: u64 = refresh
+        .as_str()
+        .unwrap_or_else(|| panic!("no live meta refresh: {refresh}"))
+        .parse()
+        .unwrap();
+    assert!((5..=60).contains(&seconds), "refresh every {seconds} s");
+    plain
+        .screenshot(&shots.join("nojs-queue-waiting.png"))
+        .await;
+    assert_screenshot(&shots.join("nojs-queue-waiting.png"));
+
+    // The first browser gives its permit back from its own page.
+    let left = browser
+        .script_async(
+            "var done = arguments[arguments.length - 1];
+             fetch('/api/rooms/sale/leave', {method: 'POST', credentials: 'same-origin'})
+               .then(function (r) { done(r.status); }, function (e) { done(String(e)); });",
+        )
+        .await;
+    assert_eq!(left, 204);
+
+    // The next refresh finds the ticket admitted and the server sends the
+    // browser on to the origin.
+    wait_for_url(
+        &plain,
+        &format!("{}/tickets", nginx.base),
+        Duration::from_secs(seconds + 15),
+    )
+    .await;
+    assert_eq!(plain.text("body").await, "origin page /tickets");
+    plain
+        .screenshot(&shots.join("nojs-origin-reached.png"))
+        .await;
+    assert_screenshot(&shots.join("nojs-origin-reached.png"));
+
+    plain.quit().await;
+    browser.quit().await;
+    drop(nginx);
+    app.stop().await;
+}
