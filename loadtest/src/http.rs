@@ -70,6 +70,12 @@ pub struct Conn {
     stream: TcpStream,
     buf: Vec<u8>,
     pos: usize,
+    /// Where it goes and from where, to reconnect after the server closed
+    /// it while idle.
+    addr: SocketAddr,
+    source: Option<IpAddr>,
+    /// Requests answered on this connection.
+    answered: u64,
     /// The server said `Connection: close`, or a body was left unread.
     pub broken: bool,
 }
@@ -91,18 +97,45 @@ impl Conn {
             stream,
             buf: Vec::new(),
             pos: 0,
+            addr,
+            source,
+            answered: 0,
             broken: false,
         })
     }
 
-    /// Send a request and read the whole answer.
+    /// Send a request and read the whole answer. A kept-alive connection
+    /// the server closed while it sat idle (servers do, after their idle
+    /// timeout) is reopened and the request sent again, as any HTTP client
+    /// does: nothing was read from it, so the server never saw the request.
     pub async fn call(&mut self, req: &[u8]) -> io::Result<Response> {
+        let reused = self.answered > 0 && self.pos == self.buf.len();
+        match self.call_once(req).await {
+            Err(e)
+                if reused
+                    && self.buf.is_empty()
+                    && matches!(
+                        e.kind(),
+                        io::ErrorKind::UnexpectedEof
+                            | io::ErrorKind::ConnectionReset
+                            | io::ErrorKind::BrokenPipe
+                    ) =>
+            {
+                *self = Self::connect(self.addr, self.source).await?;
+                self.call_once(req).await
+            }
+            other => other,
+        }
+    }
+
+    async fn call_once(&mut self, req: &[u8]) -> io::Result<Response> {
         self.stream.write_all(req).await?;
         let head = self.read_head().await?;
         let body = self.read_body(&head).await?;
         if head.close {
             self.broken = true;
         }
+        self.answered += 1;
         Ok(Response {
             status: head.status,
             body,

@@ -50,13 +50,20 @@ pub struct RoomView {
 impl RoomView {
     /// True when the two views differ in anything a visitor or operator
     /// could see (everything but the version and timestamp).
+    ///
+    /// The smoothed admission rate drifts a little on every tick, even in a
+    /// quiet room; republishing for that alone would wake every waiting
+    /// stream each tick to show an estimate a second or two different. The
+    /// rate counts as changed when it moves to another 25% band.
     pub(crate) fn differs_from(&self, other: &RoomView) -> bool {
         let strip = |v: &RoomView| RoomView {
             version: 0,
             at_ms: 0,
+            admit_rate: 0.0,
+            rate: AdmissionRate::default(),
             ..v.clone()
         };
-        strip(self) != strip(other)
+        strip(self) != strip(other) || rate_band(self.admit_rate) != rate_band(other.admit_rate)
     }
 }
 
@@ -66,6 +73,15 @@ pub struct Eta {
     pub low_secs: u64,
     pub expected_secs: u64,
     pub high_secs: u64,
+}
+
+/// Which 25%-wide band (on a log scale) an admission rate falls in; rates
+/// under one admission a minute all share one band.
+fn rate_band(per_second: f64) -> i64 {
+    if per_second.is_nan() || per_second < 1.0 / 60.0 {
+        return i64::MIN;
+    }
+    (per_second.ln() / 1.25f64.ln()).floor() as i64
 }
 
 /// One ticket as its holder sees it.
@@ -239,5 +255,39 @@ mod tests {
         assert_eq!(s.quantile_ms(0.8), Some(500));
         assert_eq!(s.quantile_ms(0.95), Some(10_000));
         assert_eq!(WaitSnapshot::default().quantile_ms(0.5), None);
+    }
+
+    #[test]
+    fn a_drifting_rate_alone_is_not_a_change() {
+        let base = RoomView {
+            admit_rate: 10.0,
+            ..RoomView::default()
+        };
+        let drifted = RoomView {
+            admit_rate: 9.7,
+            version: 9,
+            at_ms: 1234,
+            ..base.clone()
+        };
+        assert!(!drifted.differs_from(&base));
+        let fallen = RoomView {
+            admit_rate: 7.0,
+            ..base.clone()
+        };
+        assert!(fallen.differs_from(&base));
+        let longer = RoomView {
+            waiting: 1,
+            ..base.clone()
+        };
+        assert!(longer.differs_from(&base));
+        let idle = RoomView {
+            admit_rate: 0.001,
+            ..base.clone()
+        };
+        let idler = RoomView {
+            admit_rate: 0.0001,
+            ..base
+        };
+        assert!(!idler.differs_from(&idle));
     }
 }
