@@ -8,6 +8,8 @@
 //! encoded by a short-lived collector: there is one source of truth, and
 //! the counters on this page are the same numbers the admin API shows.
 
+use std::collections::HashMap;
+use std::sync::RwLock;
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -26,12 +28,14 @@ use crate::engine::WAIT_BUCKETS_MS;
 /// which Prometheus reads natively).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Static strings, so counting a request allocates nothing: the methods
+/// are a fixed set and routes are interned ([`Metrics::route_label`]).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
-    pub method: String,
+    pub method: &'static str,
     /// The route as declared (`/api/rooms/:room/join`), never the raw path,
     /// so room names and probes cannot blow up the label space.
-    pub route: String,
+    pub route: &'static str,
     pub status: u16,
 }
 
@@ -50,6 +54,10 @@ pub struct Metrics {
     http_duration: Family<HttpLabels, Histogram>,
     webhook_deliveries: Family<WebhookLabels, Counter>,
     webhook_attempt_failures: Counter,
+    /// axum's matched path (`/gate/{room}`) to its label (`/gate/:room`).
+    /// Keys are the router's declared routes, a fixed set, so the leaked
+    /// labels are bounded; a hit takes a read lock and no allocation.
+    routes: RwLock<HashMap<Box<str>, &'static str>>,
 }
 
 impl Default for Metrics {
@@ -98,7 +106,25 @@ impl Metrics {
             http_duration,
             webhook_deliveries,
             webhook_attempt_failures,
+            routes: RwLock::default(),
         }
+    }
+
+    /// The label for a route as axum declares it: `/gate/:room` rather
+    /// than `/gate/{room}`, since braces are legal in a label value but
+    /// some Prometheus text parsers drop such lines. Only pass declared
+    /// routes (axum's `MatchedPath`), never raw paths: each new one is
+    /// kept for the life of the process.
+    pub fn route_label(&self, matched: &str) -> &'static str {
+        let read = self.routes.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(label) = read.get(matched) {
+            return label;
+        }
+        drop(read);
+        let mut write = self.routes.write().unwrap_or_else(|e| e.into_inner());
+        write.entry(matched.into()).or_insert_with(|| {
+            Box::leak(matched.replace('{', ":").replace('}', "").into_boxed_str())
+        })
     }
 
     pub fn observe_http(&self, labels: HttpLabels, took: Duration) {
@@ -264,8 +290,8 @@ mod tests {
         let m = Metrics::new();
         m.observe_http(
             HttpLabels {
-                method: "GET".into(),
-                route: "/gate/:room".into(),
+                method: "GET",
+                route: m.route_label("/gate/{room}"),
                 status: 204,
             },
             Duration::from_micros(300),
@@ -281,5 +307,13 @@ mod tests {
         assert!(text.contains("narabu_http_request_duration_seconds_bucket{"));
         assert!(text.contains(r#"narabu_webhook_deliveries_total{result="dropped"} 1"#));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn route_labels_are_interned() {
+        let m = Metrics::new();
+        let a = m.route_label("/api/rooms/{room}/join");
+        assert_eq!(a, "/api/rooms/:room/join");
+        assert!(std::ptr::eq(a, m.route_label("/api/rooms/{room}/join")));
     }
 }

@@ -11,6 +11,8 @@
 //! - `return_path`: the open-redirect guard for `?return=`
 //! - `limits`: joins per minute and open streams per client address
 //! - `error`: the JSON error shape
+//! - `edge`: request ids, log spans, HTTP metrics and the header limit,
+//!   around every route
 //! - `visitor`, `pages`, `i18n`, `assets`: the queue page in three
 //!   languages and its embedded script and styles
 
@@ -18,6 +20,7 @@ pub mod admin;
 pub mod api;
 pub mod assets;
 pub mod auth;
+pub mod edge;
 pub mod error;
 pub mod events;
 pub mod gate;
