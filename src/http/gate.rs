@@ -5,7 +5,7 @@
 //! one of those (or 404 for a room that does not exist), never a 5xx that
 //! would turn into an error page at the proxy.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -69,20 +69,23 @@ pub async fn gate(
     State(state): State<AppState>,
     Path(room): Path<String>,
     Query(query): Query<GateQuery>,
-    headers: HeaderMap,
+    // The request rather than a `HeaderMap`, which would be a copy of
+    // every header on each check.
+    request: Request,
 ) -> Response {
+    let headers = request.headers();
     let room = match room_id(&room) {
         Ok(room) => room,
         Err(e) => return e.into_response(),
     };
     let redirect = query.redirect.as_deref() == Some("1");
-    let Ok(Some(visitor)) = ticket::find(&state, &room, &headers) else {
+    let Ok(Some(visitor)) = ticket::find(&state, &room, headers) else {
         // Without a pass the answer is the queue, unless there is no such
         // room to queue for: a misconfigured proxy should see that plainly.
         if let Err(BackendError::NoSuchRoom(_)) = state.backend.room(&room).await {
             return ApiError::from(BackendError::NoSuchRoom(room)).into_response();
         }
-        return refuse(&state, &room, &headers, redirect);
+        return refuse(&state, &room, headers, redirect);
     };
     match state.backend.status(&room, visitor.ticket, true).await {
         Ok(status) if status.state == TicketState::Admitted && !status.closed => {
@@ -110,7 +113,7 @@ pub async fn gate(
             }
             response
         }
-        Ok(_) | Err(BackendError::NoSuchTicket) => refuse(&state, &room, &headers, redirect),
+        Ok(_) | Err(BackendError::NoSuchTicket) => refuse(&state, &room, headers, redirect),
         Err(BackendError::NoSuchRoom(_)) => {
             ApiError::from(BackendError::NoSuchRoom(room)).into_response()
         }
@@ -120,11 +123,11 @@ pub async fn gate(
             // has not run out goes through; everyone else, the queue.
             tracing::warn!(room = %room, error = %e, "gate check failed");
             let open = state.settings.on_backend_error == OnBackendError::Open
-                && ticket::live_pass(&state, &room, visitor.ticket, &headers, now_ms()).is_some();
+                && ticket::live_pass(&state, &room, visitor.ticket, headers, now_ms()).is_some();
             if open {
                 StatusCode::NO_CONTENT.into_response()
             } else {
-                refuse(&state, &room, &headers, redirect)
+                refuse(&state, &room, headers, redirect)
             }
         }
     }

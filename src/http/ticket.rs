@@ -26,14 +26,22 @@ pub fn pass_cookie_name(room: &RoomId) -> String {
     format!("narabu_{room}_pass")
 }
 
-fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
+/// The value of cookie `narabu_{room}{suffix}`, matched piecewise so the
+/// gate, asked on every request to the protected site, does not format
+/// the name each time.
+fn cookie_value(headers: &HeaderMap, room: &RoomId, suffix: &str) -> Option<String> {
+    let is_ours = |name: &str| {
+        name.strip_prefix("narabu_")
+            .and_then(|rest| rest.strip_prefix(room.as_str()))
+            == Some(suffix)
+    };
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(Cookie::split_parse)
         .filter_map(Result::ok)
-        .find(|c| c.name() == name)
+        .find(|c| is_ours(c.name()))
         .map(|c| c.value().to_owned())
 }
 
@@ -46,7 +54,7 @@ pub fn live_pass(
     headers: &HeaderMap,
     now_ms: u64,
 ) -> Option<PassClaim> {
-    let token = cookie_value(headers, &pass_cookie_name(room))?;
+    let token = cookie_value(headers, room, "_pass")?;
     let pass = state.keys.verify_pass(&token).ok()?;
     (&pass.room == room
         && pass.epoch == ticket.epoch
@@ -78,7 +86,7 @@ fn raw_token(room: &RoomId, headers: &HeaderMap) -> Option<String> {
     {
         return Some(token.trim().to_owned());
     }
-    cookie_value(headers, &cookie_name(room))
+    cookie_value(headers, room, "")
 }
 
 /// The visitor's ticket for `room`, if the request carries one.
