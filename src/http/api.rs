@@ -2,6 +2,8 @@
 //! release. Browsers and apps use the same endpoints; the ticket travels as
 //! the room cookie or as `Authorization: Bearer`.
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -202,7 +204,7 @@ pub fn set_cookie(state: &AppState, room: &RoomId, token: String) -> (header::He
 
 /// `POST /api/rooms/{room}/join`
 pub async fn join(
-    State(state): State<AppState>,
+    State(state): State<Arc<AppState>>,
     Path(room): Path<String>,
     client: ClientIp,
     headers: HeaderMap,

@@ -1,15 +1,17 @@
 //! What every request goes through before its route: a request id, a log
-//! span carrying it, the HTTP metrics, and the header-size limit.
+//! span carrying it, the HTTP metrics, the header-size limit, and
+//! `X-Content-Type-Options: nosniff` on every answer.
 //!
 //! One layer rather than five (tower-http's set/propagate request id and
-//! trace layers, and two `from_fn` middlewares): the gate answers in a few
+//! trace and set-header layers, and two `from_fn` middlewares; each
+//! `Router::layer` also boxes and clones every route once more per
+//! request): the gate answers in a few
 //! microseconds of our own work, and each layer's future, boxing and
 //! header lookups were a visible part of it (BENCHMARKS.md). The order
 //! matters and is the one the separate layers had: the id is set first so
 //! even a refused request (431) carries it, is logged under it and counted.
 
 use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -18,7 +20,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
-use axum::http::{HeaderName, HeaderValue, Method, StatusCode};
+use axum::http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rand::RngCore;
 use tower::{Layer, Service};
@@ -54,47 +56,25 @@ impl Default for RequestIds {
 }
 
 impl RequestIds {
-    /// `{prefix:016x}-{n:08x}`, 25 characters or a few more after four
-    /// billion requests.
+    /// `{prefix:016x}-{n:016x}`: fixed width, written by hand since
+    /// `core::fmt` showed up in the gate's profile.
     pub fn next(&self) -> HeaderValue {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let mut buf = Buf::default();
-        let _ = write!(buf, "{:016x}-{n:08x}", self.prefix);
-        match HeaderValue::from_bytes(buf.as_bytes()) {
+        let mut buf = [b'-'; 33];
+        hex(self.prefix, &mut buf[..16]);
+        hex(n, &mut buf[17..]);
+        match HeaderValue::from_bytes(&buf) {
             Ok(v) => v,
             Err(_) => unreachable!("hex digits and a dash are a valid header value"),
         }
     }
 }
 
-/// A stack buffer for one id, so formatting it does not allocate.
-struct Buf {
-    bytes: [u8; 40],
-    len: usize,
-}
-
-impl Default for Buf {
-    fn default() -> Self {
-        Self {
-            bytes: [0; 40],
-            len: 0,
-        }
-    }
-}
-
-impl Buf {
-    fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..self.len]
-    }
-}
-
-impl std::fmt::Write for Buf {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        let end = self.len + s.len();
-        let slot = self.bytes.get_mut(self.len..end).ok_or(std::fmt::Error)?;
-        slot.copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
+fn hex(mut n: u64, out: &mut [u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for slot in out.iter_mut().rev() {
+        *slot = DIGITS[(n & 0xf) as usize];
+        n >>= 4;
     }
 }
 
@@ -154,10 +134,15 @@ fn header_size(request: &Request) -> usize {
         .sum()
 }
 
-impl<S> Service<Request> for Edge<S>
+impl<S, B> Service<Request> for Edge<S>
 where
-    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S: Service<Request, Response = axum::http::Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
     S::Future: Send + 'static,
+    B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
 {
     type Response = Response;
     type Error = Infallible;
@@ -207,7 +192,7 @@ where
                 .into_response()
             } else {
                 match inner.call(request).await {
-                    Ok(response) => response,
+                    Ok(response) => response.map(axum::body::Body::new),
                     Err(never) => match never {},
                 }
             };
@@ -230,7 +215,11 @@ where
                 },
                 took,
             );
-            response.headers_mut().entry(&REQUEST_ID).or_insert(id);
+            let headers = response.headers_mut();
+            headers.entry(&REQUEST_ID).or_insert(id);
+            headers
+                .entry(header::X_CONTENT_TYPE_OPTIONS)
+                .or_insert(HeaderValue::from_static("nosniff"));
             Ok(response)
         };
         Box::pin(served.instrument(span))
@@ -247,7 +236,8 @@ mod tests {
         let a = ids.next();
         let b = ids.next();
         assert_ne!(a, b);
-        assert_eq!(a.len(), 25);
+        assert_eq!(a.len(), 33);
+        assert!(a.to_str().unwrap().ends_with("-0000000000000000"));
         assert!(
             a.to_str()
                 .unwrap()

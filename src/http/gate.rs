@@ -5,6 +5,8 @@
 //! one of those (or 404 for a room that does not exist), never a 5xx that
 //! would turn into an error page at the proxy.
 
+use std::sync::Arc;
+
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -66,7 +68,7 @@ fn refuse(state: &AppState, room: &RoomId, headers: &HeaderMap, redirect: bool) 
 
 /// `GET /gate/{room}`
 pub async fn gate(
-    State(state): State<AppState>,
+    State(state): State<Arc<AppState>>,
     Path(room): Path<String>,
     Query(query): Query<GateQuery>,
     // The request rather than a `HeaderMap`, which would be a copy of

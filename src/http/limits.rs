@@ -127,6 +127,18 @@ impl FromRequestParts<AppState> for ClientIp {
     }
 }
 
+/// The join route's state is an `Arc` (see `router`).
+impl FromRequestParts<std::sync::Arc<AppState>> for ClientIp {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &std::sync::Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        <Self as FromRequestParts<AppState>>::from_request_parts(parts, state).await
+    }
+}
+
 /// Two fixed windows of the sliding-window counter.
 #[derive(Clone, Copy, Debug)]
 struct Window {
