@@ -7,10 +7,9 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 
 use super::api::{now_ms, rfc3339};
 use super::error::ApiError;
@@ -23,11 +22,14 @@ use crate::config::OnBackendError;
 use crate::engine::{RoomId, TicketState};
 use crate::token::PassClaim;
 
-#[derive(Debug, Default, Deserialize)]
-pub struct GateQuery {
-    /// `1` answers a refusal with a 302 to the queue page instead of 401.
-    #[serde(default)]
-    redirect: Option<String>,
+/// `?redirect=1` answers a refusal with a 302 to the queue page instead
+/// of 401. Read by hand rather than with `Query`: any other query, even a
+/// malformed one, is ignored instead of answered with 400, and the common
+/// case (no query) costs nothing.
+fn wants_redirect(request: &Request) -> bool {
+    request.uri().query().is_some_and(|q| {
+        form_urlencoded::parse(q.as_bytes()).any(|(k, v)| k == "redirect" && v == "1")
+    })
 }
 
 /// The queue page URL for a refused request: the original URI (from the
@@ -70,7 +72,6 @@ fn refuse(state: &AppState, room: &RoomId, headers: &HeaderMap, redirect: bool) 
 pub async fn gate(
     State(state): State<Arc<AppState>>,
     Path(room): Path<String>,
-    Query(query): Query<GateQuery>,
     // The request rather than a `HeaderMap`, which would be a copy of
     // every header on each check.
     request: Request,
@@ -80,7 +81,7 @@ pub async fn gate(
         Ok(room) => room,
         Err(e) => return e.into_response(),
     };
-    let redirect = query.redirect.as_deref() == Some("1");
+    let redirect = wants_redirect(&request);
     let Ok(Some(visitor)) = ticket::find(&state, &room, headers) else {
         // Without a pass the answer is the queue, unless there is no such
         // room to queue for: a misconfigured proxy should see that plainly.

@@ -26,9 +26,11 @@ pub fn pass_cookie_name(room: &RoomId) -> String {
     format!("narabu_{room}_pass")
 }
 
-/// The value of cookie `narabu_{room}{suffix}`, matched piecewise so the
-/// gate, asked on every request to the protected site, does not format
-/// the name each time.
+/// The value of cookie `narabu_{room}{suffix}`. Split by hand, as the
+/// `cookie` crate's `split_parse` would (pairs split on `;`, name and
+/// value trimmed, no percent-decoding), but without building a `Cookie`
+/// for each pair or formatting the name: the gate does this on every
+/// request to the protected site.
 fn cookie_value(headers: &HeaderMap, room: &RoomId, suffix: &str) -> Option<String> {
     let is_ours = |name: &str| {
         name.strip_prefix("narabu_")
@@ -39,10 +41,10 @@ fn cookie_value(headers: &HeaderMap, room: &RoomId, suffix: &str) -> Option<Stri
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .flat_map(Cookie::split_parse)
-        .filter_map(Result::ok)
-        .find(|c| is_ours(c.name()))
-        .map(|c| c.value().to_owned())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(name, _)| is_ours(name.trim()))
+        .map(|(_, value)| value.trim().to_owned())
 }
 
 /// The live pass for this very ticket, if the request carries one: signed
@@ -145,4 +147,24 @@ pub fn cookie(state: &AppState, room: &RoomId, token: String) -> Cookie<'static>
         .secure(state.settings.cookie_secure)
         .max_age(cookie::time::Duration::days(1))
         .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_room_cookie_is_found_among_others() {
+        let room = RoomId::new("sale").unwrap();
+        let mut headers = HeaderMap::new();
+        headers.append(header::COOKIE, "a=b; narabu_sale_pass=p".parse().unwrap());
+        headers.append(
+            header::COOKIE,
+            "junk; narabu_sales=x; narabu_sale = t=1 ".parse().unwrap(),
+        );
+        assert_eq!(cookie_value(&headers, &room, "").as_deref(), Some("t=1"));
+        assert_eq!(cookie_value(&headers, &room, "_pass").as_deref(), Some("p"));
+        let other = RoomId::new("sal").unwrap();
+        assert_eq!(cookie_value(&headers, &other, ""), None);
+    }
 }
