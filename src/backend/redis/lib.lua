@@ -188,7 +188,17 @@ local function publish_view(force)
     rate_mean = M['rate_mean'] or '0', rate_var = M['rate_var'] or '0',
     rate_primed = M['rate_primed'] == '1', admissions_total = n('c_admissions'),
     join_limit_per_minute = n('join_limit')}
+  -- As RoomView::differs_from: the smoothed rate drifts on every tick, even
+  -- in a quiet room, and republishing for that alone would wake every
+  -- waiting stream on every instance each tick. The signature keeps only
+  -- the rate's 25% band (log scale; under one a minute is one band).
+  local published_mean, published_var = body.rate_mean, body.rate_var
+  local mean = tonumber(body.rate_mean) or 0
+  local band = 'idle'
+  if mean >= 1 / 60 then band = math.floor(math.log(mean) / math.log(1.25)) end
+  body.rate_mean, body.rate_var, body.rate_band = nil, nil, band
   local sig = cjson.encode(body)
+  body.rate_mean, body.rate_var, body.rate_band = published_mean, published_var, nil
   if not force and sig == M['view_sig'] then return end
   body.version = incr('view_version', 1)
   body.at_ms = S(NOW)
