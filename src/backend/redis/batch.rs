@@ -8,7 +8,9 @@
 //! sends a lone read at once.
 //!
 //! A read for a ticket whose signal just fired (an admission by hand-off)
-//! jumps the queue, so it is not held behind a broadcast's reads.
+//! jumps the queue, so it is not held behind a broadcast's reads: one
+//! already queued when the signal arrives is moved to the front, and one
+//! made after it goes to the front.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -55,6 +57,28 @@ impl StatusBatches {
             q.waiting.push_back(read);
         }
         !std::mem::replace(&mut q.flushing, true)
+    }
+
+    /// Move a queued read of this ticket to the front; `false` when none
+    /// is queued (it may be in flight, or not made yet).
+    pub fn promote(&self, room: &RoomId, epoch: u64, id: u64) -> bool {
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        let mut promoted = false;
+        for touch in [true, false] {
+            let Some(q) = queues.get_mut(&(room.clone(), touch)) else {
+                continue;
+            };
+            if let Some(at) = q
+                .waiting
+                .iter()
+                .position(|p| p.epoch == epoch && p.id == id)
+                && let Some(read) = q.waiting.remove(at)
+            {
+                q.waiting.push_front(read);
+                promoted = true;
+            }
+        }
+        promoted
     }
 
     /// The next batch for the flusher of `key`, or `None` when the queue is
@@ -119,6 +143,18 @@ mod tests {
         // The queue stopped: the next read starts a flusher again.
         let (p, _rx) = read(1);
         assert!(b.push(&key, p, false));
+        // A read already queued when its ticket's signal fires moves up.
+        let mut keep = Vec::new();
+        for id in 2..6 {
+            let (p, rx) = read(id);
+            keep.push(rx);
+            b.push(&key, p, false);
+        }
+        assert!(b.promote(&key.0, 1, 4));
+        assert!(!b.promote(&key.0, 1, 99));
+        assert!(!b.promote(&key.0, 2, 3), "another epoch's ticket");
+        let ids: Vec<u64> = b.take(&key).unwrap().iter().map(|p| p.id).collect();
+        assert_eq!(ids, vec![4, 1, 2, 3, 5]);
         // Abandoned reads are dropped, not sent.
         drop(_gone);
         assert!(b.take(&other).is_none());

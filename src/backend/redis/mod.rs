@@ -40,7 +40,6 @@ use crate::engine::{
     RoomId, RoomSettings, RoomStats, RoomView, TickReport, TicketState, TicketStatus,
     WAIT_BUCKETS_MS, WaitSnapshot,
 };
-use batch::StatusBatches;
 use conn::{Conn, unavailable};
 pub use keys::RoomKeys;
 use lease::Lease;
@@ -90,7 +89,6 @@ pub struct RedisBackend {
     clock: Arc<dyn Clock>,
     options: RedisOptions,
     hub: Arc<Hub>,
-    status_batches: StatusBatches,
     /// The configured rooms, created again if a Redis without persistence
     /// comes back empty.
     configured: Vec<RoomSettings>,
@@ -279,7 +277,6 @@ impl RedisBackend {
             clock,
             options,
             hub: Arc::new(Hub::default()),
-            status_batches: StatusBatches::default(),
             configured: rooms.clone(),
             workers: DashMap::new(),
             shutdown: CancellationToken::new(),
@@ -610,7 +607,7 @@ impl RedisBackend {
     /// Send the queued status reads of one room, a batch per script call,
     /// until none are left.
     async fn flush_statuses(&self, key: batch::Key) {
-        while let Some(reads) = self.status_batches.take(&key) {
+        while let Some(reads) = self.hub.batches.take(&key) {
             let mut args = Vec::with_capacity(1 + 2 * reads.len());
             args.push(if key.1 { "1" } else { "0" }.to_owned());
             for r in &reads {
@@ -809,7 +806,7 @@ impl Backend for RedisBackend {
             id: t.id,
             reply,
         };
-        if self.status_batches.push(&key, read, urgent) {
+        if self.hub.batches.push(&key, read, urgent) {
             // A task, not this caller, so that a caller going away (its
             // stream closed) never strands the reads queued behind it.
             match self.weak.upgrade() {

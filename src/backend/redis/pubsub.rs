@@ -18,6 +18,7 @@ use serde::Deserialize;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::batch::StatusBatches;
 use super::keys::CHANNEL;
 use crate::engine::{AdmissionRate, RoomId, RoomView};
 
@@ -34,6 +35,8 @@ pub struct Hub {
     /// Tickets whose signal fired and whose stream has not read its status
     /// since: that read jumps the batch queue (`batch.rs`).
     urgent: DashMap<(RoomId, u64, u64), ()>,
+    /// The streams' status reads on their way to Redis.
+    pub batches: StatusBatches,
 }
 
 /// What the subscriber tells the backend beyond fan-out.
@@ -106,7 +109,11 @@ impl Hub {
     fn notify_ticket(&self, room: &RoomId, epoch: u64, id: u64) {
         let key = (room.clone(), epoch, id);
         if let Some(n) = self.waiters.get(&key) {
-            self.urgent.insert(key.clone(), ());
+            // The stream may be waiting on a read queued behind a
+            // broadcast's: move it up; else its next read goes first.
+            if !self.batches.promote(room, epoch, id) {
+                self.urgent.insert(key.clone(), ());
+            }
             n.notify_waiters();
         }
     }
