@@ -208,8 +208,10 @@ local function publish_view(force)
 end
 
 -- What a ticket's holder sees: the raw fields, turned into a TicketStatus
--- by the Rust side. Positions never go up (clamped by `reported`).
-local function status_reply(t)
+-- by the Rust side. Positions never go up (clamped by `reported`). With
+-- `defer`, a lowered `reported` is only marked (t.dirty) for the caller to
+-- save with its own changes: one write per ticket instead of two.
+local function status_reply(t, defer)
   local position = -1
   if t.state == 0 and t.qi >= 0 then
     local rank = redis.call('ZRANK', K('q'), S(t.id))
@@ -217,7 +219,7 @@ local function status_reply(t)
       local computed = rank + 1
       if computed < t.reported then
         t.reported = computed
-        save_ticket(t)
+        if defer then t.dirty = true else save_ticket(t) end
       end
       position = t.reported
     end

@@ -19,10 +19,11 @@ for i = 4, #ARGV - 1, 2 do
       elseif t.qi >= 0 then
         redis.call('ZADD', K('seen'), 'XX', t.seen, S(t.id))
       end
-      save_ticket(t)
+      t.dirty = true
     end
     local reply = {'ok'}
-    for _, v in ipairs(status_reply(t)) do reply[#reply + 1] = v end
+    for _, v in ipairs(status_reply(t, true)) do reply[#reply + 1] = v end
+    if t.dirty then save_ticket(t) end
     out[#out + 1] = reply
   end
 end
