@@ -1,6 +1,11 @@
 //! The command line: scenarios, their options, and the checks made before
 //! anything is sent. The tool only ever talks to this machine: a target
 //! that is not a loopback address is refused outright.
+//!
+//! `--target` may be given several times (or as a comma list) for
+//! instances sharing one Redis: `streams`, `joins` and `gate` spread their
+//! connections over them; the scenarios that follow single visitors end to
+//! end (`surge`, `article`) take one.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -42,9 +47,15 @@ pub enum Scenario {
 
 #[derive(Debug, Clone, Args)]
 pub struct Common {
-    /// The Narabu instance, e.g. http://127.0.0.1:8080 (loopback only).
-    #[arg(long, default_value = "http://127.0.0.1:8080", value_parser = parse_target)]
-    pub target: Target,
+    /// The Narabu instance, e.g. http://127.0.0.1:8080 (loopback only); repeat it
+    /// (or give a comma list) for several instances on one Redis.
+    #[arg(
+        long = "target",
+        default_value = "http://127.0.0.1:8080",
+        value_parser = parse_target,
+        value_delimiter = ','
+    )]
+    pub targets: Vec<Target>,
     /// The room to queue in.
     #[arg(long, default_value = "default")]
     pub room: String,
@@ -132,9 +143,10 @@ pub struct StreamsArgs {
     /// Client processes to split into (0: all in this process).
     #[arg(long)]
     pub workers: Option<usize>,
-    /// The server's process id, to read its resident memory from /proc.
-    #[arg(long)]
-    pub server_pid: Option<u32>,
+    /// The server's process id, to read its resident memory from /proc: one per
+    /// --target, in the same order (repeat it or give a comma list).
+    #[arg(long = "server-pid", value_delimiter = ',')]
+    pub server_pids: Vec<u32>,
     /// The room's capacity: this many visitors are admitted first and hold the permits.
     #[arg(long, default_value_t = 1)]
     pub capacity: usize,
@@ -150,6 +162,28 @@ pub struct StreamsArgs {
     /// Wait at most this long (s) for a second without position events before timing the fan-out.
     #[arg(long, default_value_t = 30.0)]
     pub quiet_max_seconds: f64,
+}
+
+impl Common {
+    /// The first (for most scenarios the only) target.
+    pub fn target(&self) -> Target {
+        self.targets[0]
+    }
+
+    /// The targets as the report names them: one, or a comma list.
+    pub fn targets_label(&self) -> String {
+        self.targets
+            .iter()
+            .map(Target::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// Which target the `i`-th of something (a stream, a connection) goes to:
+/// round-robin, so `n` things spread over `targets` differ by at most one.
+pub fn target_of(i: usize, targets: usize) -> usize {
+    i % targets.max(1)
 }
 
 /// A validated target: a loopback socket address.
@@ -223,6 +257,16 @@ pub fn parse_target(s: &str) -> Result<Target, String> {
 /// Checks that clap's types cannot express.
 pub fn validate(scenario: &Scenario) -> Result<(), String> {
     let common = |c: &Common| -> Result<(), String> {
+        if c.targets.is_empty() {
+            return Err("--target is required".into());
+        }
+        if c.targets.len() > 64 {
+            return Err("at most 64 --target instances".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some(t) = c.targets.iter().find(|t| !seen.insert(t.addr)) {
+            return Err(format!("--target {t} is given twice"));
+        }
         if !(c.max_seconds > 0.0 && c.max_seconds <= 3600.0) {
             return Err("--max-seconds must be more than 0 and at most 3600".into());
         }
@@ -237,9 +281,18 @@ pub fn validate(scenario: &Scenario) -> Result<(), String> {
         }
         Ok(())
     };
+    let one_target = |c: &Common, name: &str| -> Result<(), String> {
+        if c.targets.len() > 1 {
+            return Err(format!(
+                "{name} takes one --target (its checks follow each visitor on one instance); several are for streams, joins and gate"
+            ));
+        }
+        Ok(())
+    };
     match scenario {
         Scenario::Surge(a) => {
             common(&a.common)?;
+            one_target(&a.common, "surge")?;
             if a.visitors == 0 || a.visitors > 15_000 {
                 return Err("--visitors must be 1 to 15000 (each holds a connection)".into());
             }
@@ -260,7 +313,10 @@ pub fn validate(scenario: &Scenario) -> Result<(), String> {
             }
             Ok(())
         }
-        Scenario::Article(a) => common(&a.common),
+        Scenario::Article(a) => {
+            common(&a.common)?;
+            one_target(&a.common, "article")
+        }
         Scenario::Gate(a) | Scenario::Joins(a) | Scenario::Baseline(a) => {
             common(&a.common)?;
             if a.connections == 0 || a.connections > 10_000 {
@@ -299,6 +355,19 @@ pub fn validate(scenario: &Scenario) -> Result<(), String> {
             }
             if a.handoffs >= a.streams {
                 return Err("--handoffs must be fewer than --streams".into());
+            }
+            if !a.server_pids.is_empty() && a.server_pids.len() != a.common.targets.len() {
+                return Err(format!(
+                    "--server-pid given {} times for {} --target instances: give one per target, in the same order",
+                    a.server_pids.len(),
+                    a.common.targets.len()
+                ));
+            }
+            let per_target = a.streams.div_ceil(a.common.targets.len());
+            if per_target > 18_000 {
+                return Err(format!(
+                    "{per_target} streams per instance: a server process may open 20000 files, so add --target instances or open fewer streams"
+                ));
             }
             Ok(())
         }
@@ -425,6 +494,125 @@ mod tests {
         assert!(parse(&["loadtest", "streams", "--streams", "10", "--handoffs", "10"]).is_err());
         assert!(parse(&["loadtest", "baseline", "--max-seconds", "0"]).is_err());
         assert!(parse(&["loadtest", "nonsense"]).is_err());
+    }
+
+    #[test]
+    fn several_targets_are_repeated_or_comma_listed() {
+        let targets = |args: &[&str]| match Cli::try_parse_from(args).unwrap().scenario {
+            Scenario::Streams(a) => (a.common.targets, a.server_pids),
+            Scenario::Joins(a) | Scenario::Gate(a) => (a.common.targets, Vec::new()),
+            _ => unreachable!(),
+        };
+        let addr = |p: u16| Target {
+            addr: SocketAddr::from(([127, 0, 0, 1], p)),
+        };
+        // None given: the default, one target.
+        assert_eq!(targets(&["loadtest", "joins"]).0, vec![addr(8080)]);
+        let (t, pids) = targets(&[
+            "loadtest",
+            "streams",
+            "--target",
+            "http://127.0.0.1:1",
+            "--target",
+            "http://127.0.0.1:2,http://127.0.0.1:3",
+            "--server-pid",
+            "10,11",
+            "--server-pid",
+            "12",
+        ]);
+        assert_eq!(t, vec![addr(1), addr(2), addr(3)]);
+        assert_eq!(pids, vec![10, 11, 12]);
+        let gate = targets(&[
+            "loadtest",
+            "gate",
+            "--target",
+            "http://127.0.0.1:1,http://[::1]:2",
+        ]);
+        assert_eq!(gate.0.len(), 2);
+    }
+
+    #[test]
+    fn several_targets_are_checked() {
+        let parse = |args: &[&str]| {
+            let cli = Cli::try_parse_from(args).map_err(|e| e.to_string())?;
+            validate(&cli.scenario)
+        };
+        let four = "http://127.0.0.1:1,http://127.0.0.1:2,http://127.0.0.1:3,http://127.0.0.1:4";
+        // The bench's run: 50,000 streams over four instances, 10 processes.
+        assert!(
+            parse(&[
+                "loadtest",
+                "streams",
+                "--target",
+                four,
+                "--streams",
+                "50000",
+                "--workers",
+                "10",
+                "--server-pid",
+                "1,2,3,4"
+            ])
+            .is_ok()
+        );
+        // 50,000 on one instance cannot fit in its 20,000 files.
+        assert!(
+            parse(&[
+                "loadtest",
+                "streams",
+                "--streams",
+                "50000",
+                "--workers",
+                "10"
+            ])
+            .is_err()
+        );
+        // One pid per target, or none.
+        assert!(
+            parse(&[
+                "loadtest",
+                "streams",
+                "--target",
+                four,
+                "--server-pid",
+                "1,2"
+            ])
+            .is_err()
+        );
+        assert!(parse(&["loadtest", "streams", "--target", four]).is_ok());
+        // Each target is guarded: one outside loopback refuses the lot.
+        for bad in [
+            "http://127.0.0.1:1,http://10.0.0.1:2",
+            "http://127.0.0.1:1,example.com:80",
+        ] {
+            assert!(
+                parse(&["loadtest", "joins", "--target", bad]).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(
+            parse(&[
+                "loadtest",
+                "gate",
+                "--target",
+                "http://127.0.0.1:1",
+                "--target",
+                "http://192.168.0.1:80"
+            ])
+            .is_err()
+        );
+        assert!(
+            parse(&[
+                "loadtest",
+                "joins",
+                "--target",
+                "http://127.0.0.1:1,http://localhost:1"
+            ])
+            .is_err()
+        );
+        // Surge and article follow each visitor on one instance.
+        assert!(parse(&["loadtest", "surge", "--target", four]).is_err());
+        assert!(parse(&["loadtest", "article", "--target", four]).is_err());
+        assert!(parse(&["loadtest", "joins", "--target", four]).is_ok());
     }
 
     #[test]

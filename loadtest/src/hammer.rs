@@ -1,6 +1,8 @@
 //! Many keep-alive connections sending one kind of request as fast as the
 //! answers come back, for a time or a count: the way gate checks, joins and
 //! the baseline are all measured, so their ratios compare like with like.
+//! Each connection has its own address, so one hammer can spread over
+//! several instances sharing a Redis.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,14 +28,14 @@ pub struct HammerResult {
 }
 
 pub struct Plan {
-    pub addr: SocketAddr,
     pub target: Target,
     pub sources: u8,
     pub duration: Duration,
     /// 0: no limit but time.
     pub max_requests: u64,
-    /// One prepared request per connection.
-    pub requests: Vec<Vec<u8>>,
+    /// One connection each: where it goes and the prepared request it
+    /// sends (whose Host header matches that address).
+    pub requests: Vec<(SocketAddr, Vec<u8>)>,
     pub ok_status: u16,
 }
 
@@ -42,10 +44,9 @@ pub async fn hammer(plan: Plan, bar: &ProgressBar) -> HammerResult {
     let started = Instant::now();
     let deadline = started + plan.duration;
     let mut tasks = Vec::new();
-    for (i, req) in plan.requests.into_iter().enumerate() {
+    for (i, (addr, req)) in plan.requests.into_iter().enumerate() {
         let issued = issued.clone();
         let source = crate::cli::source_address(&plan.target, plan.sources, i);
-        let addr = plan.addr;
         let (max, ok_status) = (plan.max_requests, plan.ok_status);
         let bar = bar.clone();
         tasks.push(tokio::spawn(async move {

@@ -43,14 +43,20 @@ fn room(id: &str, capacity: u32) -> RoomSettings {
 }
 
 async fn serve(rooms: Vec<RoomSettings>) -> Server {
+    let backend: Arc<dyn Backend> = EmbeddedBackend::new(rooms.clone(), Arc::new(SystemClock));
+    serve_on(rooms, backend).await
+}
+
+/// A server over a given backend: two of them over one backend stand in
+/// for two instances sharing a Redis.
+async fn serve_on(rooms: Vec<RoomSettings>, backend: Arc<dyn Backend>) -> Server {
     let config = Config {
         secret: Some(Secret::new(SECRET)),
         admin_token: Some(Secret::new(ADMIN_TOKEN)),
         max_streams_per_address: 0,
-        rooms: rooms.clone(),
+        rooms,
         ..Config::default()
     };
-    let backend: Arc<dyn Backend> = EmbeddedBackend::new(rooms, Arc::new(SystemClock));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let target = parse_target(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -66,7 +72,7 @@ async fn serve(rooms: Vec<RoomSettings>) -> Server {
 
 fn common(target: Target, room: &str) -> Common {
     Common {
-        target,
+        targets: vec![target],
         room: room.to_owned(),
         max_seconds: 60.0,
         json: None,
@@ -166,7 +172,7 @@ async fn streams_in_process_time_fan_out_and_hand_offs() {
         common: common(server.target, "streams"),
         streams: 60,
         workers: Some(0),
-        server_pid: Some(std::process::id()),
+        server_pids: vec![std::process::id()],
         capacity: 1,
         prefill: 100,
         handoffs: 10,
@@ -183,6 +189,59 @@ async fn streams_in_process_time_fan_out_and_hand_offs() {
     assert_eq!(f["handoff_timeouts"], 0);
     assert!(f["memory_per_stream_kib"].is_number());
     server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_spread_over_two_instances_and_hand_off_across_them() {
+    let rooms = vec![room("shared", 1)];
+    let backend: Arc<dyn Backend> = EmbeddedBackend::new(rooms.clone(), Arc::new(SystemClock));
+    let a = serve_on(rooms.clone(), backend.clone()).await;
+    let b = serve_on(rooms, backend).await;
+    let mut c = common(a.target, "shared");
+    c.targets.push(b.target);
+    let pid = std::process::id();
+    let args = StreamsArgs {
+        common: c,
+        streams: 40,
+        workers: Some(0),
+        server_pids: vec![pid, pid],
+        capacity: 1,
+        prefill: 20,
+        handoffs: 8,
+        handoff_gap_ms: 5,
+        quiet_max_seconds: 2.0,
+    };
+    let report = streams::run(&args).await.unwrap();
+    let f = &report.figures;
+    assert!(report.invariants_held, "{}", report.table());
+    assert_eq!(f["streams_open"], 40, "{}", report.table());
+    assert_eq!(f["fanout_delivered"], 39, "{}", report.table());
+    assert_eq!(f["handoff"]["count"], 8, "{}", report.table());
+    assert_eq!(f["handoff_timeouts"], 0, "{}", report.table());
+    let instances = f["instances"].as_array().unwrap();
+    assert_eq!(instances.len(), 2);
+    for (i, server) in instances.iter().zip([&a, &b]) {
+        assert_eq!(i["target"], server.target.to_string());
+        assert_eq!(i["streams_open"], 20, "{}", report.table());
+        assert_eq!(i["server_pid"], pid);
+        assert_eq!(i["handoff"]["count"], 4, "{}", report.table());
+        assert!(i["fanout"]["count"].as_u64().unwrap() >= 19);
+        assert!(i["memory_per_stream_kib"].is_number());
+    }
+    assert!(report.target.contains(','), "{}", report.target);
+    assert!(report.table().contains("instance 1"));
+
+    // Joins round-robin over both instances, into one line.
+    let mut args = hammer_args(a.target, "shared");
+    args.common.targets.push(b.target);
+    args.no_baseline = true;
+    args.requests = 200;
+    let report = hammered::run(&args, Kind::Joins).await.unwrap();
+    let f = &report.figures;
+    assert_eq!(f["joins"]["ok"], 200, "{}", report.table());
+    assert_eq!(f["instances"], 2);
+    a.stop().await;
+    b.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

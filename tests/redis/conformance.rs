@@ -61,6 +61,7 @@ conformance!(
     closed_room_refuses_joins,
     replaced_room_forgets_old_tickets,
     many_threads_keep_capacity_and_conservation,
+    a_drifting_rate_alone_republishes_no_view,
 );
 
 async fn admits_in_order_up_to_capacity(kind: Kind) {
@@ -563,4 +564,34 @@ async fn many_threads_keep_capacity_and_conservation(kind: Kind) {
     assert!(snap.ledger.balances(), "{:?}", snap.ledger);
     assert!(snap.stats.peak_admitted <= CAP);
     assert_eq!(snap.stats.joins, 200);
+}
+
+/// In a quiet room the smoothed admission rate decays a little on every
+/// tick; the view (which wakes every waiting stream on every instance) is
+/// republished only when the rate moves to another 25% band.
+async fn a_drifting_rate_alone_republishes_no_view(kind: Kind) {
+    let h = Harness::new(kind, vec![room("r", 1)]).await;
+    let b = &h.backend;
+    for _ in 0..3 {
+        join(b, "r").await;
+    }
+    let version = || async { b.room(&rid("r")).await.unwrap().view.version };
+    for _ in 0..2 {
+        h.clock.advance(Duration::from_secs(1));
+        b.tick(&rid("r")).await.unwrap();
+    }
+    let mut changes = 0;
+    let mut last = version().await;
+    // Five quiet seconds: the rate falls about 15%, so one band edge at most.
+    for _ in 0..5 {
+        h.clock.advance(Duration::from_secs(1));
+        b.tick(&rid("r")).await.unwrap();
+        let v = version().await;
+        changes += usize::from(v != last);
+        last = v;
+    }
+    assert!(
+        changes <= 1,
+        "the view was republished {changes} times in 5 quiet ticks"
+    );
 }

@@ -1,6 +1,7 @@
 //! `gate`, `joins` and `baseline`: one kind of request as fast as the
 //! connections allow, with the baseline hammered the same way in the same
-//! run so that each throughput is also a ratio to a trivial handler.
+//! run so that each throughput is also a ratio to a trivial handler. With
+//! several `--target`s the connections go round-robin over them.
 
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use anyhow::bail;
 
 use crate::api::Api;
 use crate::baseline;
-use crate::cli::{HammerArgs, Target, secs};
+use crate::cli::{HammerArgs, Target, secs, target_of};
 use crate::hammer::{HammerResult, Plan, hammer};
 use crate::progress;
 use crate::report::{Report, ratio};
@@ -30,9 +31,13 @@ impl Kind {
     }
 }
 
-fn plan(args: &HammerArgs, target: Target, requests: Vec<Vec<u8>>, ok_status: u16) -> Plan {
+fn plan(
+    args: &HammerArgs,
+    target: Target,
+    requests: Vec<(std::net::SocketAddr, Vec<u8>)>,
+    ok_status: u16,
+) -> Plan {
     Plan {
-        addr: target.addr,
         target,
         sources: args.common.sources,
         duration: secs(args.seconds.min(args.common.max_seconds)),
@@ -55,42 +60,50 @@ async fn run_baseline(args: &HammerArgs, kind: Kind) -> anyhow::Result<HammerRes
         Kind::Gate | Kind::Baseline => (api.gate_request("baseline-pass"), 204),
     };
     let bar = progress::spinner("baseline");
-    let result = hammer(plan(args, target, vec![req; args.connections], ok), &bar).await;
+    let requests = vec![(server.addr, req); args.connections];
+    let result = hammer(plan(args, target, requests, ok), &bar).await;
     bar.finish_and_clear();
     Ok(result)
 }
 
 pub async fn run(args: &HammerArgs, kind: Kind) -> anyhow::Result<Report> {
     let common = &args.common;
-    let mut r = Report::new(kind.name(), &common.target.to_string());
+    let mut r = Report::new(kind.name(), &common.targets_label());
     let base = if kind == Kind::Baseline || !args.no_baseline {
         Some(run_baseline(args, kind).await?)
     } else {
         None
     };
     let mut passes = Vec::new();
-    let api = Api::new(&common.target, &common.room);
+    let apis: Vec<Api> = common
+        .targets
+        .iter()
+        .map(|t| Api::new(t, &common.room))
+        .collect();
+    let api_for = |i: usize| &apis[target_of(i, apis.len())];
+    let api = &apis[0];
     let measured = match kind {
         Kind::Baseline => None,
         Kind::Joins => {
             let bar = progress::spinner("joins");
-            let p = plan(
-                args,
-                common.target,
-                vec![api.join_request(); args.connections],
-                201,
-            );
+            let requests = (0..args.connections)
+                .map(|i| (api_for(i).addr, api_for(i).join_request()))
+                .collect();
+            let p = plan(args, common.target(), requests, 201);
             let res = hammer(p, &bar).await;
             bar.finish_and_clear();
             Some(res)
         }
         Kind::Gate => {
-            passes = admitted_passes(&api, args.connections.min(16)).await?;
+            passes = admitted_passes(api, args.connections.min(16)).await?;
             let requests = (0..args.connections)
-                .map(|i| api.gate_request(&passes[i % passes.len()]))
+                .map(|i| {
+                    let a = api_for(i);
+                    (a.addr, a.gate_request(&passes[i % passes.len()]))
+                })
                 .collect();
             let bar = progress::spinner("gate checks");
-            let res = hammer(plan(args, common.target, requests, 204), &bar).await;
+            let res = hammer(plan(args, common.target(), requests, 204), &bar).await;
             bar.finish_and_clear();
             Some(res)
         }
@@ -141,6 +154,16 @@ pub async fn run(args: &HammerArgs, kind: Kind) -> anyhow::Result<Report> {
         r.invariants_held = m.ok > 0;
     }
     r.row("connections", args.connections.to_string());
+    if common.targets.len() > 1 {
+        r.row(
+            "instances",
+            format!(
+                "{} (connections round-robin over them)",
+                common.targets.len()
+            ),
+        );
+        r.figure("instances", common.targets.len());
+    }
     Ok(r)
 }
 

@@ -17,6 +17,13 @@
 //! at once and changes every other visitor's position at the next tick
 //! (the fan-out); then each newly admitted visitor leaves in turn, handing
 //! off down the line (the hand-off latencies).
+//!
+//! With several `--target`s (instances sharing one Redis) stream `i` goes
+//! to target `i mod n`, so the instances hold equal shares, and every
+//! leave goes to another instance than the one holding the next visitor's
+//! stream: each hand-off crosses instances, as it would behind a load
+//! balancer. Memory, fan-out and hand-off are then reported per instance
+//! too (`--server-pid` once per target).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -31,7 +38,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::api::Api;
-use crate::cli::{StreamsArgs, default_workers};
+use crate::cli::{StreamsArgs, default_workers, target_of};
 use crate::http::{Conn, EventStream};
 use crate::progress;
 use crate::report::Report;
@@ -43,19 +50,23 @@ const CONNECT_AT_ONCE: usize = 256;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerConfig {
-    pub addr: SocketAddr,
-    pub host: String,
+    /// Each instance as (address, Host header).
+    pub targets: Vec<(SocketAddr, String)>,
     pub room: String,
     pub source: Option<IpAddr>,
 }
+
+/// Opened and failed streams, one pair per target.
+pub type PerTarget = Vec<(usize, usize)>;
 
 /// What a worker tells the parent.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkerMsg {
     /// Streams opened so far (progress).
     Opened(usize),
-    /// Every stream is open and has had its first event (or failed).
-    Ready { opened: usize, failed: usize },
+    /// Every stream is open and has had its first event (or failed):
+    /// (opened, failed) for each target.
+    Ready(PerTarget),
     /// An event after `Ready`: stream index (the worker's own), name,
     /// wall-clock receive time (µs) and the server's `updated_at` (ms).
     Event {
@@ -70,7 +81,13 @@ impl WorkerMsg {
     pub fn to_line(&self) -> String {
         match self {
             WorkerMsg::Opened(n) => format!("O {n}"),
-            WorkerMsg::Ready { opened, failed } => format!("R {opened} {failed}"),
+            WorkerMsg::Ready(per_target) => {
+                let mut line = "R".to_owned();
+                for (o, f) in per_target {
+                    line.push_str(&format!(" {o} {f}"));
+                }
+                line
+            }
             WorkerMsg::Event {
                 idx,
                 kind,
@@ -87,10 +104,15 @@ impl WorkerMsg {
         let mut p = line.split_whitespace();
         match p.next()? {
             "O" => Some(WorkerMsg::Opened(p.next()?.parse().ok()?)),
-            "R" => Some(WorkerMsg::Ready {
-                opened: p.next()?.parse().ok()?,
-                failed: p.next()?.parse().ok()?,
-            }),
+            "R" => {
+                let nums: Vec<usize> = p.map(|x| x.parse().ok()).collect::<Option<_>>()?;
+                if nums.is_empty() || !nums.len().is_multiple_of(2) {
+                    return None;
+                }
+                Some(WorkerMsg::Ready(
+                    nums.chunks(2).map(|c| (c[0], c[1])).collect(),
+                ))
+            }
             "E" => Some(WorkerMsg::Event {
                 idx: p.next()?.parse().ok()?,
                 kind: p.next()?.to_owned(),
@@ -118,27 +140,41 @@ pub fn updated_ms(data: &str) -> Option<u64> {
     u64::try_from(ts.as_millisecond()).ok()
 }
 
-/// One client's streams: open them all, report when each has had its
-/// first event, then report every later event until `stop` completes.
+fn counters(n: usize) -> Arc<Vec<AtomicUsize>> {
+    Arc::new((0..n).map(|_| AtomicUsize::new(0)).collect())
+}
+
+fn sum(counters: &[AtomicUsize]) -> usize {
+    counters.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+}
+
+/// One client's streams, each a (target index, ticket) pair: open them
+/// all, report when each has had its first event, then report every later
+/// event until `stop` completes.
 pub async fn worker_core(
     cfg: WorkerConfig,
-    tokens: Vec<String>,
+    tokens: Vec<(usize, String)>,
     out: mpsc::UnboundedSender<WorkerMsg>,
     stop: impl std::future::Future<Output = ()>,
 ) {
-    let api = Api {
-        addr: cfg.addr,
-        host: cfg.host.clone(),
-        room: cfg.room.clone(),
-    };
+    let apis: Vec<Api> = cfg
+        .targets
+        .iter()
+        .map(|(addr, host)| Api {
+            addr: *addr,
+            host: host.clone(),
+            room: cfg.room.clone(),
+        })
+        .collect();
     let n = tokens.len();
     let gate = Arc::new(tokio::sync::Semaphore::new(CONNECT_AT_ONCE));
     let ready = Arc::new(AtomicBool::new(false));
-    let (first, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (first, failed) = (counters(apis.len()), counters(apis.len()));
     let mut tasks = Vec::with_capacity(n);
-    for (idx, token) in tokens.into_iter().enumerate() {
+    for (idx, (t, token)) in tokens.into_iter().enumerate() {
+        let t = t.min(apis.len() - 1);
         let (api, gate, ready, first, failed, out) = (
-            api.clone(),
+            apis[t].clone(),
             gate.clone(),
             ready.clone(),
             first.clone(),
@@ -154,7 +190,7 @@ pub async fn worker_core(
                 (head.status == 200).then(|| EventStream::new(conn, &head))
             };
             let Some(mut stream) = opened.await else {
-                failed.fetch_add(1, Ordering::Relaxed);
+                failed[t].fetch_add(1, Ordering::Relaxed);
                 return;
             };
             let mut got_first = false;
@@ -163,13 +199,13 @@ pub async fn worker_core(
                 let recv_us = unix_us();
                 let Ok(Some(e)) = event else {
                     if !got_first {
-                        failed.fetch_add(1, Ordering::Relaxed);
+                        failed[t].fetch_add(1, Ordering::Relaxed);
                     }
                     return;
                 };
                 if !got_first {
                     got_first = true;
-                    first.fetch_add(1, Ordering::Relaxed);
+                    first[t].fetch_add(1, Ordering::Relaxed);
                     // The connect slot is freed once the stream is live.
                     permit.take();
                 }
@@ -186,17 +222,16 @@ pub async fn worker_core(
         }));
     }
     loop {
-        let (f, x) = (
-            first.load(Ordering::Relaxed),
-            failed.load(Ordering::Relaxed),
-        );
+        let (f, x) = (sum(&first), sum(&failed));
         let _ = out.send(WorkerMsg::Opened(f));
         if f + x >= n {
             ready.store(true, Ordering::Release);
-            let _ = out.send(WorkerMsg::Ready {
-                opened: f,
-                failed: x,
-            });
+            let per_target = first
+                .iter()
+                .zip(failed.iter())
+                .map(|(o, f)| (o.load(Ordering::Relaxed), f.load(Ordering::Relaxed)))
+                .collect();
+            let _ = out.send(WorkerMsg::Ready(per_target));
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -207,8 +242,8 @@ pub async fn worker_core(
     }
 }
 
-/// The hidden `stream-worker` command: a JSON config line, tokens one a
-/// line, `go`; then messages on stdout until stdin closes.
+/// The hidden `stream-worker` command: a JSON config line, `TARGET TOKEN`
+/// one a line, `go`; then messages on stdout until stdin closes.
 pub async fn worker_main() -> anyhow::Result<()> {
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     let cfg: WorkerConfig = serde_json::from_str(&lines.next_line().await?.context("no config")?)?;
@@ -216,7 +251,10 @@ pub async fn worker_main() -> anyhow::Result<()> {
     loop {
         match lines.next_line().await? {
             Some(l) if l == "go" => break,
-            Some(l) => tokens.push(l),
+            Some(l) => {
+                let (t, token) = l.split_once(' ').context("a token line without target")?;
+                tokens.push((t.parse()?, token.to_owned()));
+            }
             None => bail!("stdin closed before go"),
         }
     }
@@ -244,12 +282,14 @@ struct Ev {
     updated_ms: Option<u64>,
 }
 
-/// A worker's streams once ready: (opened, failed).
-type Opened = (usize, usize);
-
 struct Workers {
     events: Arc<Mutex<Vec<Ev>>>,
-    ready: Arc<Mutex<Vec<Option<Opened>>>>,
+    /// Each stream's first `admitted` event (receive time, µs): the
+    /// hand-off loop polls this every half millisecond, and scanning all
+    /// events instead (hundreds of thousands with 50,000 streams) took a
+    /// core from the servers being measured.
+    admitted: Arc<Mutex<HashMap<usize, u64>>>,
+    ready: Arc<Mutex<Vec<Option<PerTarget>>>>,
     opened: Arc<Vec<AtomicUsize>>,
     stops: Vec<Box<dyn FnOnce() + Send>>,
 }
@@ -266,8 +306,10 @@ fn resident_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
+/// `n` joins over `connections` connections, round-robin over the
+/// instances; the tickets in queue order.
 async fn join_many(
-    api: &Api,
+    apis: &[Api],
     n: u64,
     connections: usize,
     label: &str,
@@ -275,8 +317,9 @@ async fn join_many(
     let bar = progress::bar(n, label);
     let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut tasks = Vec::new();
-    for _ in 0..connections.min(n as usize).max(1) {
-        let (api, next, bar) = (api.clone(), next.clone(), bar.clone());
+    for c in 0..connections.min(n as usize).max(1) {
+        let api = apis[target_of(c, apis.len())].clone();
+        let (next, bar) = (next.clone(), bar.clone());
         tasks.push(tokio::spawn(async move {
             let mut got = Vec::new();
             let mut conn = api
@@ -309,24 +352,75 @@ async fn join_many(
     Ok(all)
 }
 
+/// Where the leave before hand-off `h` goes: the instance before the one
+/// holding visitor `h`'s stream, so with several instances every hand-off
+/// crosses from one instance to another.
+pub fn leave_target(h: usize, targets: usize) -> usize {
+    let n = targets.max(1);
+    (target_of(h, n) + n - 1) % n
+}
+
+/// One instance's share of the figures.
+#[derive(Debug, Clone, Serialize)]
+struct InstanceFigures {
+    target: String,
+    server_pid: Option<u32>,
+    streams_open: usize,
+    streams_failed: usize,
+    rss_before_kib: Option<u64>,
+    rss_after_kib: Option<u64>,
+    memory_per_stream_kib: Option<f64>,
+    fanout: Summary,
+    handoff: Summary,
+}
+
+fn per_stream_kib(before: Option<u64>, after: Option<u64>, opened: usize) -> Option<f64> {
+    match (before, after) {
+        (Some(a), Some(b)) if opened > 0 => Some(b.saturating_sub(a) as f64 / opened as f64),
+        _ => None,
+    }
+}
+
+async fn connect_all(apis: &[Api]) -> anyhow::Result<Vec<Conn>> {
+    let mut conns = Vec::with_capacity(apis.len());
+    for api in apis {
+        conns.push(
+            api.connect(None)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        );
+    }
+    Ok(conns)
+}
+
 pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
     let common = &args.common;
-    let api = Api::new(&common.target, &common.room);
+    let apis: Vec<Api> = common
+        .targets
+        .iter()
+        .map(|t| Api::new(t, &common.room))
+        .collect();
+    let n_targets = apis.len();
+    let api = &apis[0];
     let deadline = Instant::now() + crate::cli::secs(common.max_seconds);
     let k = args.streams;
     let workers = args.workers.unwrap_or_else(|| default_workers(k));
-    let mut control = api
-        .connect(None)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let pid = |t: usize| args.server_pids.get(t).copied();
+    let rss_all = || -> Vec<Option<u64>> {
+        (0..n_targets)
+            .map(|t| pid(t).and_then(resident_kib))
+            .collect()
+    };
+    // One control connection per instance, for the leaves.
+    let mut controls = connect_all(&apis).await?;
 
     // 1. Holders take every permit.
-    let holders = join_many(&api, args.capacity as u64, 8, "holders").await?;
+    let holders = join_many(&apis, args.capacity as u64, 8, "holders").await?;
     let admitted_by = Instant::now() + Duration::from_secs(10);
     for (_, token) in &holders {
         loop {
             let s = api
-                .status(&mut control, token)
+                .status(&mut controls[0], token)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             if s["status"] == "admitted" {
@@ -342,16 +436,16 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
         }
     }
     // 2. The stream visitors, in queue order; 3. tickets behind them.
-    let visitors = join_many(&api, k as u64, 16, "stream tickets").await?;
+    let visitors = join_many(&apis, k as u64, 16, "stream tickets").await?;
     if args.prefill > 0 {
-        join_many_discard(&api, args.prefill, 32).await?;
+        join_many_discard(&apis, args.prefill, 32).await?;
     }
     // Let the tick publish the joins before measuring.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let rss_before = args.server_pid.and_then(resident_kib);
+    let rss_before = rss_all();
 
     // 4. Open the streams.
-    let w = start_workers(&api, common, &visitors, workers).await?;
+    let w = start_workers(&apis, &visitors, workers).await?;
     let bar = progress::bar(k as u64, "streams open");
     loop {
         let n_ready = w
@@ -361,12 +455,7 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
             .iter()
             .flatten()
             .count();
-        bar.set_position(
-            w.opened
-                .iter()
-                .map(|o| o.load(Ordering::Relaxed) as u64)
-                .sum(),
-        );
+        bar.set_position(sum(&w.opened) as u64);
         if n_ready == w.stops.len() {
             break;
         }
@@ -376,16 +465,25 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     bar.finish_and_clear();
-    let (opened, failed) = w
+    let mut per_target: PerTarget = vec![(0, 0); n_targets];
+    for ready in w
         .ready
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
         .flatten()
+    {
+        for (sum, (o, f)) in per_target.iter_mut().zip(ready) {
+            sum.0 += o;
+            sum.1 += f;
+        }
+    }
+    let (opened, failed) = per_target
+        .iter()
         .fold((0, 0), |(o, f), (a, b)| (o + a, f + b));
     // Past the one-position-event-a-second throttle, and settled.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let rss_after = args.server_pid.and_then(resident_kib);
+    let rss_after = rss_all();
     // Wait for a quiet spell: while the smoothed admission rate decays the
     // view changes every tick and each stream may just have had a
     // (throttled) event, which would time the throttle, not the fan-out.
@@ -412,7 +510,7 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let first_status = api
-        .status(&mut control, &visitors[0].1)
+        .status(&mut controls[0], &visitors[0].1)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     if first_status["status"] != "waiting" {
@@ -423,60 +521,74 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
         );
     }
 
-    // 5. The fan-out: a holder leaves; stream 0 is admitted at once, and
-    // everyone else's position changes at the next tick.
+    // 5. The fan-out: a holder leaves (at another instance than stream
+    // 0's); stream 0 is admitted at once, and everyone else's position
+    // changes at the next tick.
     let mark = w.events.lock().unwrap_or_else(|p| p.into_inner()).len();
     let t0 = unix_us();
-    api.leave(&mut control, &holders[0].1)
+    let lt = leave_target(0, n_targets);
+    apis[lt]
+        .leave(&mut controls[lt], &holders[0].1)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let want = opened.saturating_sub(1);
-    let fan_by = Instant::now() + Duration::from_secs(6);
+    // Long enough for a slow fan-out (50,000 streams reading their status
+    // from one Redis took 6 s) to be timed to its last delivery rather
+    // than cut off.
+    let fan_by = Instant::now() + Duration::from_secs(20);
     let fanout: HashMap<usize, (u64, Option<u64>)> = loop {
         let got = collect_positions(&w.events, mark, t0);
         if got.len() >= want || Instant::now() > fan_by || Instant::now() > deadline {
-            // A little longer for stragglers once most arrived.
             break got;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
+    // Every delivery is timed from the same moment, the earliest
+    // `updated_at` any instance stamped on the change, so the per-instance
+    // figures include the hop through Redis pub/sub.
     let reference_ms = fanout.values().filter_map(|(_, u)| *u).min();
-    let fan_ms: Vec<f64> = match reference_ms {
-        Some(r) => fanout
-            .values()
-            .map(|(recv, _)| *recv as f64 / 1000.0 - r as f64)
-            .collect(),
-        None => Vec::new(),
+    let fan_of = |keep: &dyn Fn(usize) -> bool| -> Vec<f64> {
+        match reference_ms {
+            Some(r) => fanout
+                .iter()
+                .filter(|(idx, _)| keep(**idx))
+                .map(|(_, (recv, _))| *recv as f64 / 1000.0 - r as f64)
+                .collect(),
+            None => Vec::new(),
+        }
     };
+    let fan_ms = fan_of(&|_| true);
     // Streams whose previous event came less than a second before the
     // change wait out the server's one-event-a-second throttle; the rest
     // show the broadcast itself.
     let free_ms: Vec<f64> = match reference_ms {
         Some(r) => {
             let previous = last_positions_before(&w.events, t0);
-            fanout
-                .iter()
-                .filter(|(idx, _)| {
-                    previous
-                        .get(idx)
-                        .is_none_or(|p| (r as f64) - (*p as f64 / 1000.0) >= 1000.0)
-                })
-                .map(|(_, (recv, _))| *recv as f64 / 1000.0 - r as f64)
-                .collect()
+            fan_of(&|idx| {
+                previous
+                    .get(&idx)
+                    .is_none_or(|p| (r as f64) - (*p as f64 / 1000.0) >= 1000.0)
+            })
         }
         None => Vec::new(),
     };
 
-    // 6. Hand-offs down the line.
-    let mut handoff_ms = Vec::new();
+    // 6. Hand-offs down the line, each leave at another instance than the
+    // next visitor's stream.
+    let mut handoff_ms: Vec<(usize, f64)> = Vec::new();
     let mut leave_at = t0;
     let mut timeouts = 0;
     for h in 0..args.handoffs {
         if h > 0 {
             tokio::time::sleep(Duration::from_millis(args.handoff_gap_ms)).await;
+            let lt = leave_target(h, n_targets);
             leave_at = unix_us();
-            if api.leave(&mut control, &visitors[h - 1].1).await.is_err() {
-                control = api
+            if apis[lt]
+                .leave(&mut controls[lt], &visitors[h - 1].1)
+                .await
+                .is_err()
+            {
+                controls[lt] = apis[lt]
                     .connect(None)
                     .await
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -486,9 +598,14 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
         }
         let by = Instant::now() + Duration::from_secs(3);
         loop {
-            let got = find_admitted(&w.events, mark, h);
+            let got = w
+                .admitted
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&h)
+                .copied();
             if let Some(recv) = got {
-                handoff_ms.push((recv as f64 - leave_at as f64) / 1000.0);
+                handoff_ms.push((h, (recv as f64 - leave_at as f64) / 1000.0));
                 break;
             }
             if Instant::now() > by || Instant::now() > deadline {
@@ -500,31 +617,65 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
     }
     // Give the permits back and close the streams.
     let _ = api
-        .leave(&mut control, &visitors[args.handoffs.saturating_sub(1)].1)
+        .leave(
+            &mut controls[0],
+            &visitors[args.handoffs.saturating_sub(1)].1,
+        )
         .await;
     for (_, token) in holders.iter().skip(1) {
-        let _ = api.leave(&mut control, token).await;
+        let _ = api.leave(&mut controls[0], token).await;
     }
     for stop in w.stops {
         stop();
     }
 
-    let mut r = Report::new("streams", &common.target.to_string());
-    let per_stream = match (rss_before, rss_after) {
-        (Some(a), Some(b)) if opened > 0 => Some(b.saturating_sub(a) as f64 / opened as f64),
-        _ => None,
-    };
+    let instances: Vec<InstanceFigures> = (0..n_targets)
+        .map(|t| {
+            let on_t = |idx: usize| target_of(idx, n_targets) == t;
+            let (o, f) = per_target[t];
+            InstanceFigures {
+                target: common.targets[t].to_string(),
+                server_pid: pid(t),
+                streams_open: o,
+                streams_failed: f,
+                rss_before_kib: rss_before[t],
+                rss_after_kib: rss_after[t],
+                memory_per_stream_kib: per_stream_kib(rss_before[t], rss_after[t], o),
+                fanout: Summary::of(&fan_of(&on_t)),
+                handoff: Summary::of(
+                    &handoff_ms
+                        .iter()
+                        .filter(|(h, _)| on_t(*h))
+                        .map(|(_, ms)| *ms)
+                        .collect::<Vec<_>>(),
+                ),
+            }
+        })
+        .collect();
+    // Over several instances: the summed growth over the summed streams
+    // (the single-instance figure when there is one).
+    let total = |v: &[Option<u64>]| v.iter().copied().sum::<Option<u64>>();
+    let (rss_before_sum, rss_after_sum) = (total(&rss_before), total(&rss_after));
+    let per_stream = per_stream_kib(rss_before_sum, rss_after_sum, opened);
+
+    let mut r = Report::new("streams", &common.targets_label());
     let fan = Summary::of(&fan_ms);
-    let handoff = Summary::of(&handoff_ms);
+    let handoff = Summary::of(&handoff_ms.iter().map(|(_, ms)| *ms).collect::<Vec<_>>());
     r.invariants_held = failed == 0;
     r.row(
         "streams",
         format!("{opened} open, {failed} failed, {workers} client processes"),
     );
+    if n_targets > 1 {
+        r.row(
+            "instances",
+            format!("{n_targets}; every hand-off's leave goes to another instance than the admitted stream's"),
+        );
+    }
     r.row("prefilled tickets", args.prefill.to_string());
     r.row(
         "server memory per stream",
-        match (per_stream, rss_before, rss_after) {
+        match (per_stream, rss_before_sum, rss_after_sum) {
             (Some(p), Some(a), Some(b)) => format!("{p:.1} KiB (RSS {a} → {b} KiB)"),
             _ => "n/a (pass --server-pid)".to_owned(),
         },
@@ -565,28 +716,56 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
     );
     r.row("hand-off (leave → admitted)", handoff.show());
     r.row("hand-offs not seen within 3 s", timeouts.to_string());
+    if n_targets > 1 {
+        for (t, i) in instances.iter().enumerate() {
+            r.row(
+                &format!("instance {t} ({})", i.target),
+                format!(
+                    "{} open, {} failed; {}; fan-out first {:.1} / p50 {:.1} / p99 {:.1} / last {:.1} ms; hand-off {}",
+                    i.streams_open,
+                    i.streams_failed,
+                    i.memory_per_stream_kib
+                        .map_or("memory n/a".to_owned(), |m| format!("{m:.1} KiB/stream")),
+                    i.fanout.min_ms,
+                    i.fanout.p50_ms,
+                    i.fanout.p99_ms,
+                    i.fanout.max_ms,
+                    i.handoff.show()
+                ),
+            );
+        }
+    }
     r.figure("streams_open", opened);
     r.figure("streams_failed", failed);
     r.figure("workers", workers);
     r.figure("prefill", args.prefill);
-    r.figure("rss_before_kib", rss_before);
-    r.figure("rss_after_kib", rss_after);
+    r.figure("rss_before_kib", rss_before_sum);
+    r.figure("rss_after_kib", rss_after_sum);
     r.figure("memory_per_stream_kib", per_stream);
+    r.figure(
+        "memory_per_stream_kib_max",
+        instances
+            .iter()
+            .filter_map(|i| i.memory_per_stream_kib)
+            .reduce(f64::max),
+    );
     r.figure("fanout", fan);
     r.figure("fanout_delivered", fan.count);
     r.figure("quiet_before_change", quiet);
     r.figure("fanout_not_throttled", free);
     r.figure("handoff", handoff);
     r.figure("handoff_timeouts", timeouts);
+    r.figure("instances", &instances);
     Ok(r)
 }
 
-async fn join_many_discard(api: &Api, n: u64, connections: usize) -> anyhow::Result<()> {
+async fn join_many_discard(apis: &[Api], n: u64, connections: usize) -> anyhow::Result<()> {
     let bar = progress::bar(n, "prefill");
     let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut tasks = Vec::new();
-    for _ in 0..connections {
-        let (api, next, bar) = (api.clone(), next.clone(), bar.clone());
+    for c in 0..connections {
+        let api = apis[target_of(c, apis.len())].clone();
+        let (next, bar) = (next.clone(), bar.clone());
         tasks.push(tokio::spawn(async move {
             let req = api.join_request();
             let mut conn = api
@@ -644,42 +823,41 @@ fn last_positions_before(events: &Mutex<Vec<Ev>>, t0_us: u64) -> HashMap<usize, 
     out
 }
 
-fn find_admitted(events: &Mutex<Vec<Ev>>, mark: usize, idx: usize) -> Option<u64> {
-    let ev = events.lock().unwrap_or_else(|p| p.into_inner());
-    ev[mark.min(ev.len())..]
-        .iter()
-        .find(|e| e.idx == idx && e.kind == "admitted")
-        .map(|e| e.recv_us)
+/// Which worker holds stream `i` and which target that stream goes to.
+pub fn placement(i: usize, workers: usize, targets: usize) -> (usize, usize) {
+    (i % workers.max(1), target_of(i, targets))
 }
 
 /// Start the client processes (or tasks): stream `i` goes to worker
-/// `i % workers`, which connects from 127.0.0.(2 + worker).
+/// `i % workers`, which connects from 127.0.0.(2 + worker), and to target
+/// `i % targets`.
 async fn start_workers(
-    api: &Api,
-    common: &crate::cli::Common,
+    apis: &[Api],
     visitors: &[(u64, String)],
     workers: usize,
 ) -> anyhow::Result<Workers> {
     let count = workers.max(1);
     let events: Arc<Mutex<Vec<Ev>>> = Arc::new(Mutex::new(Vec::new()));
+    let admitted: Arc<Mutex<HashMap<usize, u64>>> = Arc::default();
     let ready = Arc::new(Mutex::new(vec![None; count]));
-    let opened: Arc<Vec<AtomicUsize>> = Arc::new((0..count).map(|_| AtomicUsize::new(0)).collect());
+    let opened = counters(count);
     let mut stops: Vec<Box<dyn FnOnce() + Send>> = Vec::new();
     for wk in 0..count {
-        let tokens: Vec<String> = visitors
+        let tokens: Vec<(usize, String)> = visitors
             .iter()
-            .skip(wk)
-            .step_by(count)
-            .map(|(_, t)| t.clone())
+            .enumerate()
+            .filter_map(|(i, (_, t))| {
+                let (w, target) = placement(i, count, apis.len());
+                (w == wk).then(|| (target, t.clone()))
+            })
             .collect();
-        let source = match common.target.addr {
+        let source = match apis[0].addr {
             SocketAddr::V4(_) => Some(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + (wk % 250) as u8))),
             SocketAddr::V6(_) => None,
         };
         let cfg = WorkerConfig {
-            addr: api.addr,
-            host: api.host.clone(),
-            room: api.room.clone(),
+            targets: apis.iter().map(|a| (a.addr, a.host.clone())).collect(),
+            room: apis[0].room.clone(),
             source,
         };
         let (tx, mut rx) = mpsc::unbounded_channel::<WorkerMsg>();
@@ -703,9 +881,8 @@ async fn start_workers(
             let stdout = child.stdout.take().context("worker stdout")?;
             let mut input = serde_json::to_string(&cfg)?;
             input.push('\n');
-            for t in &tokens {
-                input.push_str(t);
-                input.push('\n');
+            for (target, token) in &tokens {
+                input.push_str(&format!("{target} {token}\n"));
             }
             input.push_str("go\n");
             stdin.write_all(input.as_bytes()).await?;
@@ -723,32 +900,47 @@ async fn start_workers(
                 drop(child);
             }));
         }
-        let (events, ready, opened) = (events.clone(), ready.clone(), opened.clone());
+        let (events, admitted, ready, opened) = (
+            events.clone(),
+            admitted.clone(),
+            ready.clone(),
+            opened.clone(),
+        );
         tokio::spawn(async move {
             while let Some(m) = rx.recv().await {
                 match m {
                     WorkerMsg::Opened(n) => opened[wk].store(n, Ordering::Relaxed),
-                    WorkerMsg::Ready { opened, failed } => {
-                        ready.lock().unwrap_or_else(|p| p.into_inner())[wk] =
-                            Some((opened, failed));
+                    WorkerMsg::Ready(per_target) => {
+                        ready.lock().unwrap_or_else(|p| p.into_inner())[wk] = Some(per_target);
                     }
                     WorkerMsg::Event {
                         idx,
                         kind,
                         recv_us,
                         updated_ms,
-                    } => events.lock().unwrap_or_else(|p| p.into_inner()).push(Ev {
-                        idx: idx * count + wk,
-                        kind,
-                        recv_us,
-                        updated_ms,
-                    }),
+                    } => {
+                        let idx = idx * count + wk;
+                        if kind == "admitted" {
+                            admitted
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .entry(idx)
+                                .or_insert(recv_us);
+                        }
+                        events.lock().unwrap_or_else(|p| p.into_inner()).push(Ev {
+                            idx,
+                            kind,
+                            recv_us,
+                            updated_ms,
+                        });
+                    }
                 }
             }
         });
     }
     Ok(Workers {
         events,
+        admitted,
         ready,
         opened,
         stops,
@@ -763,10 +955,8 @@ mod tests {
     fn worker_messages_round_trip() {
         for m in [
             WorkerMsg::Opened(12),
-            WorkerMsg::Ready {
-                opened: 3,
-                failed: 1,
-            },
+            WorkerMsg::Ready(vec![(3, 1)]),
+            WorkerMsg::Ready(vec![(1250, 0), (1249, 1), (0, 0), (7, 2)]),
             WorkerMsg::Event {
                 idx: 7,
                 kind: "position".into(),
@@ -783,7 +973,53 @@ mod tests {
             assert_eq!(WorkerMsg::parse(&m.to_line()), Some(m));
         }
         assert_eq!(WorkerMsg::parse("X 1"), None);
+        assert_eq!(WorkerMsg::parse("R"), None);
+        assert_eq!(WorkerMsg::parse("R 1 2 3"), None);
         assert_eq!(WorkerMsg::parse("E 1 position notanumber -"), None);
+    }
+
+    #[test]
+    fn streams_spread_evenly_over_instances_and_workers() {
+        // The bench's shape: 50,000 streams, 10 client processes, 4 instances.
+        let (k, workers, targets) = (50_000, 10, 4);
+        let mut per_worker = vec![0; workers];
+        let mut per_target = vec![0; targets];
+        for i in 0..k {
+            let (w, t) = placement(i, workers, targets);
+            per_worker[w] += 1;
+            per_target[t] += 1;
+        }
+        assert_eq!(per_worker, vec![5_000; workers]);
+        assert_eq!(per_target, vec![12_500; targets]);
+        // One instance: everything on it; uneven counts differ by one at most.
+        assert!((0..100).all(|i| placement(i, 3, 1).1 == 0));
+        let mut uneven = vec![0; 3];
+        for i in 0..10 {
+            uneven[placement(i, 4, 3).1] += 1;
+        }
+        assert_eq!(uneven, vec![4, 3, 3]);
+    }
+
+    #[test]
+    fn every_hand_off_crosses_instances() {
+        for targets in 2..=5 {
+            for h in 0..50 {
+                let leave = leave_target(h, targets);
+                assert!(leave < targets);
+                // Visitor h's stream sits on target_of(h): the leave admitting
+                // them goes elsewhere.
+                assert_ne!(leave, target_of(h, targets), "h {h}, {targets} targets");
+            }
+        }
+        assert_eq!(leave_target(7, 1), 0);
+    }
+
+    #[test]
+    fn memory_per_stream_needs_both_readings_and_streams() {
+        assert_eq!(per_stream_kib(Some(1000), Some(3000), 100), Some(20.0));
+        assert_eq!(per_stream_kib(Some(1000), Some(900), 100), Some(0.0));
+        assert_eq!(per_stream_kib(None, Some(3000), 100), None);
+        assert_eq!(per_stream_kib(Some(1000), Some(3000), 0), None);
     }
 
     #[test]

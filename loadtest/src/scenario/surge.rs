@@ -115,7 +115,7 @@ impl Shared {
 }
 
 pub async fn run(name: &str, common: &Common, plan: Plan) -> anyhow::Result<Report> {
-    let api = Api::new(&common.target, &common.room);
+    let api = Api::new(&common.target(), &common.room);
     let n = plan.arrivals_s.len();
     let shared = Arc::new(Shared {
         start: Instant::now(),
@@ -135,7 +135,7 @@ pub async fn run(name: &str, common: &Common, plan: Plan) -> anyhow::Result<Repo
     for i in 0..n {
         let api = api.clone();
         let shared = shared.clone();
-        let source = source_address(&common.target, common.sources, i);
+        let source = source_address(&common.target(), common.sources, i);
         let arrive = shared.start + crate::cli::secs(plan.arrivals_s[i]);
         let hold = plan.holds[i];
         let gate_every = plan.gate_every;
@@ -329,7 +329,7 @@ fn summarize(
     end: f64,
     admin: Option<AdminSeen>,
 ) -> Report {
-    let mut r = Report::new(name, &common.target.to_string());
+    let mut r = Report::new(name, &common.targets_label());
     let n = visitors.len();
     let joined: Vec<&Visitor> = visitors.iter().filter(|v| v.joined.is_some()).collect();
     let admitted = visitors.iter().filter(|v| v.admitted.is_some()).count();

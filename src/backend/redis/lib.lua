@@ -188,7 +188,17 @@ local function publish_view(force)
     rate_mean = M['rate_mean'] or '0', rate_var = M['rate_var'] or '0',
     rate_primed = M['rate_primed'] == '1', admissions_total = n('c_admissions'),
     join_limit_per_minute = n('join_limit')}
+  -- As RoomView::differs_from: the smoothed rate drifts on every tick, even
+  -- in a quiet room, and republishing for that alone would wake every
+  -- waiting stream on every instance each tick. The signature keeps only
+  -- the rate's 25% band (log scale; under one a minute is one band).
+  local published_mean, published_var = body.rate_mean, body.rate_var
+  local mean = tonumber(body.rate_mean) or 0
+  local band = 'idle'
+  if mean >= 1 / 60 then band = math.floor(math.log(mean) / math.log(1.25)) end
+  body.rate_mean, body.rate_var, body.rate_band = nil, nil, band
   local sig = cjson.encode(body)
+  body.rate_mean, body.rate_var, body.rate_band = published_mean, published_var, nil
   if not force and sig == M['view_sig'] then return end
   body.version = incr('view_version', 1)
   body.at_ms = S(NOW)
@@ -198,8 +208,10 @@ local function publish_view(force)
 end
 
 -- What a ticket's holder sees: the raw fields, turned into a TicketStatus
--- by the Rust side. Positions never go up (clamped by `reported`).
-local function status_reply(t)
+-- by the Rust side. Positions never go up (clamped by `reported`). With
+-- `defer`, a lowered `reported` is only marked (t.dirty) for the caller to
+-- save with its own changes: one write per ticket instead of two.
+local function status_reply(t, defer)
   local position = -1
   if t.state == 0 and t.qi >= 0 then
     local rank = redis.call('ZRANK', K('q'), S(t.id))
@@ -207,7 +219,7 @@ local function status_reply(t)
       local computed = rank + 1
       if computed < t.reported then
         t.reported = computed
-        save_ticket(t)
+        if defer then t.dirty = true else save_ticket(t) end
       end
       position = t.reported
     end

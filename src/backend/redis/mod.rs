@@ -9,12 +9,14 @@
 //! the design brief hold across instances. Keys carry the room's hash tag
 //! (`keys.rs`). One instance at a time runs a room's worker, elected with
 //! an expiring, owner-checked lease (`lease.rs`). Admissions and room views
-//! travel over pub/sub to the streams each instance holds (`pubsub.rs`).
+//! travel over pub/sub to the streams each instance holds (`pubsub.rs`);
+//! the status reads those streams make go to Redis in batches (`batch.rs`).
 //!
 //! When Redis is away every call answers `BackendError::Unavailable` (503
 //! with Retry-After; the gate follows `on_backend_error`), and the
 //! connection manager reconnects by itself when it returns.
 
+mod batch;
 mod conn;
 mod keys;
 mod lease;
@@ -602,6 +604,38 @@ impl RedisBackend {
         Some(self.hub.apply_view(room, epoch, view))
     }
 
+    /// Send the queued status reads of one room, a batch per script call,
+    /// until none are left.
+    async fn flush_statuses(&self, key: batch::Key) {
+        while let Some(reads) = self.hub.batches.take(&key) {
+            let mut args = Vec::with_capacity(1 + 2 * reads.len());
+            args.push(if key.1 { "1" } else { "0" }.to_owned());
+            for r in &reads {
+                args.push(r.epoch.to_string());
+                args.push(r.id.to_string());
+            }
+            match self.run(&self.scripts.status, &key.0, &args).await {
+                Ok(Reply(replies)) => {
+                    for (read, one) in reads.into_iter().zip(replies) {
+                        let one = Reply(match one {
+                            Value::Array(v) => v,
+                            _ => Vec::new(),
+                        });
+                        let _ = read.reply.send(match one.tag() {
+                            "ok" => Ok(ticket_status(read.id, &one, 1)),
+                            _ => Err(BackendError::NoSuchTicket),
+                        });
+                    }
+                }
+                Err(e) => {
+                    for read in reads {
+                        let _ = read.reply.send(Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+
     fn parse_ticket(&self, t: TicketRef) -> [String; 2] {
         [t.epoch.to_string(), t.id.to_string()]
     }
@@ -764,15 +798,28 @@ impl Backend for RedisBackend {
         t: TicketRef,
         touch: bool,
     ) -> Result<TicketStatus, BackendError> {
-        let [epoch, id] = self.parse_ticket(t);
-        let touch = if touch { "1" } else { "0" }.to_owned();
-        let r = self
-            .run(&self.scripts.status, room, &[epoch, id, touch])
-            .await?;
-        match r.tag() {
-            "ok" => Ok(ticket_status(t.id, &r, 1)),
-            _ => Err(BackendError::NoSuchTicket),
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let key = (room.clone(), touch);
+        let urgent = self.hub.take_urgent(room, t.epoch, t.id);
+        let read = batch::Pending {
+            epoch: t.epoch,
+            id: t.id,
+            reply,
+        };
+        if self.hub.batches.push(&key, read, urgent) {
+            // A task, not this caller, so that a caller going away (its
+            // stream closed) never strands the reads queued behind it.
+            match self.weak.upgrade() {
+                Some(me) => {
+                    self.tasks
+                        .spawn(async move { me.flush_statuses(key).await });
+                }
+                None => return Err(BackendError::Unavailable("shutting down".into())),
+            }
         }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(BackendError::Unavailable("status read dropped".into())))
     }
 
     async fn leave(&self, room: &RoomId, t: TicketRef) -> Result<Departure, BackendError> {

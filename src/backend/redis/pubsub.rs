@@ -18,6 +18,7 @@ use serde::Deserialize;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::batch::StatusBatches;
 use super::keys::CHANNEL;
 use crate::engine::{AdmissionRate, RoomId, RoomView};
 
@@ -31,6 +32,11 @@ struct LocalRoom {
 pub struct Hub {
     rooms: DashMap<RoomId, LocalRoom>,
     waiters: DashMap<(RoomId, u64, u64), Arc<Notify>>,
+    /// Tickets whose signal fired and whose stream has not read its status
+    /// since: that read jumps the batch queue (`batch.rs`).
+    urgent: DashMap<(RoomId, u64, u64), ()>,
+    /// The streams' status reads on their way to Redis.
+    pub batches: StatusBatches,
 }
 
 /// What the subscriber tells the backend beyond fan-out.
@@ -91,14 +97,30 @@ impl Hub {
 
     pub fn forget_ticket_notify(&self, key: (RoomId, u64, u64), notify: Arc<Notify>) {
         drop(notify);
-        self.waiters
-            .remove_if(&key, |_, n| Arc::strong_count(n) == 1);
+        if self
+            .waiters
+            .remove_if(&key, |_, n| Arc::strong_count(n) == 1)
+            .is_some()
+        {
+            self.urgent.remove(&key);
+        }
     }
 
     fn notify_ticket(&self, room: &RoomId, epoch: u64, id: u64) {
-        if let Some(n) = self.waiters.get(&(room.clone(), epoch, id)) {
+        let key = (room.clone(), epoch, id);
+        if let Some(n) = self.waiters.get(&key) {
+            // The stream may be waiting on a read queued behind a
+            // broadcast's: move it up; else its next read goes first.
+            if !self.batches.promote(room, epoch, id) {
+                self.urgent.insert(key.clone(), ());
+            }
             n.notify_waiters();
         }
+    }
+
+    /// Whether this ticket's signal fired since its last status read.
+    pub fn take_urgent(&self, room: &RoomId, epoch: u64, id: u64) -> bool {
+        !self.urgent.is_empty() && self.urgent.remove(&(room.clone(), epoch, id)).is_some()
     }
 
     fn wake_everyone(&self) {
@@ -289,5 +311,9 @@ mod tests {
         let mut cx = std::task::Context::from_waker(&waker);
         assert!(woken.as_mut().poll(&mut cx).is_ready());
         assert!(not_woken.as_mut().poll(&mut cx).is_pending());
+        // The woken ticket's next status read is urgent, once.
+        assert!(hub.take_urgent(&room, 7, 3));
+        assert!(!hub.take_urgent(&room, 7, 3));
+        assert!(!hub.take_urgent(&room, 7, 4));
     }
 }
