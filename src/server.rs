@@ -120,6 +120,7 @@ pub async fn serve(
     let state = AppState {
         joins,
         streams: StreamLimiter::new(config.max_streams_per_address),
+        fanout: Arc::default(),
         metrics,
         monitor,
         backend: backend.clone(),

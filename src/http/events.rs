@@ -6,9 +6,11 @@
 //! Tens of thousands of these are open at once, so a stream owns no timer
 //! and polls nothing on its own: it sleeps until its ticket's signal fires
 //! (an admission by hand-off reaches it at once, ahead of any broadcast),
-//! the room view changes (after a tick), or the shared heartbeat ticks.
-//! Each wake costs one status read, which also counts as the visitor's
-//! activity, so an open page keeps its place.
+//! the room view changes (after a tick; relayed a group of streams at a
+//! time by `fanout`), or the shared heartbeat ticks. Each wake costs one
+//! status read, which also counts as the visitor's activity, so an open
+//! page keeps its place (the heartbeat wakes every stream, so that holds
+//! however quiet the room).
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -89,7 +91,7 @@ fn stream(
         let _slot = slot;
         let backend = state.backend.clone();
         let (mut view, signal) = match (
-            backend.watch_room(&room).await,
+            state.fanout.subscribe(&backend, &room).await,
             backend.watch_ticket(&room, ticket).await,
         ) {
             (Ok(v), Ok(s)) => (v, s),
@@ -170,7 +172,10 @@ fn stream(
                 () = state.shutdown.cancelled() => return,
                 () = &mut woken => {}
                 () = sleep_until_some(throttled_until) => {}
-                changed = view.changed() => {
+                // While held back by the throttle, view changes are left
+                // for the deadline's status read: waking for each would
+                // read the status again only to wait again.
+                changed = view.changed(), if throttled_until.is_none() => {
                     if changed.is_err() {
                         // The room was replaced or the backend is going away.
                         yield Ok(Event::default().event("closed").data(r#"{"status":"closed"}"#));

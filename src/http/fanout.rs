@@ -1,0 +1,127 @@
+//! Paced fan-out of room-view changes to the event streams.
+//!
+//! A room view change used to wake every stream of the room at once (one
+//! `watch` with 15,000 receivers). Tokio queues woken tasks first in,
+//! first out, so a request that arrived during such a broadcast (above
+//! all a `leave` whose hand-off admits the next visitor) waited behind all
+//! 15,000 stream tasks. Here one relay task per room follows the view and
+//! wakes the streams a group at a time, yielding between groups: the
+//! worker then drains the group, polls the I/O driver, and runs whatever
+//! arrived meanwhile before the next group. A request waits behind one
+//! group at most, and the broadcast as a whole does no more work.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::sync::watch;
+
+use crate::backend::{Backend, BackendError};
+use crate::engine::{RoomId, RoomView};
+
+/// Groups per room: at 15,000 streams about 230 a group, which fits a
+/// Tokio worker's local run queue (256) and takes a few milliseconds.
+const GROUPS: usize = 64;
+
+/// The relays of every room with open streams.
+#[derive(Default)]
+pub struct Fanout {
+    rooms: Mutex<HashMap<RoomId, Weak<Relay>>>,
+}
+
+/// One room's relay: a version counter per group of streams.
+struct Relay {
+    /// The backend's view channel this relay follows, to tell a relay of
+    /// a replaced room (a new channel) from the current one.
+    view: watch::Receiver<RoomView>,
+    groups: Vec<watch::Sender<u64>>,
+    next: AtomicUsize,
+}
+
+impl Fanout {
+    /// A receiver that changes when the room's view does, paced with the
+    /// room's other streams; it closes when the room's view does.
+    pub async fn subscribe(
+        self: &Arc<Self>,
+        backend: &Arc<dyn Backend>,
+        room: &RoomId,
+    ) -> Result<watch::Receiver<u64>, BackendError> {
+        let view = backend.watch_room(room).await?;
+        let mut rooms = self.lock();
+        if let Some(relay) = rooms.get(room).and_then(Weak::upgrade)
+            && relay.view.same_channel(&view)
+        {
+            return Ok(relay.subscribe());
+        }
+        let relay = Arc::new(Relay {
+            view: view.clone(),
+            groups: (0..GROUPS).map(|_| watch::channel(0).0).collect(),
+            next: AtomicUsize::new(0),
+        });
+        rooms.insert(room.clone(), Arc::downgrade(&relay));
+        let receiver = relay.subscribe();
+        tokio::spawn(run(self.clone(), room.clone(), relay, view));
+        Ok(receiver)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RoomId, Weak<Relay>>> {
+        self.rooms
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Relay {
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.groups.len();
+        self.groups[i].subscribe()
+    }
+
+    fn unused(&self) -> bool {
+        self.groups.iter().all(|g| g.receiver_count() == 0)
+    }
+}
+
+/// Until the view's channel closes (the room is gone or replaced), or no
+/// stream follows the room any more. Dropping the relay closes every
+/// group, which tells its streams.
+async fn run(
+    fanout: Arc<Fanout>,
+    room: RoomId,
+    relay: Arc<Relay>,
+    mut view: watch::Receiver<RoomView>,
+) {
+    let mut version = 0u64;
+    while view.changed().await.is_ok() {
+        {
+            // Under the registry's lock, so that no stream subscribes to a
+            // relay that is about to end.
+            let mut rooms = fanout.lock();
+            if relay.unused() {
+                if rooms
+                    .get(&room)
+                    .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&relay)))
+                {
+                    rooms.remove(&room);
+                }
+                return;
+            }
+        }
+        version += 1;
+        for group in &relay.groups {
+            if group.receiver_count() > 0 {
+                group.send_replace(version);
+                // Deferred until this worker has run what is queued (the
+                // group just woken, requests that arrived), then resumed.
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+    let mut rooms = fanout.lock();
+    if rooms
+        .get(&room)
+        .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&relay)))
+    {
+        rooms.remove(&room);
+    }
+}
