@@ -9,10 +9,16 @@
 //! worker then drains the group, polls the I/O driver, and runs whatever
 //! arrived meanwhile before the next group. A request waits behind one
 //! group at most, and the broadcast as a whole does no more work.
+//!
+//! Streams held back by their one-event-a-second throttle count themselves
+//! as pending instead of each arming a timer (timers expire in bursts,
+//! unpaced); while any is pending the relay sends a retry wave every
+//! [`RETRY`], paced like the others, and only pending streams act on it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use tokio::sync::watch;
 
@@ -22,6 +28,46 @@ use crate::engine::{RoomId, RoomView};
 /// Groups per room: at 15,000 streams about 230 a group, which fits a
 /// Tokio worker's local run queue (256) and takes a few milliseconds.
 const GROUPS: usize = 64;
+/// How often pending streams get another chance to send while held back.
+const RETRY: Duration = Duration::from_millis(250);
+
+/// What a stream follows: the relay's waves (the value is the view's
+/// version; a retry wave repeats it) and the room's count of pending
+/// streams.
+pub struct Subscription {
+    pub waves: watch::Receiver<u64>,
+    pub pending: Pending,
+}
+
+/// A stream's mark as pending (a change to show once its throttle allows);
+/// cleared when dropped.
+pub struct Pending {
+    count: Arc<AtomicUsize>,
+    on: bool,
+}
+
+impl Pending {
+    pub fn set(&mut self, on: bool) {
+        if on != self.on {
+            if on {
+                self.count.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.count.fetch_sub(1, Ordering::Relaxed);
+            }
+            self.on = on;
+        }
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.on
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.set(false);
+    }
+}
 
 /// The relays of every room with open streams.
 #[derive(Default)]
@@ -36,6 +82,7 @@ struct Relay {
     view: watch::Receiver<RoomView>,
     groups: Vec<watch::Sender<u64>>,
     next: AtomicUsize,
+    pending: Arc<AtomicUsize>,
 }
 
 impl Fanout {
@@ -45,7 +92,7 @@ impl Fanout {
         self: &Arc<Self>,
         backend: &Arc<dyn Backend>,
         room: &RoomId,
-    ) -> Result<watch::Receiver<u64>, BackendError> {
+    ) -> Result<Subscription, BackendError> {
         let view = backend.watch_room(room).await?;
         let mut rooms = self.lock();
         if let Some(relay) = rooms.get(room).and_then(Weak::upgrade)
@@ -57,6 +104,7 @@ impl Fanout {
             view: view.clone(),
             groups: (0..GROUPS).map(|_| watch::channel(0).0).collect(),
             next: AtomicUsize::new(0),
+            pending: Arc::default(),
         });
         rooms.insert(room.clone(), Arc::downgrade(&relay));
         let receiver = relay.subscribe();
@@ -72,9 +120,15 @@ impl Fanout {
 }
 
 impl Relay {
-    fn subscribe(&self) -> watch::Receiver<u64> {
+    fn subscribe(&self) -> Subscription {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.groups.len();
-        self.groups[i].subscribe()
+        Subscription {
+            waves: self.groups[i].subscribe(),
+            pending: Pending {
+                count: self.pending.clone(),
+                on: false,
+            },
+        }
     }
 
     fn unused(&self) -> bool {
@@ -92,22 +146,34 @@ async fn run(
     mut view: watch::Receiver<RoomView>,
 ) {
     let mut version = 0u64;
-    while view.changed().await.is_ok() {
-        {
-            // Under the registry's lock, so that no stream subscribes to a
-            // relay that is about to end.
-            let mut rooms = fanout.lock();
-            if relay.unused() {
-                if rooms
-                    .get(&room)
-                    .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&relay)))
-                {
-                    rooms.remove(&room);
+    loop {
+        tokio::select! {
+            changed = view.changed() => {
+                if changed.is_err() {
+                    break;
                 }
-                return;
+                // Under the registry's lock, so that no stream subscribes
+                // to a relay that is about to end.
+                let mut rooms = fanout.lock();
+                if relay.unused() {
+                    if rooms
+                        .get(&room)
+                        .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&relay)))
+                    {
+                        rooms.remove(&room);
+                    }
+                    return;
+                }
+                version += 1;
+            }
+            // Checked on a timer rather than when a stream marks itself:
+            // the last group may do so after the wave loop has ended.
+            () = tokio::time::sleep(RETRY) => {
+                if relay.pending.load(Ordering::Relaxed) == 0 {
+                    continue;
+                }
             }
         }
-        version += 1;
         for group in &relay.groups {
             if group.receiver_count() > 0 {
                 group.send_replace(version);
