@@ -168,6 +168,7 @@ fn stream(
                 }
             }
             pending.set(held_back);
+            pending.handled();
 
             // Wait for something worth a status read.
             loop {
@@ -186,14 +187,19 @@ fn stream(
                             // A new view: read it now if allowed to send,
                             // else on a retry wave once allowed.
                             if due {
+                                pending.owe();
                                 break;
                             }
                             pending.set(true);
                         } else if pending.is_set() && due {
                             // A retry wave, and this stream has a change
                             // to show.
+                            pending.owe();
                             break;
                         }
+                        // Nothing to do for this wave.
+                        pending.owe();
+                        pending.handled();
                     }
                     _ = heartbeat.changed() => {
                         yield Ok(Event::default().comment("keep-alive"));

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use crate::backend::{Backend, BackendError};
 use crate::engine::{RoomId, RoomView};
@@ -28,6 +28,9 @@ use crate::engine::{RoomId, RoomView};
 /// Groups per room: at 15,000 streams about 230 a group, which fits a
 /// Tokio worker's local run queue (256) and takes a few milliseconds.
 const GROUPS: usize = 64;
+/// The longest a wave waits for a group's streams before going on (a slow
+/// store, a starved process).
+const GROUP_WAIT: Duration = Duration::from_millis(50);
 /// How often pending streams get another chance to send while held back.
 const RETRY: Duration = Duration::from_millis(250);
 
@@ -39,14 +42,47 @@ pub struct Subscription {
     pub pending: Pending,
 }
 
-/// A stream's mark as pending (a change to show once its throttle allows);
-/// cleared when dropped.
+/// A stream's mark as pending (a change to show once its throttle allows),
+/// cleared when dropped; and its acknowledgement of waves.
 pub struct Pending {
     count: Arc<AtomicUsize>,
     on: bool,
+    wave: Arc<Wave>,
+    owed: bool,
+}
+
+/// The group being woken: how many of its streams have yet to handle the
+/// wave, and the relay waiting for them.
+#[derive(Default)]
+struct Wave {
+    left: AtomicUsize,
+    done: Notify,
 }
 
 impl Pending {
+    /// This stream will handle the wave it was woken for after some work
+    /// (a status read, an event); `handled` says when.
+    pub fn owe(&mut self) {
+        self.owed = true;
+    }
+
+    /// The wave this stream was woken for, if it owes one, is handled.
+    pub fn handled(&mut self) {
+        if !std::mem::take(&mut self.owed) {
+            return;
+        }
+        // Stragglers of a group the relay stopped waiting for count against
+        // the next one, which then goes on a little early: harmless.
+        if self
+            .wave
+            .left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            == Ok(1)
+        {
+            self.wave.done.notify_waiters();
+        }
+    }
+
     pub fn set(&mut self, on: bool) {
         if on != self.on {
             if on {
@@ -66,6 +102,7 @@ impl Pending {
 impl Drop for Pending {
     fn drop(&mut self) {
         self.set(false);
+        self.handled();
     }
 }
 
@@ -83,6 +120,7 @@ struct Relay {
     groups: Vec<watch::Sender<u64>>,
     next: AtomicUsize,
     pending: Arc<AtomicUsize>,
+    wave: Arc<Wave>,
 }
 
 impl Fanout {
@@ -105,6 +143,7 @@ impl Fanout {
             groups: (0..GROUPS).map(|_| watch::channel(0).0).collect(),
             next: AtomicUsize::new(0),
             pending: Arc::default(),
+            wave: Arc::default(),
         });
         rooms.insert(room.clone(), Arc::downgrade(&relay));
         let receiver = relay.subscribe();
@@ -127,6 +166,8 @@ impl Relay {
             pending: Pending {
                 count: self.pending.clone(),
                 on: false,
+                wave: self.wave.clone(),
+                owed: false,
             },
         }
     }
@@ -175,12 +216,16 @@ async fn run(
             }
         }
         for group in &relay.groups {
-            if group.receiver_count() > 0 {
-                group.send_replace(version);
-                // Deferred until this worker has run what is queued (the
-                // group just woken, requests that arrived), then resumed.
-                tokio::task::yield_now().await;
+            let streams = group.receiver_count();
+            if streams == 0 {
+                continue;
             }
+            relay.wave.left.store(streams, Ordering::Release);
+            let done = relay.wave.done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            group.send_replace(version);
+            let _ = tokio::time::timeout(GROUP_WAIT, done).await;
         }
     }
     let mut rooms = fanout.lock();
