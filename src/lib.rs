@@ -3,6 +3,7 @@ pub mod backend;
 pub mod config;
 pub mod engine;
 pub mod http;
+pub mod lean;
 pub mod metrics;
 pub mod monitor;
 pub mod server;

@@ -17,6 +17,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 use crate::backend::Backend;
@@ -27,6 +28,7 @@ use crate::engine::SystemClock;
 use crate::http::limits::{JoinLimiter, StreamLimiter};
 use crate::http::router::router;
 use crate::http::state::{AppState, HttpSettings};
+use crate::lean::{self, First, Rewind};
 use crate::metrics::Metrics;
 use crate::monitor::Monitor;
 use crate::token::Keyring;
@@ -120,6 +122,7 @@ pub async fn serve(
     let state = AppState {
         joins,
         streams: StreamLimiter::new(config.max_streams_per_address),
+        fanout: Arc::default(),
         metrics,
         monitor,
         backend: backend.clone(),
@@ -150,7 +153,8 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Accept connections and serve each with hyper until `shutdown`, then
-/// end every stream (`stop`) and let open requests finish.
+/// end every stream (`stop`) and let open requests finish. A connection
+/// whose first request is an event stream is served by `lean` instead.
 ///
 /// Served with hyper-util directly rather than `axum::serve` for the
 /// connection settings it does not expose: the header read timeout (which
@@ -167,6 +171,9 @@ async fn accept_loop(
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
     let graceful = GracefulShutdown::new();
+    // Every connection task, hyper's and the lean streams' alike, so that
+    // shutdown can wait for the streams to say goodbye.
+    let connections = TaskTracker::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (socket, peer) = tokio::select! {
@@ -184,14 +191,36 @@ async fn accept_loop(
         };
         let _ = socket.set_nodelay(true);
         let router = app.clone();
-        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            router.clone().oneshot(request)
-        });
-        let connection = builder.serve_connection_with_upgrades(TokioIo::new(socket), service);
-        let connection = graceful.watch(connection.into_owned());
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        let stop = stop.clone();
+        connections.spawn(async move {
+            let mut socket = socket;
+            // The slowloris bound holds on this path too, and a connection
+            // that has not sent a whole head by shutdown is just closed.
+            let first = tokio::select! {
+                () = stop.cancelled() => return,
+                first = tokio::time::timeout(
+                    HEADER_READ_TIMEOUT,
+                    lean::read_first(&mut socket, peer),
+                ) => match first {
+                    Ok(first) => first,
+                    Err(_) => return,
+                },
+            };
+            let prefix = match first {
+                First::Closed => return,
+                First::Stream(request) => return lean::serve(socket, request, router).await,
+                First::Other(prefix) => prefix,
+            };
+            let service =
+                hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+                    request.extensions_mut().insert(ConnectInfo(peer));
+                    router.clone().oneshot(request)
+                });
+            let connection = builder
+                .serve_connection_with_upgrades(TokioIo::new(Rewind::new(prefix, socket)), service);
+            if let Err(e) = watcher.watch(connection.into_owned()).await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
         });
@@ -200,10 +229,12 @@ async fn accept_loop(
     tracing::info!("shutting down: ending streams, finishing the last tick");
     // Streams end on this, which lets their connections close.
     stop.cancel();
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    connections.close();
+    let drained = async {
+        graceful.shutdown().await;
+        connections.wait().await;
+    };
+    if tokio::time::timeout(DRAIN_TIMEOUT, drained).await.is_err() {
         tracing::warn!("some connections were still open after {DRAIN_TIMEOUT:?}");
     }
 }

@@ -6,9 +6,11 @@
 //! Tens of thousands of these are open at once, so a stream owns no timer
 //! and polls nothing on its own: it sleeps until its ticket's signal fires
 //! (an admission by hand-off reaches it at once, ahead of any broadcast),
-//! the room view changes (after a tick), or the shared heartbeat ticks.
-//! Each wake costs one status read, which also counts as the visitor's
-//! activity, so an open page keeps its place.
+//! the room view changes (after a tick; relayed a group of streams at a
+//! time by `fanout`), or the shared heartbeat ticks. Each wake costs one
+//! status read, which also counts as the visitor's activity, so an open
+//! page keeps its place (the heartbeat wakes every stream, so that holds
+//! however quiet the room).
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -24,6 +26,7 @@ use tokio::time::Instant;
 
 use super::api::{StatusBody, now_ms, rfc3339};
 use super::error::ApiError;
+use super::fanout::Subscription;
 use super::limits::{ClientIp, StreamSlot};
 use super::return_path::validate_return_path;
 use super::room_id;
@@ -88,13 +91,14 @@ fn stream(
         // Held for as long as the stream lives.
         let _slot = slot;
         let backend = state.backend.clone();
-        let (mut view, signal) = match (
-            backend.watch_room(&room).await,
+        let (subscription, signal) = match (
+            state.fanout.subscribe(&backend, &room).await,
             backend.watch_ticket(&room, ticket).await,
         ) {
             (Ok(v), Ok(s)) => (v, s),
             _ => return,
         };
+        let Subscription { waves: mut view, mut pending } = subscription;
         let mut heartbeat = state.heartbeat.clone();
         let mut shown: Option<Shown> = None;
         let mut last_sent: Option<Instant> = None;
@@ -102,7 +106,8 @@ fn stream(
             let woken = signal.notify().notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            view.borrow_and_update();
+            // The view version this status read reflects.
+            let seen = *view.borrow_and_update();
 
             let status = match backend.status(&room, ticket, true).await {
                 Ok(status) => status,
@@ -149,12 +154,10 @@ fn stream(
                 queue_length: status.queue_length,
                 paused: status.paused,
             };
-            let mut throttled_until = None;
+            let mut held_back = false;
             if shown.as_ref() != Some(&now_shown) {
                 match last_sent {
-                    Some(at) if at.elapsed() < POSITION_INTERVAL => {
-                        throttled_until = Some(at + POSITION_INTERVAL);
-                    }
+                    Some(at) if at.elapsed() < POSITION_INTERVAL => held_back = true,
                     _ => {
                         let body = StatusBody::new(&status, now_ms());
                         let data = serde_json::to_string(&body).unwrap_or_default();
@@ -164,30 +167,46 @@ fn stream(
                     }
                 }
             }
+            pending.set(held_back);
+            pending.handled();
 
-            tokio::select! {
-                biased;
-                () = state.shutdown.cancelled() => return,
-                () = &mut woken => {}
-                () = sleep_until_some(throttled_until) => {}
-                changed = view.changed() => {
-                    if changed.is_err() {
-                        // The room was replaced or the backend is going away.
-                        yield Ok(Event::default().event("closed").data(r#"{"status":"closed"}"#));
-                        return;
+            // Wait for something worth a status read.
+            loop {
+                tokio::select! {
+                    biased;
+                    () = state.shutdown.cancelled() => return,
+                    () = &mut woken => break,
+                    changed = view.changed() => {
+                        if changed.is_err() {
+                            // The room was replaced or the backend is going away.
+                            yield Ok(Event::default().event("closed").data(r#"{"status":"closed"}"#));
+                            return;
+                        }
+                        let due = last_sent.is_none_or(|at| at.elapsed() >= POSITION_INTERVAL);
+                        if *view.borrow_and_update() != seen {
+                            // A new view: read it now if allowed to send,
+                            // else on a retry wave once allowed.
+                            if due {
+                                pending.owe();
+                                break;
+                            }
+                            pending.set(true);
+                        } else if pending.is_set() && due {
+                            // A retry wave, and this stream has a change
+                            // to show.
+                            pending.owe();
+                            break;
+                        }
+                        // Nothing to do for this wave.
+                        pending.owe();
+                        pending.handled();
                     }
-                }
-                _ = heartbeat.changed() => {
-                    yield Ok(Event::default().comment("keep-alive"));
+                    _ = heartbeat.changed() => {
+                        yield Ok(Event::default().comment("keep-alive"));
+                        break;
+                    }
                 }
             }
         }
-    }
-}
-
-async fn sleep_until_some(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }

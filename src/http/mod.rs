@@ -5,6 +5,7 @@
 //!   the Prometheus page
 //! - `api`: join, status, leave, release (visitors' apps and the origin)
 //! - `events`: the Server-Sent Events stream a waiting page follows
+//! - `fanout`: room-view changes relayed to those streams, paced
 //! - `gate`: what a reverse proxy asks on every protected request
 //! - `health`: liveness and readiness
 //! - `ticket`, `auth`: the visitor's signed ticket and operators' tokens
@@ -23,6 +24,7 @@ pub mod auth;
 pub mod edge;
 pub mod error;
 pub mod events;
+pub mod fanout;
 pub mod gate;
 pub mod health;
 pub mod i18n;

@@ -29,6 +29,8 @@ pub struct AppState {
     pub joins: Arc<super::limits::JoinLimiter>,
     /// Open event streams per client address.
     pub streams: Arc<super::limits::StreamLimiter>,
+    /// Room-view changes relayed to the streams a group at a time.
+    pub fanout: Arc<super::fanout::Fanout>,
 }
 
 /// The parts of the configuration the HTTP layer reads.
