@@ -65,6 +65,10 @@ pub fn request(
     out
 }
 
+/// How long a connection must have sat idle before a close with nothing
+/// read is taken for the server's idle timeout and retried once.
+const IDLE_BEFORE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// One keep-alive connection.
 pub struct Conn {
     stream: TcpStream,
@@ -74,8 +78,9 @@ pub struct Conn {
     /// it while idle.
     addr: SocketAddr,
     source: Option<IpAddr>,
-    /// Requests answered on this connection.
-    answered: u64,
+    /// Since when the connection has been waiting for its next request
+    /// (opened, or its last answer read).
+    idle_since: std::time::Instant,
     /// The server said `Connection: close`, or a body was left unread.
     pub broken: bool,
 }
@@ -99,17 +104,19 @@ impl Conn {
             pos: 0,
             addr,
             source,
-            answered: 0,
+            idle_since: std::time::Instant::now(),
             broken: false,
         })
     }
 
-    /// Send a request and read the whole answer. A kept-alive connection
-    /// the server closed while it sat idle (servers do, after their idle
-    /// timeout) is reopened and the request sent again, as any HTTP client
-    /// does: nothing was read from it, so the server never saw the request.
+    /// Send a request and read the whole answer. A connection the server
+    /// closed while it sat idle (servers do, after their idle or
+    /// header-read timeout: Narabu's is 10 s) is reopened and the request
+    /// sent again, as any HTTP client does with a pooled connection. Only
+    /// a connection idle for a while and closed with nothing read counts:
+    /// a server that drops a request on a busy connection is still an error.
     pub async fn call(&mut self, req: &[u8]) -> io::Result<Response> {
-        let reused = self.answered > 0 && self.pos == self.buf.len();
+        let reused = self.pos == self.buf.len() && self.idle_since.elapsed() >= IDLE_BEFORE_RETRY;
         match self.call_once(req).await {
             Err(e)
                 if reused
@@ -135,7 +142,7 @@ impl Conn {
         if head.close {
             self.broken = true;
         }
-        self.answered += 1;
+        self.idle_since = std::time::Instant::now();
         Ok(Response {
             status: head.status,
             body,
@@ -386,6 +393,53 @@ pub fn parse_head(raw: &[u8]) -> io::Result<Head> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server that closes its first connection unanswered (as an idle
+    /// timeout does) and answers `200 ok` on each later one.
+    async fn closes_first_connection() -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (first, _) = listener.accept().await.unwrap();
+            drop(first);
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut scratch = [0u8; 1024];
+                let _ = socket.read(&mut scratch).await;
+                let _ = socket
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_connection_closed_while_idle_is_reopened_once() {
+        let addr = closes_first_connection().await;
+        let mut conn = Conn::connect(addr, None).await.unwrap();
+        tokio::time::sleep(IDLE_BEFORE_RETRY + std::time::Duration::from_millis(100)).await;
+        let r = conn
+            .call(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_busy_connection_closed_unanswered_is_an_error() {
+        let addr = closes_first_connection().await;
+        let mut conn = Conn::connect(addr, None).await.unwrap();
+        let err = conn
+            .call(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap_err();
+        assert!(matches!(
+            err.kind(),
+            io::ErrorKind::UnexpectedEof
+                | io::ErrorKind::ConnectionReset
+                | io::ErrorKind::BrokenPipe
+        ));
+    }
 
     #[test]
     fn heads_are_parsed() {

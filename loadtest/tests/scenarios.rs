@@ -99,6 +99,13 @@ async fn surge_of_200_through_5_permits_keeps_order_and_capacity() {
     assert_eq!(f["stayed"], 200);
     let most = f["most_admitted_own"].as_u64().unwrap();
     assert!((1..=5).contains(&most), "{}", report.table());
+    // The server's own count, polled over the admin API while it ran.
+    let most_admin = f["most_admitted_admin"].as_u64();
+    assert!(
+        most_admin.is_some_and(|m| (1..=5).contains(&m)),
+        "{}",
+        report.table()
+    );
     assert_eq!(f["errors"], serde_json::json!({}));
     assert_eq!(f["gate_refused"], 0);
     // Permits came back by hand-off while the line was long.

@@ -126,9 +126,10 @@ pub async fn run(name: &str, common: &Common, plan: Plan) -> anyhow::Result<Repo
 
     // The admin stats, when the server has them: the admitted count and
     // capacity the server itself reports.
+    let (stop_admin, admin_stopped) = tokio::sync::oneshot::channel::<()>();
     let admin = common.admin_token.clone().map(|token| {
         let api = api.clone();
-        tokio::spawn(async move { poll_admin(api, token, deadline).await })
+        tokio::spawn(async move { poll_admin(api, token, deadline, admin_stopped).await })
     });
 
     let mut tasks = Vec::with_capacity(n);
@@ -158,11 +159,11 @@ pub async fn run(name: &str, common: &Common, plan: Plan) -> anyhow::Result<Repo
     }
     bar.finish_and_clear();
     let end = shared.now();
+    // Asked to stop rather than aborted: an aborted poller would take what
+    // it saw with it.
+    let _ = stop_admin.send(());
     let admin_seen = match admin {
-        Some(h) => {
-            h.abort();
-            h.await.ok().flatten()
-        }
+        Some(h) => h.await.ok().flatten(),
         None => None,
     };
     let visitors = shared
@@ -288,7 +289,12 @@ struct AdminSeen {
     capacity: Option<u64>,
 }
 
-async fn poll_admin(api: Api, token: String, deadline: Instant) -> Option<AdminSeen> {
+async fn poll_admin(
+    api: Api,
+    token: String,
+    deadline: Instant,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> Option<AdminSeen> {
     let seen = Arc::new(Mutex::new(AdminSeen::default()));
     let result = seen.clone();
     let work = async move {
@@ -316,7 +322,11 @@ async fn poll_admin(api: Api, token: String, deadline: Instant) -> Option<AdminS
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     };
-    let _ = tokio::time::timeout_at(deadline, work).await;
+    tokio::select! {
+        () = work => {}
+        () = tokio::time::sleep_until(deadline) => {}
+        _ = stop => {}
+    }
     let s = *result.lock().unwrap_or_else(|p| p.into_inner());
     (s.polls > 0).then_some(s)
 }
