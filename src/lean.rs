@@ -30,8 +30,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tower::ServiceExt;
 
-/// The most a head may take on this path; a bigger one goes to hyper,
-/// which refuses it with its own error.
+/// The most a head may take on this path; a bigger one goes to hyper and
+/// on to the router, whose edge layer refuses it (431).
 const MAX_HEAD: usize = 16 * 1024 + 1024;
 /// Headers beyond this many go to hyper too.
 const MAX_HEADERS: usize = 64;
@@ -180,8 +180,12 @@ pub async fn serve(
                     if data.is_empty() {
                         continue;
                     }
-                    let out = if chunked { chunk(&data) } else { data.to_vec() };
-                    if write_all(&socket, &out).await.is_err() {
+                    let sent = if chunked {
+                        write_all(&socket, &chunk(&data)).await
+                    } else {
+                        write_all(&socket, &data).await
+                    };
+                    if sent.is_err() {
                         return;
                     }
                 }
@@ -257,8 +261,10 @@ fn push_header(out: &mut Vec<u8>, name: &str, value: &HeaderValue) {
 
 /// One chunk of a chunked body, in one buffer so it goes in one send.
 fn chunk(data: &[u8]) -> Vec<u8> {
+    use std::io::Write as _;
     let mut out = Vec::with_capacity(data.len() + 12);
-    out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+    // Writing to a Vec cannot fail.
+    let _ = write!(out, "{:x}\r\n", data.len());
     out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");
     out

@@ -116,7 +116,13 @@ impl Conn {
     /// a connection idle for a while and closed with nothing read counts:
     /// a server that drops a request on a busy connection is still an error.
     pub async fn call(&mut self, req: &[u8]) -> io::Result<Response> {
-        let reused = self.pos == self.buf.len() && self.idle_since.elapsed() >= IDLE_BEFORE_RETRY;
+        if self.pos == self.buf.len() {
+            // Every byte read so far is consumed: start this answer afresh,
+            // so that "nothing read" below means nothing of this answer.
+            self.buf.clear();
+            self.pos = 0;
+        }
+        let reused = self.buf.is_empty() && self.idle_since.elapsed() >= IDLE_BEFORE_RETRY;
         match self.call_once(req).await {
             Err(e)
                 if reused
@@ -422,6 +428,30 @@ mod tests {
             .call(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             .await
             .unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_used_connection_closed_while_idle_is_reopened_once() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            // Each connection answers one request, then is reset, so that
+            // the client's next write fails outright (not only its read).
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut scratch = [0u8; 1024];
+                let _ = socket.read(&mut scratch).await;
+                let _ = socket
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+                let _ = socket.set_zero_linger();
+            }
+        });
+        let mut conn = Conn::connect(addr, None).await.unwrap();
+        let request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert_eq!(conn.call(request).await.unwrap().status, 200);
+        tokio::time::sleep(IDLE_BEFORE_RETRY + std::time::Duration::from_millis(100)).await;
+        let r = conn.call(request).await.unwrap();
         assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]));
     }
 

@@ -418,8 +418,8 @@ impl Backend for EmbeddedBackend {
         identity: Option<Identity>,
     ) -> Result<JoinOutcome, BackendError> {
         let room = self.get(id)?;
-        journal::reset_appended_here();
-        let joined = room.join(identity).map_err(|e| match e {
+        let (joined, appended) = journal::recording(|| room.join(identity));
+        let joined = joined.map_err(|e| match e {
             JoinError::Closed => BackendError::Closed(id.clone()),
             JoinError::Full => BackendError::Full(id.clone()),
         })?;
@@ -427,7 +427,7 @@ impl Backend for EmbeddedBackend {
         // returned; a repeated one may be another thread's, still on its
         // way to disk, so that waits for everything appended so far.
         let seq = match &self.journal {
-            Some(_) if joined.is_new => journal::appended_here(),
+            Some(_) if joined.is_new => appended,
             Some(j) => j.appended(),
             None => 0,
         };
@@ -463,25 +463,22 @@ impl Backend for EmbeddedBackend {
 
     async fn leave(&self, id: &RoomId, t: TicketRef) -> Result<Departure, BackendError> {
         let (room, ticket) = self.ticket(id, t)?;
-        journal::reset_appended_here();
-        let departure = room.leave(ticket);
-        self.durable(journal::appended_here()).await?;
+        let (departure, appended) = journal::recording(|| room.leave(ticket));
+        self.durable(appended).await?;
         Ok(departure)
     }
 
     async fn release(&self, id: &RoomId, t: TicketRef) -> Result<Departure, BackendError> {
         let (room, ticket) = self.ticket(id, t)?;
-        journal::reset_appended_here();
-        let departure = room.release(ticket);
-        self.durable(journal::appended_here()).await?;
+        let (departure, appended) = journal::recording(|| room.release(ticket));
+        self.durable(appended).await?;
         Ok(departure)
     }
 
     async fn revoke(&self, id: &RoomId, t: TicketRef) -> Result<Departure, BackendError> {
         let (room, ticket) = self.ticket(id, t)?;
-        journal::reset_appended_here();
-        let departure = room.revoke(ticket);
-        self.durable(journal::appended_here()).await?;
+        let (departure, appended) = journal::recording(|| room.revoke(ticket));
+        self.durable(appended).await?;
         Ok(departure)
     }
 
@@ -514,10 +511,10 @@ impl Backend for EmbeddedBackend {
     }
 
     async fn put_room(&self, settings: RoomSettings) -> Result<RoomSnapshot, BackendError> {
-        let room = self.create(settings);
         // An operator's change is acknowledged only once it would survive
         // a crash, like a visitor's join.
-        self.durable(journal::appended_here()).await?;
+        let (room, appended) = journal::recording(|| self.create(settings));
+        self.durable(appended).await?;
         Ok(Self::room_snapshot(&room))
     }
 
@@ -530,26 +527,27 @@ impl Backend for EmbeddedBackend {
         if room.is_closed() {
             return Err(BackendError::Closed(id.clone()));
         }
-        if let Some(settings) = &patch.settings {
-            room.update_settings(settings);
-        }
-        if let Some(capacity) = patch.capacity {
-            room.set_capacity(capacity);
-        }
-        if let Some(paused) = patch.paused {
-            room.set_paused(paused);
-        }
-        if patch.open_now {
-            room.open_now();
-        }
-        self.durable(journal::appended_here()).await?;
+        let ((), appended) = journal::recording(|| {
+            if let Some(settings) = &patch.settings {
+                room.update_settings(settings);
+            }
+            if let Some(capacity) = patch.capacity {
+                room.set_capacity(capacity);
+            }
+            if let Some(paused) = patch.paused {
+                room.set_paused(paused);
+            }
+            if patch.open_now {
+                room.open_now();
+            }
+        });
+        self.durable(appended).await?;
         Ok(Self::room_snapshot(&room))
     }
 
     async fn close_room(&self, id: &RoomId) -> Result<(), BackendError> {
         let room = self.get(id)?;
-        room.close();
-        let closed = journal::appended_here();
+        let ((), closed) = journal::recording(|| room.close());
         if let Some(slot) = self.read().get(id) {
             slot.stop.cancel();
         }

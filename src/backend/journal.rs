@@ -152,15 +152,12 @@ thread_local! {
     static LAST_APPENDED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// Forget what this thread appended; call before a change.
-pub fn reset_appended_here() {
+/// Make a change and return, with its result, the last record it appended
+/// on this thread (0: none), the number its caller waits on to be durable.
+pub fn recording<T>(change: impl FnOnce() -> T) -> (T, u64) {
     LAST_APPENDED.with(|c| c.set(0));
-}
-
-/// The last record this thread appended since [`reset_appended_here`]
-/// (0: none).
-pub fn appended_here() -> u64 {
-    LAST_APPENDED.with(std::cell::Cell::get)
+    let out = change();
+    (out, LAST_APPENDED.with(std::cell::Cell::get))
 }
 
 fn lock(m: &Mutex<Pending>) -> MutexGuard<'_, Pending> {

@@ -54,13 +54,18 @@ impl RoomView {
     /// The smoothed admission rate drifts a little on every tick, even in a
     /// quiet room; republishing for that alone would wake every waiting
     /// stream each tick to show an estimate a second or two different. The
-    /// rate counts as changed when it moves to another 25% band.
+    /// rate counts as changed when it moves to another 25% band, or becomes
+    /// primed. The Redis backend's `publish_view` (lib.lua) applies the same
+    /// rule and must change with it.
     pub(crate) fn differs_from(&self, other: &RoomView) -> bool {
         let strip = |v: &RoomView| RoomView {
             version: 0,
             at_ms: 0,
             admit_rate: 0.0,
-            rate: AdmissionRate::default(),
+            rate: AdmissionRate {
+                primed: v.rate.primed,
+                ..AdmissionRate::default()
+            },
             ..v.clone()
         };
         strip(self) != strip(other) || rate_band(self.admit_rate) != rate_band(other.admit_rate)

@@ -117,8 +117,12 @@ fn stream(
                 }
                 Err(_) => {
                     // The state store is briefly away: keep the stream and
-                    // try again on the next wake.
+                    // try again on the next wake (its own signal included,
+                    // so a hand-off is not left for the heartbeat). The
+                    // relay's wave is done with, so its group goes on.
+                    pending.handled();
                     tokio::select! {
+                        () = &mut woken => continue,
                         _ = heartbeat.changed() => continue,
                         () = state.shutdown.cancelled() => return,
                     }
@@ -182,23 +186,23 @@ fn stream(
                             yield Ok(Event::default().event("closed").data(r#"{"status":"closed"}"#));
                             return;
                         }
+                        // Every wave is acknowledged: after the status read
+                        // it leads to, or at once when there is none.
+                        pending.owe();
                         let due = last_sent.is_none_or(|at| at.elapsed() >= POSITION_INTERVAL);
                         if *view.borrow_and_update() != seen {
                             // A new view: read it now if allowed to send,
                             // else on a retry wave once allowed.
                             if due {
-                                pending.owe();
                                 break;
                             }
                             pending.set(true);
                         } else if pending.is_set() && due {
                             // A retry wave, and this stream has a change
                             // to show.
-                            pending.owe();
                             break;
                         }
                         // Nothing to do for this wave.
-                        pending.owe();
                         pending.handled();
                     }
                     _ = heartbeat.changed() => {

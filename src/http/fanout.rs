@@ -193,16 +193,7 @@ async fn run(
                 if changed.is_err() {
                     break;
                 }
-                // Under the registry's lock, so that no stream subscribes
-                // to a relay that is about to end.
-                let mut rooms = fanout.lock();
-                if relay.unused() {
-                    if rooms
-                        .get(&room)
-                        .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&relay)))
-                    {
-                        rooms.remove(&room);
-                    }
+                if retired_if_unused(&fanout, &room, &relay) {
                     return;
                 }
                 version += 1;
@@ -210,6 +201,9 @@ async fn run(
             // Checked on a timer rather than when a stream marks itself:
             // the last group may do so after the wave loop has ended.
             () = tokio::time::sleep(RETRY) => {
+                if retired_if_unused(&fanout, &room, &relay) {
+                    return;
+                }
                 if relay.pending.load(Ordering::Relaxed) == 0 {
                     continue;
                 }
@@ -228,11 +222,27 @@ async fn run(
             let _ = tokio::time::timeout(GROUP_WAIT, done).await;
         }
     }
+    unregister(&mut fanout.lock(), &room, &relay);
+}
+
+/// Ends the relay when no stream follows it any more. Under the registry's
+/// lock, so that no stream subscribes to a relay that is about to end.
+fn retired_if_unused(fanout: &Fanout, room: &RoomId, relay: &Arc<Relay>) -> bool {
     let mut rooms = fanout.lock();
+    if !relay.unused() {
+        return false;
+    }
+    unregister(&mut rooms, room, relay);
+    true
+}
+
+/// Removes the room's entry if it is still this relay (a replaced room
+/// may already have a new one).
+fn unregister(rooms: &mut HashMap<RoomId, Weak<Relay>>, room: &RoomId, relay: &Arc<Relay>) {
     if rooms
-        .get(&room)
-        .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&relay)))
+        .get(room)
+        .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(relay)))
     {
-        rooms.remove(&room);
+        rooms.remove(room);
     }
 }

@@ -25,7 +25,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub fn router(state: AppState) -> Router {
     // The gate (on every request to the protected site) and joins get
     // their state as one `Arc`: axum clones a route's state twice per
-    // request, and `AppState` is nine reference counts shared by every
+    // request, and `AppState` is ten reference counts shared by every
     // core.
     let hot = Router::new()
         .route("/api/rooms/{room}/join", post(api::join))

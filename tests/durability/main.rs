@@ -549,26 +549,21 @@ async fn operators_changes_survive_a_kill() {
     server.kill();
 
     let server = Server::start(&data, &conf, tmp.path(), 1).expect("restarts");
-    let flash: Value = admin(reqwest::Method::GET, &server.base, "/admin/rooms/flash")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(flash["settings"]["capacity"], 3, "{flash}");
-    let sale: Value = admin(
-        reqwest::Method::GET,
-        &server.base,
-        &format!("/admin/rooms/{ROOM}"),
-    )
-    .send()
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
-    assert_eq!(sale["settings"]["capacity"], 7, "{sale}");
-    assert_eq!(sale["settings"]["paused"], true, "{sale}");
+    let settings = |room: &str| {
+        let request = admin(
+            reqwest::Method::GET,
+            &server.base,
+            &format!("/admin/rooms/{room}"),
+        );
+        async move {
+            let body: Value = request.send().await.unwrap().json().await.unwrap();
+            body["settings"].clone()
+        }
+    };
+    let flash = settings("flash").await;
+    assert_eq!(flash["capacity"], 3, "{flash}");
+    let sale = settings(ROOM).await;
+    assert_eq!(sale["capacity"], 7, "{sale}");
+    assert_eq!(sale["paused"], true, "{sale}");
     drop(server);
 }

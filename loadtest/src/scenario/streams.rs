@@ -307,21 +307,24 @@ fn resident_kib(pid: u32) -> Option<u64> {
 }
 
 /// `n` joins over `connections` connections, round-robin over the
-/// instances; the tickets in queue order.
+/// instances. With `keep`, the tickets in queue order; without, each answer
+/// is only checked for 201, all a million-ticket prefill can afford.
 async fn join_many(
     apis: &[Api],
     n: u64,
     connections: usize,
     label: &str,
+    keep: bool,
 ) -> anyhow::Result<Vec<(u64, String)>> {
     let bar = progress::bar(n, label);
     let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut tasks = Vec::new();
     for c in 0..connections.min(n as usize).max(1) {
         let api = apis[target_of(c, apis.len())].clone();
-        let (next, bar) = (next.clone(), bar.clone());
+        let (next, bar, label) = (next.clone(), bar.clone(), label.to_owned());
         tasks.push(tokio::spawn(async move {
             let mut got = Vec::new();
+            let req = api.join_request();
             let mut conn = api
                 .connect(None)
                 .await
@@ -333,11 +336,18 @@ async fn join_many(
                         .await
                         .map_err(|e| anyhow::anyhow!("{e}"))?;
                 }
-                let t = api
-                    .join(&mut conn)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
-                got.push((t.number, t.token));
+                if keep {
+                    let t = api
+                        .join(&mut conn)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
+                    got.push((t.number, t.token));
+                } else {
+                    let r = conn.call(&req).await?;
+                    if r.status != 201 {
+                        bail!("{label} join answered HTTP {}", r.status);
+                    }
+                }
                 bar.inc(1);
             }
             anyhow::Ok(got)
@@ -415,7 +425,7 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
     let mut controls = connect_all(&apis).await?;
 
     // 1. Holders take every permit.
-    let holders = join_many(&apis, args.capacity as u64, 8, "holders").await?;
+    let holders = join_many(&apis, args.capacity as u64, 8, "holders", true).await?;
     let admitted_by = Instant::now() + Duration::from_secs(10);
     for (_, token) in &holders {
         loop {
@@ -436,9 +446,9 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
         }
     }
     // 2. The stream visitors, in queue order; 3. tickets behind them.
-    let visitors = join_many(&apis, k as u64, 16, "stream tickets").await?;
+    let visitors = join_many(&apis, k as u64, 16, "stream tickets", true).await?;
     if args.prefill > 0 {
-        join_many_discard(&apis, args.prefill, 32).await?;
+        join_many(&apis, args.prefill, 32, "prefill", false).await?;
     }
     // Let the tick publish the joins before measuring.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -653,8 +663,14 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
         })
         .collect();
     // Over several instances: the summed growth over the summed streams
-    // (the single-instance figure when there is one).
-    let total = |v: &[Option<u64>]| v.iter().copied().sum::<Option<u64>>();
+    // (the single-instance figure when there is one). A process given for
+    // several targets counts once.
+    let total = |v: &[Option<u64>]| {
+        (0..n_targets)
+            .filter(|&t| !(0..t).any(|u| pid(u).is_some() && pid(u) == pid(t)))
+            .map(|t| v[t])
+            .sum::<Option<u64>>()
+    };
     let (rss_before_sum, rss_after_sum) = (total(&rss_before), total(&rss_after));
     let per_stream = per_stream_kib(rss_before_sum, rss_after_sum, opened);
 
@@ -757,42 +773,6 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
     r.figure("handoff_timeouts", timeouts);
     r.figure("instances", &instances);
     Ok(r)
-}
-
-async fn join_many_discard(apis: &[Api], n: u64, connections: usize) -> anyhow::Result<()> {
-    let bar = progress::bar(n, "prefill");
-    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for c in 0..connections {
-        let api = apis[target_of(c, apis.len())].clone();
-        let (next, bar) = (next.clone(), bar.clone());
-        tasks.push(tokio::spawn(async move {
-            let req = api.join_request();
-            let mut conn = api
-                .connect(None)
-                .await
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            while next.fetch_add(1, Ordering::Relaxed) < n {
-                if conn.broken {
-                    conn = api
-                        .connect(None)
-                        .await
-                        .map_err(|e| anyhow::anyhow!("{e}"))?;
-                }
-                let r = conn.call(&req).await?;
-                if r.status != 201 {
-                    bail!("prefill join answered HTTP {}", r.status);
-                }
-                bar.inc(1);
-            }
-            anyhow::Ok(())
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    bar.finish_and_clear();
-    Ok(())
 }
 
 /// The first `position` event after `t0_us` of each stream.

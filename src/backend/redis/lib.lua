@@ -163,12 +163,6 @@ local function give_back()
   return 'tray'
 end
 
--- The fields every view and ticket status needs.
-local VIEW_FIELDS = {'capacity', 'waiting', 'admitted', 'hand', 'tray', 'debt', 'paused',
-  'open', 'closed', 'opens_at', 'commitment', 'seed', 'rate_mean', 'rate_var',
-  'rate_primed', 'c_admissions', 'view_sig', 'view_version', 'tick_ms',
-  'pass_idle_ms', 'arrival_grace_ms', 'queue_idle_ms', 'admit_cap', 'peak'}
-
 -- Publishes the room view if anything visible changed (or `force`).
 local function publish_view(force)
   load_meta({'capacity', 'waiting', 'admitted', 'hand', 'tray', 'debt', 'paused', 'open',
@@ -191,7 +185,9 @@ local function publish_view(force)
   -- As RoomView::differs_from: the smoothed rate drifts on every tick, even
   -- in a quiet room, and republishing for that alone would wake every
   -- waiting stream on every instance each tick. The signature keeps only
-  -- the rate's 25% band (log scale; under one a minute is one band).
+  -- the rate's 25% band (log scale; under one a minute is one band) and
+  -- whether it is primed: the same rule as `rate_band` in
+  -- src/engine/view.rs, which must change with it.
   local published_mean, published_var = body.rate_mean, body.rate_var
   local mean = tonumber(body.rate_mean) or 0
   local band = 'idle'

@@ -799,6 +799,11 @@ impl Backend for RedisBackend {
         touch: bool,
     ) -> Result<TicketStatus, BackendError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
+        // Before queuing: a read queued with nobody left to flush it would
+        // leave its key marked as flushing, and every later read waiting.
+        let Some(me) = self.weak.upgrade() else {
+            return Err(BackendError::Unavailable("shutting down".into()));
+        };
         let key = (room.clone(), touch);
         let urgent = self.hub.take_urgent(room, t.epoch, t.id);
         let read = batch::Pending {
@@ -809,13 +814,8 @@ impl Backend for RedisBackend {
         if self.hub.batches.push(&key, read, urgent) {
             // A task, not this caller, so that a caller going away (its
             // stream closed) never strands the reads queued behind it.
-            match self.weak.upgrade() {
-                Some(me) => {
-                    self.tasks
-                        .spawn(async move { me.flush_statuses(key).await });
-                }
-                None => return Err(BackendError::Unavailable("shutting down".into())),
-            }
+            self.tasks
+                .spawn(async move { me.flush_statuses(key).await });
         }
         answer
             .await
