@@ -1,4 +1,5 @@
 //! Narabu: a fair virtual waiting room.
+pub mod access;
 pub mod backend;
 pub mod config;
 pub mod engine;
