@@ -45,7 +45,7 @@ mod stress_tests;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use event::{EventRecord, EventSink, RoomEvent};
 pub use image::{RoomImage, TicketImage};
-pub use lottery::LotterySeed;
+pub use lottery::{DrawMismatch, DrawRecord, LotterySeed};
 pub use rate::AdmissionRate;
 pub use room::{Departure, Handoff, Identity, JoinError, Joined, Room};
 pub use settings::{InvalidRoomId, Order, RoomId, RoomSettings};

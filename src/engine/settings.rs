@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::access::AccessSettings;
+
 /// A room's name: `[a-z0-9][a-z0-9-]{0,63}`. It appears in URLs, cookie names
 /// and Redis keys, so nothing else may get in.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -102,6 +104,10 @@ pub struct RoomSettings {
     pub order: Order,
     /// Admission stopped by an operator; joins still queue.
     pub paused: bool,
+    /// What a join must show (proof of work, an enqueue token). The engine
+    /// keeps these with the rest for the backends to store; the HTTP
+    /// layer checks them before a join reaches the engine.
+    pub access: AccessSettings,
 }
 
 impl RoomSettings {
@@ -121,6 +127,7 @@ impl RoomSettings {
             opens_at: None,
             order: Order::Lottery,
             paused: false,
+            access: AccessSettings::default(),
         }
     }
 }

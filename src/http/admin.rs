@@ -241,7 +241,7 @@ pub async fn put_room(
 
 /// The keys `PATCH` accepts: a room's running settings. `id`, `order` and
 /// `opens_at` shape a room's line and need a `PUT`.
-const PATCHABLE: [&str; 9] = [
+const PATCHABLE: [&str; 18] = [
     "capacity",
     "paused",
     "open_now",
@@ -251,11 +251,20 @@ const PATCHABLE: [&str; 9] = [
     "arrival_grace",
     "queue_idle",
     "join_limit_per_minute",
+    "challenge",
+    "pow_difficulty",
+    "pow_difficulty_max",
+    "pow_rise_per_second",
+    "enqueue",
+    "enqueue_key",
+    "enqueue_previous_key",
+    "enqueue_public_key",
+    "enqueue_previous_public_key",
 ];
 
 /// `PATCH /admin/rooms/{room}`: change capacity, pause or resume, open now,
-/// the admission cap (`null` removes it), the tick, timeouts or the join
-/// limit. Applies live; lowering capacity admits nobody new until the
+/// the admission cap (`null` removes it), the tick, timeouts, the join
+/// limit, or the access rules (`null` retires a previous enqueue key). Applies live; lowering capacity admits nobody new until the
 /// admitted count is below it.
 pub async fn patch_room(
     State(state): State<AppState>,
@@ -278,6 +287,8 @@ pub async fn patch_room(
         Some(_) => return Err(invalid_field("open_now", "must be true or false")),
     };
     let clear_cap = map.get("admit_per_minute") == Some(&Value::Null);
+    let retire_key = map.get("enqueue_previous_key") == Some(&Value::Null);
+    let retire_public_key = map.get("enqueue_previous_public_key") == Some(&Value::Null);
     let touches_settings = map
         .keys()
         .any(|k| !["capacity", "paused"].contains(&k.as_str()));
@@ -300,6 +311,14 @@ pub async fn patch_room(
         next.admit_per_minute = None;
     } else if patch.admit_per_minute.is_some() {
         next.admit_per_minute = patch.admit_per_minute;
+    }
+    patch.fill_access(&mut next.access);
+    // `null` retires a previous key: its tokens are refused from now on.
+    if retire_key {
+        next.access.enqueue_previous_key = None;
+    }
+    if retire_public_key {
+        next.access.enqueue_previous_public_key = None;
     }
     validate_room(&next, "").map_err(|e| invalid(&e))?;
 

@@ -159,6 +159,12 @@ fn state_of(n: i64) -> TicketState {
     }
 }
 
+/// A room's access rules as stored in its meta hash: JSON, read back by
+/// `snapshot_of` (keys included: Redis holds the room's whole settings).
+fn access_json(access: &crate::access::AccessSettings) -> String {
+    serde_json::to_string(access).unwrap_or_default()
+}
+
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -366,6 +372,7 @@ impl RedisBackend {
             } else {
                 String::new()
             },
+            access_json(&settings.access),
         ];
         let reply = self.run(&self.scripts.create, &settings.id, &args).await?;
         let _: RedisResult<i64> = self.con().sadd(keys::ROOMS, settings.id.as_str()).await;
@@ -408,6 +415,10 @@ impl RedisBackend {
             Order::Lottery
         };
         settings.paused = num("paused") == 1;
+        settings.access = m
+            .get("access")
+            .and_then(|a| serde_json::from_str(a).ok())
+            .unwrap_or_default();
         let mut view = m
             .get("view")
             .and_then(|v| pubsub::parse_view(v))
@@ -921,6 +932,7 @@ impl Backend for RedisBackend {
                 ms(s.queue_idle).to_string(),
                 s.join_limit_per_minute.to_string(),
                 s.admit_per_minute.unwrap_or(0).to_string(),
+                access_json(&s.access),
             ]),
             None => args.push("0".to_owned()),
         }

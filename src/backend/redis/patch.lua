@@ -1,6 +1,7 @@
 -- patch a running room: ARGV[3] = capacity or '', ARGV[4] = paused '0'/'1'
 -- or '', ARGV[5] = '1' when timeouts follow in ARGV[6..11] (tick_ms,
--- pass_idle_ms, arrival_grace_ms, queue_idle_ms, join_limit, admit_cap).
+-- pass_idle_ms, arrival_grace_ms, queue_idle_ms, join_limit, admit_cap) and
+-- ARGV[12] (the access rules, JSON).
 -- Capacity changes follow Room::set_capacity: raising cancels debt, then
 -- adds to the worker's hand; lowering takes from the hand, then the tray,
 -- and the rest becomes debt that finishers pay instead of handing off.
@@ -10,7 +11,7 @@ if M['closed'] == '1' then return {'closed'} end
 if ARGV[5] == '1' then
   redis.call('HSET', META, 'tick_ms', ARGV[6], 'pass_idle_ms', ARGV[7],
     'arrival_grace_ms', ARGV[8], 'queue_idle_ms', ARGV[9], 'join_limit', ARGV[10],
-    'admit_cap', ARGV[11])
+    'admit_cap', ARGV[11], 'access', ARGV[12])
   load_meta({'pass_idle_ms', 'arrival_grace_ms'})
   -- Deadlines of admitted tickets follow the new timeouts.
   local ids = redis.call('ZRANGE', K('adm'), 0, -1)
