@@ -23,8 +23,8 @@ use super::journal::{self, Journal, JournalError, Record};
 use super::{Backend, BackendError, JoinOutcome, RoomPatch, RoomSnapshot, TicketRef, TicketSignal};
 use crate::config::Durability;
 use crate::engine::{
-    Clock, Departure, EventSink, Identity, JoinError, Room, RoomEvent, RoomId, RoomSettings,
-    RoomView, TickReport, TicketId, TicketStatus,
+    Clock, Departure, DrawRecord, EventSink, Identity, JoinError, Room, RoomEvent, RoomId,
+    RoomSettings, RoomView, TickReport, TicketId, TicketStatus,
 };
 
 pub struct EmbeddedBackend {
@@ -38,6 +38,10 @@ pub struct EmbeddedBackend {
     journal: Option<Arc<Journal>>,
     /// Serialises snapshots (the periodic one and the last one).
     snapshot_lock: tokio::sync::Mutex<()>,
+    /// Proof-of-work nonces already used. Kept in memory only: a restart
+    /// forgets them, so a solution could be used once more within its
+    /// five minutes after one.
+    spent: super::spent::SpentNonces,
 }
 
 /// Forwards one room's events to the journal, and remembers which record
@@ -141,6 +145,7 @@ impl EmbeddedBackend {
             workers: TaskTracker::new(),
             journal,
             snapshot_lock: tokio::sync::Mutex::new(()),
+            spent: super::spent::SpentNonces::default(),
         })
     }
 
@@ -410,6 +415,21 @@ impl Backend for EmbeddedBackend {
 
     async fn epoch(&self, room: &RoomId) -> Result<u64, BackendError> {
         Ok(self.get(room)?.epoch())
+    }
+
+    async fn spend_nonce(
+        &self,
+        room: &RoomId,
+        nonce: [u8; 16],
+        until_ms: u64,
+    ) -> Result<bool, BackendError> {
+        // Nonces are random and challenges room-bound: one set serves all.
+        self.get(room)?;
+        Ok(self.spent.spend(nonce, until_ms, self.clock.now_ms()))
+    }
+
+    async fn draw(&self, room: &RoomId) -> Result<Option<DrawRecord>, BackendError> {
+        Ok(self.get(room)?.draw_record())
     }
 
     async fn join(

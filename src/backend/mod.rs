@@ -13,6 +13,7 @@
 pub mod embedded;
 pub mod journal;
 pub mod redis;
+mod spent;
 
 use std::sync::Arc;
 
@@ -20,8 +21,8 @@ use async_trait::async_trait;
 use tokio::sync::{Notify, watch};
 
 use crate::engine::{
-    Departure, Identity, PermitLedger, RoomId, RoomSettings, RoomStats, RoomView, TickReport,
-    TicketStatus,
+    Departure, DrawRecord, Identity, PermitLedger, RoomId, RoomSettings, RoomStats, RoomView,
+    TickReport, TicketStatus,
 };
 
 /// A ticket of one incarnation of a room.
@@ -150,6 +151,19 @@ pub trait Backend: Send + Sync + 'static {
 
     /// An operator revokes a ticket's place or permit.
     async fn revoke(&self, room: &RoomId, ticket: TicketRef) -> Result<Departure, BackendError>;
+
+    /// Spend a proof-of-work nonce: remember it until `until_ms` (Unix
+    /// ms), atomically with the check, on every instance. False when it
+    /// was spent already.
+    async fn spend_nonce(
+        &self,
+        room: &RoomId,
+        nonce: [u8; 16],
+        until_ms: u64,
+    ) -> Result<bool, BackendError>;
+
+    /// The opening draw as published: `None` for a room without one.
+    async fn draw(&self, room: &RoomId) -> Result<Option<DrawRecord>, BackendError>;
 
     /// Run one worker turn of a room now. Workers call it every tick; tests
     /// call it on virtual time with workers off.

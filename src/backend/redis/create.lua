@@ -8,7 +8,7 @@
 local old = redis.call('HGET', META, 'epoch')
 if old and ARGV[3] ~= '1' then return {'exists', old} end
 if old then
-  for _, name in ipairs({'tk', 'q', 'pre', 'ids', 'adm', 'seen'}) do
+  for _, name in ipairs({'tk', 'q', 'pre', 'ids', 'adm', 'seen', 'draw'}) do
     redis.call('UNLINK', P .. old .. ':' .. name)
   end
   redis.call('DEL', META)

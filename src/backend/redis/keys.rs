@@ -41,6 +41,17 @@ impl RoomKeys {
     pub fn prequeue(&self, epoch: &str) -> String {
         format!("{}{epoch}:pre", self.prefix)
     }
+
+    /// The drawn order of one incarnation (written by open.lua).
+    pub fn draw(&self, epoch: &str) -> String {
+        format!("{}{epoch}:draw", self.prefix)
+    }
+
+    /// A spent proof-of-work nonce (expiring with its challenge). Not tied
+    /// to an incarnation: a challenge outlives none of them by much.
+    pub fn spent_nonce(&self, nonce: &[u8; 16]) -> String {
+        format!("{}pow:{}", self.prefix, hex::encode(nonce))
+    }
 }
 
 #[cfg(test)]
@@ -51,7 +62,13 @@ mod tests {
     fn every_key_of_a_room_shares_its_hash_tag() {
         let k = RoomKeys::new(&RoomId::new("big-sale").unwrap());
         assert_eq!(k.prefix, "narabu:{big-sale}:");
-        for key in [&k.meta, &k.lease, &k.prequeue("42")] {
+        for key in [
+            &k.meta,
+            &k.lease,
+            &k.prequeue("42"),
+            &k.draw("42"),
+            &k.spent_nonce(&[7; 16]),
+        ] {
             assert!(key.starts_with("narabu:{big-sale}:"), "{key}");
         }
         // The scripts take the room id back out of the prefix.

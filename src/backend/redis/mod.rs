@@ -36,9 +36,9 @@ use tokio_util::task::TaskTracker;
 
 use super::{Backend, BackendError, JoinOutcome, RoomPatch, RoomSnapshot, TicketRef, TicketSignal};
 use crate::engine::{
-    AdmissionRate, Clock, Departure, Eta, Handoff, Identity, LotterySeed, Order, PermitLedger,
-    RoomId, RoomSettings, RoomStats, RoomView, TickReport, TicketState, TicketStatus,
-    WAIT_BUCKETS_MS, WaitSnapshot,
+    AdmissionRate, Clock, Departure, DrawRecord, Eta, Handoff, Identity, LotterySeed, Order,
+    PermitLedger, RoomId, RoomSettings, RoomStats, RoomView, TickReport, TicketId, TicketState,
+    TicketStatus, WAIT_BUCKETS_MS, WaitSnapshot,
 };
 use conn::{Conn, unavailable};
 pub use keys::RoomKeys;
@@ -757,6 +757,60 @@ impl Backend for RedisBackend {
     async fn ready(&self) -> Result<(), BackendError> {
         let pong: RedisResult<String> = redis::cmd("PING").query_async(&mut self.con()).await;
         pong.map(|_| ()).map_err(|e| unavailable(&e))
+    }
+
+    async fn spend_nonce(
+        &self,
+        room: &RoomId,
+        nonce: [u8; 16],
+        until_ms: u64,
+    ) -> Result<bool, BackendError> {
+        let ttl = until_ms.saturating_sub(self.now()).max(1);
+        let set: Option<String> = redis::cmd("SET")
+            .arg(RoomKeys::new(room).spent_nonce(&nonce))
+            .arg("1")
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl)
+            .query_async(&mut self.con())
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(set.is_some())
+    }
+
+    async fn draw(&self, room: &RoomId) -> Result<Option<DrawRecord>, BackendError> {
+        let m = self.meta(room).await?;
+        let field = |k: &str| m.get(k).filter(|v| !v.is_empty()).cloned();
+        let Some(commitment) = field("commitment") else {
+            return Ok(None);
+        };
+        if m.get("open").map(String::as_str) != Some("1") {
+            return Ok(Some(DrawRecord {
+                commitment,
+                seed: None,
+                order: None,
+            }));
+        }
+        let epoch = m.get("epoch").cloned().unwrap_or_default();
+        let list: Option<String> = self
+            .con()
+            .get(RoomKeys::new(room).draw(&epoch))
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let order = list
+            .unwrap_or_default()
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.parse()
+                    .map_err(|_| BackendError::Unavailable("bad draw record in Redis".into()))
+            })
+            .collect::<Result<Vec<TicketId>, _>>()?;
+        Ok(Some(DrawRecord {
+            commitment,
+            seed: field("seed"),
+            order: Some(order),
+        }))
     }
 
     async fn epoch(&self, room: &RoomId) -> Result<u64, BackendError> {

@@ -4,7 +4,8 @@
 -- the seed and each id, engine::lottery) is done by the caller, since
 -- Redis' Lua has no SHA-256; tickets that joined the pre-queue after the
 -- caller read it arrived after opens_at and queue behind the draw, in
--- arrival order. Returns {'ok'} | {'noroom'}
+-- arrival order. The drawn order is kept (`<epoch>:draw`, ids joined by
+-- commas) as the draw's public record. Returns {'ok'} | {'noroom'}
 if not room({'open', 'qtail'}) then return {'noroom'} end
 if M['open'] == '1' then return {'ok'} end
 local drawn = tonumber(ARGV[4])
@@ -16,7 +17,12 @@ local function place(sid)
   local t = load_ticket(sid)
   if t then enqueue(t) end
 end
-for i = 1, drawn do place(ARGV[4 + i]) end
+local record = {}
+for i = 1, drawn do
+  place(ARGV[4 + i])
+  record[i] = ARGV[4 + i]
+end
+redis.call('SET', K('draw'), table.concat(record, ','))
 for _, sid in ipairs(pre) do place(sid) end
 redis.call('DEL', K('pre'))
 set('open', '1')
