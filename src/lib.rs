@@ -9,4 +9,5 @@ pub mod metrics;
 pub mod monitor;
 pub mod server;
 pub mod token;
+pub mod verify;
 pub mod webhooks;

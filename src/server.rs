@@ -20,11 +20,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
+use crate::access::ChallengeKeys;
 use crate::backend::Backend;
 use crate::backend::embedded::{EmbeddedBackend, Persistence};
 use crate::backend::redis::{RedisBackend, RedisOptions};
 use crate::config::{self, Config};
 use crate::engine::SystemClock;
+use crate::http::access::AccessBook;
 use crate::http::limits::{JoinLimiter, StreamLimiter};
 use crate::http::router::router;
 use crate::http::state::{AppState, HttpSettings};
@@ -119,7 +121,12 @@ pub async fn serve(
             }
         }
     });
+    let access = Arc::new(AccessBook::default());
+    follow_rooms(&monitor, access.clone(), stop.clone());
+    let (current, previous) = keys.derive(CHALLENGE_KEY_PURPOSE);
     let state = AppState {
+        access,
+        challenges: Arc::new(ChallengeKeys::new(current, previous)),
         joins,
         streams: StreamLimiter::new(config.max_streams_per_address),
         fanout: Arc::default(),
@@ -148,6 +155,28 @@ pub async fn serve(
 /// Headers must arrive within this, or the connection is closed: a
 /// slowloris client trickling header bytes would otherwise hold a socket
 /// (and one of the process's 20,000 files) for as long as it likes.
+/// The purpose proof-of-work challenge keys are derived for.
+const CHALLENGE_KEY_PURPOSE: &str = "proof-of-work challenges";
+
+/// Feeds every room's sample to the access book each second, so rules
+/// changed on another instance apply here and the join rate is known.
+fn follow_rooms(monitor: &Monitor, access: Arc<AccessBook>, stop: CancellationToken) {
+    let mut overview = monitor.subscribe();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                changed = overview.changed() => if changed.is_err() { return },
+            }
+            let rooms = overview.borrow_and_update().clone();
+            let now = crate::http::api::now_ms();
+            for (snapshot, _) in &rooms.rooms {
+                access.observe(snapshot, now);
+            }
+        }
+    });
+}
+
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long shutdown waits for in-flight requests once streams have ended.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);

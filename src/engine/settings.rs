@@ -106,8 +106,9 @@ pub struct RoomSettings {
     pub paused: bool,
     /// What a join must show (proof of work, an enqueue token). The engine
     /// keeps these with the rest for the backends to store; the HTTP
-    /// layer checks them before a join reaches the engine.
-    pub access: AccessSettings,
+    /// layer checks them before a join reaches the engine. Boxed: they are
+    /// larger than everything else here and rarely read.
+    pub access: Box<AccessSettings>,
 }
 
 impl RoomSettings {
@@ -127,7 +128,7 @@ impl RoomSettings {
             opens_at: None,
             order: Order::Lottery,
             paused: false,
-            access: AccessSettings::default(),
+            access: Box::default(),
         }
     }
 }

@@ -27,6 +27,7 @@ use futures_util::Stream;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+use super::access::AccessBook;
 use super::api::{now_ms, rfc3339};
 use super::auth::require_admin;
 use super::error::ApiError;
@@ -93,11 +94,14 @@ pub struct RoomBody {
     pub lottery_commitment: Option<String>,
     /// The seed, once drawn, so anyone can check the shuffle.
     pub lottery_seed: Option<String>,
+    /// Proof of work and enqueue tokens: the modes, the difficulty asked
+    /// now, and which keys are set (never the keys themselves).
+    pub access: Value,
     pub updated_at: String,
 }
 
 impl RoomBody {
-    pub fn new(s: &RoomSnapshot, recent: &Sample) -> Self {
+    pub fn new(s: &RoomSnapshot, recent: &Sample, access: &AccessBook) -> Self {
         let state = if s.view.closed {
             "closed"
         } else if !s.view.open {
@@ -136,13 +140,14 @@ impl RoomBody {
             order: s.settings.order,
             lottery_commitment: s.view.lottery_commitment.clone(),
             lottery_seed: s.view.lottery_seed.clone(),
+            access: super::access::summary(access, s),
             updated_at: rfc3339(now_ms()),
         }
     }
 }
 
 fn body(state: &AppState, s: &RoomSnapshot) -> RoomBody {
-    RoomBody::new(s, &state.monitor.figures(s))
+    RoomBody::new(s, &state.monitor.figures(s), &state.access)
 }
 
 fn invalid(e: &ConfigError) -> ApiError {
@@ -230,6 +235,7 @@ pub async fn put_room(
     };
     let s = state.backend.put_room(settings).await?;
     state.monitor.observe(&s);
+    state.access.observe(&s, now_ms());
     tracing::info!(room = %id, capacity = s.settings.capacity, replaced = existed, "admin: room put");
     let status = if existed {
         StatusCode::OK
@@ -330,6 +336,7 @@ pub async fn patch_room(
     };
     let s = state.backend.patch_room(&id, change).await?;
     state.monitor.observe(&s);
+    state.access.observe(&s, now_ms());
     tracing::info!(
         room = %id,
         capacity = s.settings.capacity,
@@ -461,7 +468,7 @@ pub async fn events(
             let rooms: Vec<Value> = overview
                 .rooms
                 .iter()
-                .map(|(s, sample)| json!({ "room": RoomBody::new(s, sample), "sample": sample }))
+                .map(|(s, sample)| json!({ "room": RoomBody::new(s, sample, &state.access), "sample": sample }))
                 .collect();
             if !rooms.is_empty() {
                 yield Ok(Event::default().event("update").data(json!({ "rooms": rooms }).to_string()));

@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::access::{self, Proof};
 use super::error::ApiError;
 use super::limits::{self, ClientIp};
 use super::return_path::validate_return_path;
@@ -88,15 +89,12 @@ pub fn now_ms() -> u64 {
     crate::engine::Clock::now_ms(&crate::engine::SystemClock)
 }
 
-/// The body a join may carry: nothing yet, but unknown keys are refused so
-/// that a client relying on a future option finds out.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct JoinRequest {}
-
-fn parse_join_body(body: &Bytes) -> Result<(), ApiError> {
+/// The body a join may carry: a proof of work and an enqueue token, for
+/// rooms that ask for them ([`Proof`]). Unknown keys are refused so that a
+/// client relying on a future option finds out.
+fn parse_join_body(body: &Bytes) -> Result<Proof, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(());
+        return Ok(Proof::default());
     }
     let value: serde_json::Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_body(format!("The body is not valid JSON: {e}")))?;
@@ -105,14 +103,13 @@ fn parse_join_body(body: &Bytes) -> Result<(), ApiError> {
             "The body must be a JSON object (or empty).",
         ));
     }
-    serde_json::from_value::<JoinRequest>(value).map_err(|e| {
+    serde_json::from_value::<Proof>(value).map_err(|e| {
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_field",
             format!("The join request was not understood: {e}"),
         )
-    })?;
-    Ok(())
+    })
 }
 
 /// An `Idempotency-Key`, hashed with the room into the engine's 16-byte
@@ -151,12 +148,15 @@ pub struct Joined {
 }
 
 /// Join idempotently: a live ticket in the cookie (or Bearer) is kept;
-/// an `Idempotency-Key` maps to one ticket; otherwise a new ticket.
+/// otherwise the room's access rules are checked ([`access::clear`]), and
+/// an enqueue token's account or an `Idempotency-Key` maps to one ticket;
+/// otherwise a new ticket.
 pub async fn join_room(
     state: &AppState,
     room: &RoomId,
     headers: &HeaderMap,
     client: ClientIp,
+    proof: &Proof,
 ) -> Result<Joined, ApiError> {
     // A broken or foreign cookie must not lock a visitor out: start afresh.
     if let Ok(Some(VisitorTicket { token, ticket })) = ticket::find(state, room, headers) {
@@ -173,7 +173,15 @@ pub async fn join_room(
             Err(e) => return Err(e.into()),
         }
     }
-    let identity = idempotency_identity(room, headers)?;
+    let policy = state
+        .access
+        .policy(state.backend.as_ref(), room, now_ms())
+        .await?;
+    let cleared = access::clear(state, room, &policy, proof)?;
+    let identity = match cleared.identity {
+        Some(account) => Some(account),
+        None => idempotency_identity(room, headers)?,
+    };
     // Only a join that may make a new ticket counts against the address.
     let limit = state
         .backend
@@ -185,6 +193,7 @@ pub async fn join_room(
         .joins
         .check(room, client, limit, now_ms())
         .map_err(|wait| limits::join_limited(limit, wait))?;
+    access::spend(state, room, &policy, &cleared).await?;
     let outcome = state.backend.join(room, identity).await?;
     let token = ticket::sign(state, room, outcome.ticket);
     Ok(Joined {
@@ -211,8 +220,8 @@ pub async fn join(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let room = room_id(&room)?;
-    parse_join_body(&body)?;
-    let joined = join_room(&state, &room, &headers, client).await?;
+    let proof = parse_join_body(&body)?;
+    let joined = join_room(&state, &room, &headers, client, &proof).await?;
     let mut body = StatusBody::new(&joined.status, now_ms());
     body.ticket = Some(joined.token.clone());
     let code = if joined.is_new {
