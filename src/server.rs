@@ -123,10 +123,9 @@ pub async fn serve(
     });
     let access = Arc::new(AccessBook::default());
     follow_rooms(&monitor, access.clone(), stop.clone());
-    let (current, previous) = keys.derive(CHALLENGE_KEY_PURPOSE);
     let state = AppState {
         access,
-        challenges: Arc::new(ChallengeKeys::new(current, previous)),
+        challenges: Arc::new(ChallengeKeys::from_keyring(&keys)),
         joins,
         streams: StreamLimiter::new(config.max_streams_per_address),
         fanout: Arc::default(),
@@ -155,9 +154,6 @@ pub async fn serve(
 /// Headers must arrive within this, or the connection is closed: a
 /// slowloris client trickling header bytes would otherwise hold a socket
 /// (and one of the process's 20,000 files) for as long as it likes.
-/// The purpose proof-of-work challenge keys are derived for.
-const CHALLENGE_KEY_PURPOSE: &str = "proof-of-work challenges";
-
 /// Feeds every room's sample to the access book each second, so rules
 /// changed on another instance apply here and the join rate is known.
 fn follow_rooms(monitor: &Monitor, access: Arc<AccessBook>, stop: CancellationToken) {

@@ -78,6 +78,15 @@ impl fmt::Debug for ChallengeKeys {
 }
 
 impl ChallengeKeys {
+    /// The purpose challenge keys are derived for from the signing keys.
+    const PURPOSE: &str = "proof-of-work challenges";
+
+    /// The challenge keys of a server with these signing keys.
+    pub fn from_keyring(keys: &crate::token::Keyring) -> Self {
+        let (current, previous) = keys.derive(Self::PURPOSE);
+        Self::new(current, previous)
+    }
+
     /// Keys from already-derived key material (see
     /// [`crate::token::Keyring::derive`]).
     pub fn new(current: [u8; 32], previous: Option<[u8; 32]>) -> Self {
