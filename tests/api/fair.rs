@@ -14,7 +14,8 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::support::{ADMIN_TOKEN, SECRET, TestApp, Visitor, room, spawn_app};
+use narabu_testkit::app::{ADMIN_TOKEN, SECRET, TestApp, Visitor, spawn_app};
+use narabu_testkit::room;
 
 const BITS: u8 = 8;
 
