@@ -359,3 +359,65 @@ pub fn summary(book: &AccessBook, s: &RoomSnapshot) -> serde_json::Value {
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::access::ChallengeMode;
+    use crate::backend::embedded::EmbeddedBackend;
+    use crate::engine::{RoomSettings, SystemClock};
+
+    #[tokio::test]
+    async fn the_difficulty_follows_the_join_rate_of_the_last_seconds() {
+        let id = RoomId::new("flood").unwrap();
+        let mut s = RoomSettings::new(id.clone());
+        s.access.challenge = ChallengeMode::Pow;
+        s.access.pow_difficulty = 10;
+        s.access.pow_difficulty_max = 14;
+        s.access.pow_rise_per_second = 100;
+        let backend = EmbeddedBackend::without_workers(vec![s], Arc::new(SystemClock));
+        let mut snap = backend.room(&id).await.unwrap();
+        let book = AccessBook::default();
+        let t0 = 1_000_000;
+        book.observe(&snap, t0);
+        assert_eq!(book.difficulty(&id), Some(10));
+        // 400 joins in a second: two doublings above 100/s.
+        snap.stats.joins += 400;
+        book.observe(&snap, t0 + 1000);
+        assert_eq!(book.difficulty(&id), Some(12));
+        // A flood far past it stops at the maximum.
+        snap.stats.joins += 1_000_000;
+        book.observe(&snap, t0 + 2000);
+        assert_eq!(book.difficulty(&id), Some(14));
+        // Calm for longer than the window: back to the base.
+        book.observe(&snap, t0 + 2000 + RATE_WINDOW_MS + 1000);
+        book.observe(&snap, t0 + 2000 + RATE_WINDOW_MS + 2000);
+        assert_eq!(book.difficulty(&id), Some(10));
+
+        // The policy comes from the book while fresh, else from the backend.
+        let now = t0 + 2000 + RATE_WINDOW_MS + 2000;
+        let cached = book.policy(backend.as_ref(), &id, now).await.unwrap();
+        assert!(cached.access.needs_pow());
+        let unknown = RoomId::new("nope").unwrap();
+        assert!(matches!(
+            book.policy(backend.as_ref(), &unknown, now).await,
+            Err(BackendError::NoSuchRoom(_))
+        ));
+        // An operator's change reaches the book at once.
+        snap.settings.access.challenge = ChallengeMode::None;
+        book.observe(&snap, now + 10);
+        assert!(
+            !book
+                .policy(backend.as_ref(), &id, now + 20)
+                .await
+                .unwrap()
+                .access
+                .needs_pow()
+        );
+        assert_eq!(
+            book.difficulty(&id),
+            None,
+            "no difficulty without proof of work"
+        );
+    }
+}
