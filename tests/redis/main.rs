@@ -4,5 +4,6 @@
 
 mod cluster;
 mod conformance;
+mod fair;
 mod instances;
 mod measure;
