@@ -18,7 +18,8 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 
 use super::admin;
-use super::support::{config, room, spawn_with};
+use narabu_testkit::app::{config, spawn_with};
+use narabu_testkit::room;
 
 const HOOK_SECRET: &str = "hook-secret-hook-secret-hook-secret-01";
 const CLOSED_ONLY_SECRET: &str = "second-secret-second-secret-second-02";

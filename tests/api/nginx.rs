@@ -11,11 +11,9 @@ use reqwest::StatusCode;
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
 use serde_json::Value;
 
-use crate::support::{next_event, room, spawn_app};
-
-#[path = "../support/nginx.rs"]
-mod proxy;
-use proxy::{Nginx, spawn_origin};
+use narabu_testkit::app::{next_event, spawn_app};
+use narabu_testkit::nginx::{Nginx, spawn_origin};
+use narabu_testkit::room;
 
 /// A browser's view of one visitor: its room cookie, once it has one.
 struct Browser<'a> {

@@ -16,7 +16,8 @@ use narabu::engine::{
     Departure, Handoff, Identity, LotterySeed, Order, RoomId, TicketState, Timestamp,
 };
 
-use crate::support::{Harness, Kind, T0, room};
+use narabu_testkit::redis_server::{Harness, Kind, T0};
+use narabu_testkit::room;
 
 pub(crate) fn rid(s: &str) -> RoomId {
     RoomId::new(s).unwrap()
@@ -43,11 +44,11 @@ macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
         mod embedded {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(crate::support::Kind::Embedded).await })*
+            async fn $name() { super::$name(narabu_testkit::redis_server::Kind::Embedded).await })*
         }
         mod redis {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(crate::support::Kind::Redis).await })*
+            async fn $name() { super::$name(narabu_testkit::redis_server::Kind::Redis).await })*
         }
     };
 }

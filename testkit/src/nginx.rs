@@ -1,7 +1,7 @@
 //! A real nginx running the shipped `config/nginx.conf` (only its addresses
 //! rewritten) in front of a small origin, for the tests that live the quick
 //! start as a visitor does: `tests/api/nginx.rs` with an HTTP client and
-//! `tests/browser.rs` with Chromium. Each includes this file with `#[path]`.
+//! `tests/browser.rs` with Chromium.
 
 use std::net::TcpListener as StdListener;
 use std::process::{Child, Command, Stdio};
