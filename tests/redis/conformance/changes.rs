@@ -12,7 +12,8 @@ use narabu::backend::{Backend, BackendError, JoinRequest, RoomPatch};
 use narabu::engine::{Identity, Patch, TicketState};
 
 use super::{rid, state};
-use crate::support::{Harness, Kind, room};
+use narabu_testkit::redis_server::{Harness, Kind};
+use narabu_testkit::room;
 
 conformance!(
     the_join_limit_holds_across_instances,
