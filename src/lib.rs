@@ -8,6 +8,7 @@ pub mod lean;
 pub mod metrics;
 pub mod monitor;
 pub mod server;
+pub mod sync;
 pub mod token;
 pub mod verify;
 pub mod webhooks;

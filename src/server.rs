@@ -27,9 +27,9 @@ use crate::backend::redis::{RedisBackend, RedisOptions};
 use crate::config::{self, Config};
 use crate::engine::SystemClock;
 use crate::http::access::AccessBook;
-use crate::http::limits::{JoinLimiter, StreamLimiter};
+use crate::http::limits::StreamLimiter;
 use crate::http::router::router;
-use crate::http::state::{AppState, HttpSettings};
+use crate::http::state::{AppState, HttpSettings, Shared};
 use crate::lean::{self, First, Rewind};
 use crate::metrics::Metrics;
 use crate::monitor::Monitor;
@@ -109,24 +109,12 @@ pub async fn serve(
     let webhooks = Webhooks::start(config.webhooks.clone(), metrics.clone(), stop.clone());
     let monitor = Monitor::new(backend.clone(), webhooks);
     monitor.start(stop.clone());
-    let joins = Arc::new(JoinLimiter::default());
-    let sweep_joins = joins.clone();
-    let sweep_stop = stop.clone();
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(std::time::Duration::from_secs(30));
-        loop {
-            tokio::select! {
-                () = sweep_stop.cancelled() => return,
-                _ = every.tick() => sweep_joins.sweep(crate::http::api::now_ms()),
-            }
-        }
-    });
     let access = Arc::new(AccessBook::default());
-    follow_rooms(&monitor, access.clone(), stop.clone());
-    let state = AppState {
+    follow_rooms(&monitor, access.clone(), stop.clone(), backend.clock());
+    let state = AppState::new(Shared {
+        clock: backend.clock(),
         access,
         challenges: Arc::new(ChallengeKeys::from_keyring(&keys)),
-        joins,
         streams: StreamLimiter::new(config.max_streams_per_address),
         fanout: Arc::default(),
         metrics,
@@ -136,7 +124,7 @@ pub async fn serve(
         settings,
         shutdown: stop.clone(),
         heartbeat,
-    };
+    });
     let app = router(state);
     tracing::info!(
         addr = %listener.local_addr()?,
@@ -156,7 +144,12 @@ pub async fn serve(
 /// (and one of the process's 20,000 files) for as long as it likes.
 /// Feeds every room's sample to the access book each second, so rules
 /// changed on another instance apply here and the join rate is known.
-fn follow_rooms(monitor: &Monitor, access: Arc<AccessBook>, stop: CancellationToken) {
+fn follow_rooms(
+    monitor: &Monitor,
+    access: Arc<AccessBook>,
+    stop: CancellationToken,
+    clock: Arc<dyn crate::engine::Clock>,
+) {
     let mut overview = monitor.subscribe();
     tokio::spawn(async move {
         loop {
@@ -165,7 +158,7 @@ fn follow_rooms(monitor: &Monitor, access: Arc<AccessBook>, stop: CancellationTo
                 changed = overview.changed() => if changed.is_err() { return },
             }
             let rooms = overview.borrow_and_update().clone();
-            let now = crate::http::api::now_ms();
+            let now = clock.now_ms();
             for (snapshot, _) in &rooms.rooms {
                 access.observe(snapshot, now);
             }

@@ -285,7 +285,7 @@ async fn chromium_solves_the_proof_of_work_and_follows_an_invitation_to_the_orig
     let app = spawn_with(config(), backend).await;
     let origin = spawn_origin().await;
     let nginx = Nginx::start(app.base.trim_start_matches("http://"), &origin);
-    let exp = narabu::http::api::now_ms() / 1000 + 600;
+    let exp = narabu::engine::Clock::now_ms(&narabu::engine::SystemClock) / 1000 + 600;
     let invite = |account: &str| {
         jsonwebtoken::encode(
             &jsonwebtoken::Header::default(),

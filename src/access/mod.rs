@@ -20,6 +20,7 @@
 //! may rise with the room's join rate ([`AccessSettings::difficulty`]).
 
 pub mod enqueue;
+mod patch;
 pub mod pow;
 
 use std::fmt;
@@ -30,6 +31,7 @@ use sha2::{Digest, Sha256};
 use crate::engine::{Identity, RoomId};
 
 pub use enqueue::{EnqueueError, EnqueueVerifier, Enqueuer};
+pub use patch::AccessPatch;
 pub use pow::{Challenge, ChallengeKeys, PowError, Solved};
 
 /// What a join must show besides itself.

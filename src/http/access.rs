@@ -10,26 +10,29 @@
 //! (counted over every instance: the backend's join counter), from which
 //! the challenge difficulty rises when the room is configured to.
 //!
-//! Refusals carry what a client needs to try again: a join without a
-//! solution, or with one that fails, gets `428` with a fresh `challenge`;
-//! a missing enqueue token `401`, a bad one `403` with its `reason`.
+//! The checks run before the join's one backend call and say what a new
+//! ticket would lack; the backend then refuses a new ticket (a visitor who
+//! holds a live ticket keeps it), and spends a solution's nonce in the same
+//! step that issues the ticket. Refusals carry what a client needs to try
+//! again: a join without a solution, or with one that fails, gets `428`
+//! with a fresh `challenge`; a missing enqueue token `401`, a bad one `403`
+//! with its `reason`.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, RwLock};
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::api::{now_ms, rfc3339};
 use super::error::ApiError;
-use super::room_id;
+use super::extract::Room;
 use super::state::AppState;
 use crate::access::{Challenge, EnqueueError, PowError, RoomAccess, Solved, account_identity};
-use crate::backend::{Backend, BackendError, RoomSnapshot};
-use crate::engine::{Identity, RoomId};
+use crate::backend::{Backend, BackendError, NonceSpend, RoomSnapshot};
+use crate::engine::{Identity, RoomId, Timestamp};
 
 /// A room's rules older than this are read from the backend again (the
 /// monitor's samples normally keep them fresher).
@@ -50,12 +53,24 @@ pub struct Proof {
 }
 
 /// What a join's checks found: who it is (an account from an enqueue
-/// token), its lane, and the solution whose nonce the join spends.
+/// token), its lane, and the solution whose nonce a new ticket spends.
 #[derive(Clone, Debug, Default)]
 pub struct Cleared {
     pub identity: Option<Identity>,
     pub lane: Option<String>,
     pub solved: Option<Solved>,
+    /// An enqueue token was checked and accepted.
+    pub enqueued: bool,
+}
+
+impl Cleared {
+    /// The nonce a new ticket spends.
+    pub fn nonce(&self) -> Option<NonceSpend> {
+        self.solved.map(|s| NonceSpend {
+            nonce: s.nonce,
+            until_ms: s.expires_at_ms,
+        })
+    }
 }
 
 /// A room's compiled rules and the difficulty to ask now.
@@ -174,7 +189,7 @@ pub struct ChallengeBody {
     pub token: String,
     /// Leading zero bits SHA-256(token || decimal counter) must have.
     pub difficulty: u8,
-    pub expires_at: String,
+    pub expires_at: Timestamp,
     pub scheme: &'static str,
 }
 
@@ -186,7 +201,7 @@ impl From<&Challenge> for ChallengeBody {
         Self {
             token: c.token.clone(),
             difficulty: c.difficulty,
-            expires_at: rfc3339(c.expires_at_ms),
+            expires_at: Timestamp(c.expires_at_ms),
             scheme: SCHEME,
         }
     }
@@ -195,11 +210,30 @@ impl From<&Challenge> for ChallengeBody {
 /// A fresh challenge for `room`, counted.
 pub fn issue(state: &AppState, room: &RoomId, policy: &Policy) -> Challenge {
     state.metrics.challenge_issued(room.as_str());
-    state.challenges.issue(room, policy.difficulty, now_ms())
+    state
+        .challenges
+        .issue(room, policy.difficulty, state.clock.now_ms())
 }
 
-/// The `428` a join gets for its proof of work, with a fresh challenge.
-pub fn challenge_refusal(
+/// Why the access rules would refuse a new ticket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// No proof of work (`None`), or one that failed.
+    Pow(Option<PowError>),
+    Enqueue(EnqueueError),
+}
+
+/// The answer to a join the backend refused a new ticket, counted: `428`
+/// with a fresh challenge for the proof of work, `401`/`403` for the
+/// enqueue token.
+pub fn refuse(state: &AppState, room: &RoomId, policy: &Policy, refusal: Refusal) -> ApiError {
+    match refusal {
+        Refusal::Pow(why) => challenge_refusal(state, room, policy, why),
+        Refusal::Enqueue(e) => enqueue_refusal(state, room, &e),
+    }
+}
+
+fn challenge_refusal(
     state: &AppState,
     room: &RoomId,
     policy: &Policy,
@@ -254,71 +288,47 @@ fn capitalize(s: &str) -> String {
     })
 }
 
-/// Checks what a new join brings against the room's rules. A solution is
-/// only verified here; its nonce is spent by [`spend`], after the other
-/// checks passed, so a join refused for another reason keeps it.
+/// Checks what a join brings against the room's rules: the token's
+/// account and the verified solution, or what a new ticket would lack. A
+/// solution is only verified here: the backend spends its nonce with the
+/// new ticket, in one step.
 pub fn clear(
     state: &AppState,
     room: &RoomId,
     policy: &Policy,
     proof: &Proof,
-) -> Result<Cleared, ApiError> {
-    let now = now_ms();
+) -> Result<Cleared, Refusal> {
+    let now = state.clock.now_ms();
     let mut cleared = Cleared::default();
     if let Some(verifier) = &policy.access.enqueue {
         let who = verifier
             .verify(proof.enqueue_token.as_deref(), now / 1000)
-            .map_err(|e| enqueue_refusal(state, room, &e))?;
-        state.metrics.enqueue_accepted(room.as_str());
+            .map_err(Refusal::Enqueue)?;
         cleared.identity = Some(account_identity(room, &who.account));
         cleared.lane = who.lane;
+        cleared.enqueued = true;
     }
     if policy.access.needs_pow() {
-        let Some(token) = proof.challenge.as_deref() else {
-            return Err(challenge_refusal(state, room, policy, None));
-        };
-        let counter = proof.counter.ok_or_else(|| {
-            ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_field",
-                "counter: required with challenge (the number that solves it)",
-            )
-        })?;
+        let token = proof.challenge.as_deref().ok_or(Refusal::Pow(None))?;
+        // A challenge sent without its counter is an unsolved one.
+        let counter = proof.counter.ok_or(Refusal::Pow(Some(PowError::Wrong)))?;
         let min = policy.access.settings.pow_difficulty;
         let solved = state
             .challenges
             .check(room, token, counter, min, now)
-            .map_err(|e| challenge_refusal(state, room, policy, Some(e)))?;
+            .map_err(|e| Refusal::Pow(Some(e)))?;
         cleared.solved = Some(solved);
     }
     Ok(cleared)
 }
 
-/// Spends the solution's nonce: the join may go ahead only if nobody used
-/// this solution before, on any instance.
-pub async fn spend(
-    state: &AppState,
-    room: &RoomId,
-    policy: &Policy,
-    cleared: &Cleared,
-) -> Result<(), ApiError> {
-    let Some(solved) = cleared.solved else {
-        return Ok(());
-    };
-    if state
-        .backend
-        .spend_nonce(room, solved.nonce, solved.expires_at_ms)
-        .await?
-    {
+/// Counts what a join that made a new ticket showed.
+pub fn admitted(state: &AppState, room: &RoomId, cleared: &Cleared) {
+    if cleared.solved.is_some() {
         state.metrics.challenge_solved(room.as_str());
-        Ok(())
-    } else {
-        Err(challenge_refusal(
-            state,
-            room,
-            policy,
-            Some(PowError::Spent),
-        ))
+    }
+    if cleared.enqueued {
+        state.metrics.enqueue_accepted(room.as_str());
     }
 }
 
@@ -326,12 +336,11 @@ pub async fn spend(
 /// (`404 no_challenge` for a room that asks none).
 pub async fn challenge(
     State(state): State<AppState>,
-    Path(room): Path<String>,
+    Room(room): Room,
 ) -> Result<Json<ChallengeBody>, ApiError> {
-    let room = room_id(&room)?;
     let policy = state
         .access
-        .policy(state.backend.as_ref(), &room, now_ms())
+        .policy(state.backend.as_ref(), &room, state.clock.now_ms())
         .await?;
     if !policy.access.needs_pow() {
         return Err(ApiError::new(

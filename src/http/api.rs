@@ -2,11 +2,9 @@
 //! release. Browsers and apps use the same endpoints; the ticket travels as
 //! the room cookie or as `Authorization: Bearer`.
 
-use std::sync::Arc;
-
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::{Deserialize, Serialize};
@@ -14,79 +12,22 @@ use sha2::{Digest, Sha256};
 
 use super::access::{self, Proof};
 use super::error::ApiError;
-use super::limits::{self, ClientIp};
+use super::extract::{MaybeVisitor, ReleaseKey, Room, Visitor};
+use super::limits::ClientIp;
 use super::return_path::validate_return_path;
-use super::room_id;
 use super::state::AppState;
 use super::ticket::{self, VisitorTicket};
-use crate::backend::{BackendError, TicketRef};
-use crate::engine::{Departure, Identity, RoomId, TicketState, TicketStatus};
+use crate::access::PowError;
+use crate::backend::{BackendError, JoinRequest, TicketRef};
+use crate::engine::{Departure, Identity, RoomId, TicketStatus};
 
-/// A ticket's status as JSON: the body of `status`, of `join` (with the
-/// token) and of every `position` event.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StatusBody {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ticket: Option<String>,
-    pub status: &'static str,
-    pub number: Option<u64>,
-    pub position: Option<u64>,
-    pub ahead: Option<u64>,
-    pub eta_seconds: Option<u64>,
-    pub eta_low_seconds: Option<u64>,
-    pub eta_high_seconds: Option<u64>,
-    pub progress: f64,
-    pub queue_length: u64,
-    pub paused: bool,
-    pub opens_at: Option<String>,
-    pub pass_expires_at: Option<String>,
-    pub updated_at: String,
-}
-
-/// The API's name for a ticket state; a closed room overrides it.
-pub fn status_name(status: &TicketStatus) -> &'static str {
-    if status.closed && status.state.is_live() {
-        return "closed";
-    }
-    match status.state {
-        TicketState::Waiting => "waiting",
-        TicketState::Admitted => "admitted",
-        TicketState::Released | TicketState::Left => "left",
-        TicketState::Revoked | TicketState::Expired | TicketState::Abandoned => "expired",
-    }
-}
-
-pub fn rfc3339(ms: u64) -> String {
-    i64::try_from(ms)
-        .ok()
-        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
-        .map(|t| t.to_string())
-        .unwrap_or_default()
-}
-
-impl StatusBody {
-    pub fn new(status: &TicketStatus, now_ms: u64) -> Self {
-        Self {
-            ticket: None,
-            status: status_name(status),
-            number: status.number,
-            position: status.position,
-            ahead: status.ahead,
-            eta_seconds: status.eta.map(|e| e.expected_secs),
-            eta_low_seconds: status.eta.map(|e| e.low_secs),
-            eta_high_seconds: status.eta.map(|e| e.high_secs),
-            progress: (status.progress * 1000.0).round() / 1000.0,
-            queue_length: status.queue_length,
-            paused: status.paused,
-            opens_at: status.opens_at.map(rfc3339),
-            pass_expires_at: status.pass_expires_at.map(rfc3339),
-            updated_at: rfc3339(now_ms),
-        }
-    }
-}
-
-pub fn now_ms() -> u64 {
-    crate::engine::Clock::now_ms(&crate::engine::SystemClock)
+/// A join's answer: the ticket's token and its status (the same body as
+/// `status`, with `ticket` first).
+#[derive(Serialize)]
+struct JoinBody<'a> {
+    ticket: &'a str,
+    #[serde(flatten)]
+    status: &'a TicketStatus,
 }
 
 /// The body a join may carry: a proof of work and an enqueue token, for
@@ -147,55 +88,63 @@ pub struct Joined {
     pub is_new: bool,
 }
 
-/// Join idempotently: a live ticket in the cookie (or Bearer) is kept;
-/// otherwise the room's access rules are checked ([`access::clear`]), and
-/// an enqueue token's account or an `Idempotency-Key` maps to one ticket;
-/// otherwise a new ticket.
+/// Join idempotently, in one call to the backend: the visitor's live
+/// ticket (cookie or Bearer) is kept; otherwise the room's access rules
+/// are checked ([`access::clear`]) and an enqueue token's account or an
+/// `Idempotency-Key` maps to one ticket; otherwise a new ticket, which
+/// counts against the client address's join limit and spends the join's
+/// proof of work. With `replace_ended` off, an ended ticket is answered as
+/// it is rather than replaced.
 pub async fn join_room(
     state: &AppState,
     room: &RoomId,
+    held: Option<VisitorTicket>,
     headers: &HeaderMap,
     client: ClientIp,
+    replace_ended: bool,
     proof: &Proof,
 ) -> Result<Joined, ApiError> {
-    // A broken or foreign cookie must not lock a visitor out: start afresh.
-    if let Ok(Some(VisitorTicket { token, ticket })) = ticket::find(state, room, headers) {
-        match state.backend.status(room, ticket, true).await {
-            Ok(status) if status.state.is_live() => {
-                return Ok(Joined {
-                    ticket,
-                    token,
-                    status,
-                    is_new: false,
-                });
-            }
-            Ok(_) | Err(BackendError::NoSuchTicket) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
     let policy = state
         .access
-        .policy(state.backend.as_ref(), room, now_ms())
+        .policy(state.backend.as_ref(), room, state.clock.now_ms())
         .await?;
-    let cleared = access::clear(state, room, &policy, proof)?;
+    // What the rules find missing only matters if a new ticket is made:
+    // a visitor who holds a live ticket keeps it without showing anything.
+    let (cleared, refusal) = match access::clear(state, room, &policy, proof) {
+        Ok(cleared) => (cleared, None),
+        Err(refusal) => (access::Cleared::default(), Some(refusal)),
+    };
     let identity = match cleared.identity {
         Some(account) => Some(account),
         None => idempotency_identity(room, headers)?,
     };
-    // Only a join that may make a new ticket counts against the address.
-    let limit = state
-        .backend
-        .watch_room(room)
-        .await?
-        .borrow()
-        .join_limit_per_minute;
-    state
-        .joins
-        .check(room, client, limit, now_ms())
-        .map_err(|wait| limits::join_limited(limit, wait))?;
-    access::spend(state, room, &policy, &cleared).await?;
-    let outcome = state.backend.join(room, identity).await?;
-    let token = ticket::sign(state, room, outcome.ticket);
+    let request = JoinRequest {
+        held: held.as_ref().map(|v| v.ticket),
+        replace_ended,
+        identity,
+        client: Some(client.key()),
+        refuse_new: refusal.is_some(),
+        nonce: cleared.nonce(),
+    };
+    let outcome = match state.backend.join(room, request).await {
+        Ok(outcome) => outcome,
+        Err(BackendError::AccessDenied) => {
+            let refusal = refusal.unwrap_or(access::Refusal::Pow(None));
+            return Err(access::refuse(state, room, &policy, refusal));
+        }
+        Err(BackendError::NonceSpent) => {
+            let spent = access::Refusal::Pow(Some(PowError::Spent));
+            return Err(access::refuse(state, room, &policy, spent));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if outcome.is_new {
+        access::admitted(state, room, &cleared);
+    }
+    let token = match held {
+        Some(v) if v.ticket == outcome.ticket => v.token,
+        _ => ticket::sign(state, room, outcome.ticket),
+    };
     Ok(Joined {
         ticket: outcome.ticket,
         token,
@@ -213,35 +162,35 @@ pub fn set_cookie(state: &AppState, room: &RoomId, token: String) -> (header::He
 
 /// `POST /api/rooms/{room}/join`
 pub async fn join(
-    State(state): State<Arc<AppState>>,
-    Path(room): Path<String>,
+    State(state): State<AppState>,
+    MaybeVisitor { room, ticket }: MaybeVisitor,
     client: ClientIp,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let room = room_id(&room)?;
     let proof = parse_join_body(&body)?;
-    let joined = join_room(&state, &room, &headers, client, &proof).await?;
-    let mut body = StatusBody::new(&joined.status, now_ms());
-    body.ticket = Some(joined.token.clone());
+    let joined = join_room(&state, &room, ticket, &headers, client, true, &proof).await?;
     let code = if joined.is_new {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    Ok((code, [set_cookie(&state, &room, joined.token)], Json(body)).into_response())
+    let body = Json(JoinBody {
+        ticket: &joined.token,
+        status: &joined.status,
+    })
+    .into_response();
+    Ok((code, [set_cookie(&state, &room, joined.token)], body).into_response())
 }
 
 /// `GET /api/rooms/{room}/status` — also counts as activity.
 pub async fn status(
     State(state): State<AppState>,
-    Path(room): Path<String>,
-    headers: HeaderMap,
-) -> Result<Json<StatusBody>, ApiError> {
-    let room = room_id(&room)?;
-    let visitor = ticket::require(&state, &room, &headers)?;
-    let status = state.backend.status(&room, visitor.ticket, true).await?;
-    Ok(Json(StatusBody::new(&status, now_ms())))
+    Visitor { room, ticket }: Visitor,
+) -> Result<Json<TicketStatus>, ApiError> {
+    Ok(Json(
+        state.backend.status(&room, ticket.ticket, true).await?,
+    ))
 }
 
 /// `POST /api/rooms/{room}/leave` — leave the queue, or give the permit
@@ -250,13 +199,11 @@ pub async fn status(
 /// says the visitor left.
 pub async fn leave(
     State(state): State<AppState>,
-    Path(room): Path<String>,
+    Visitor { room, ticket }: Visitor,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let room = room_id(&room)?;
-    let visitor = ticket::require(&state, &room, &headers)?;
-    state.backend.leave(&room, visitor.ticket).await?;
+    state.backend.leave(&room, ticket.ticket).await?;
     let is_form = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -285,12 +232,10 @@ struct ReleaseRequest {
 /// (or the release key) as `Authorization: Bearer`.
 pub async fn release(
     State(state): State<AppState>,
-    Path(room): Path<String>,
-    headers: HeaderMap,
+    _: ReleaseKey,
+    Room(room): Room,
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
-    super::auth::require_release_key(&state, &headers)?;
-    let room = room_id(&room)?;
     let request: ReleaseRequest = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,

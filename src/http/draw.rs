@@ -10,14 +10,13 @@
 //! and `?ticket=<id>` looks any ticket up.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
-use super::room_id;
+use super::extract::MaybeVisitor;
 use super::state::AppState;
-use super::ticket;
 use crate::engine::{DrawRecord, TicketId};
 
 /// The draw as published: the body of this endpoint and what
@@ -60,11 +59,9 @@ pub struct DrawQuery {
 /// `GET /api/rooms/{room}/draw`
 pub async fn draw(
     State(state): State<AppState>,
-    Path(room): Path<String>,
+    MaybeVisitor { room, ticket }: MaybeVisitor,
     Query(query): Query<DrawQuery>,
-    headers: HeaderMap,
 ) -> Result<Json<DrawBody>, ApiError> {
-    let room = room_id(&room)?;
     let record = state.backend.draw(&room).await?.ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,
@@ -81,10 +78,7 @@ pub async fn draw(
             )
         })?),
         // A broken or foreign ticket just means "nobody in particular".
-        None => ticket::find(&state, &room, &headers)
-            .ok()
-            .flatten()
-            .and_then(|v| TicketId::try_from(v.ticket.id).ok()),
+        None => ticket.and_then(|v| TicketId::try_from(v.ticket.id).ok()),
     };
     let place = asked.map(|id| {
         record

@@ -6,22 +6,21 @@
 //! refresh. A ticket that ended shows why, with a way to join again that
 //! really starts a new ticket (`?rejoin=1`).
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::access::Proof;
-use super::api::{self, StatusBody};
+use super::api;
 use super::error::ApiError;
+use super::extract::MaybeVisitor;
 use super::i18n::Lang;
 use super::limits::ClientIp;
 use super::pages::{self, ClosedPage, ClosedReason, DrawLink, ErrorPage, PowForm, QueuePage};
 use super::return_path::validate_return_path;
 use super::state::AppState;
-use super::ticket;
-use crate::backend::BackendError;
-use crate::engine::{RoomId, TicketState, TicketStatus};
+use crate::engine::{RoomId, TicketState, TicketStatus, Timestamp};
 
 #[derive(Debug, Default, Deserialize)]
 pub struct QueueQuery {
@@ -62,7 +61,7 @@ fn page_for_error(lang: Lang, e: &ApiError) -> Response {
 /// `GET /queue/{room}?return=P&lang=L`
 pub async fn queue(
     State(state): State<AppState>,
-    Path(room): Path<String>,
+    visitor: Result<MaybeVisitor, ApiError>,
     Query(query): Query<QueueQuery>,
     client: ClientIp,
     headers: HeaderMap,
@@ -71,8 +70,9 @@ pub async fn queue(
         .get(header::ACCEPT_LANGUAGE)
         .and_then(|v| v.to_str().ok());
     let lang = Lang::negotiate(query.lang.as_deref(), accept);
-    let Ok(room) = RoomId::new(&room) else {
-        return error_page(lang, StatusCode::NOT_FOUND);
+    let MaybeVisitor { room, ticket } = match visitor {
+        Ok(v) => v,
+        Err(e) => return page_for_error(lang, &e),
     };
     let Ok(return_path) = validate_return_path(query.return_path.as_deref()) else {
         return error_page(lang, StatusCode::BAD_REQUEST);
@@ -88,23 +88,14 @@ pub async fn queue(
 
     // An ended ticket in the cookie is shown as ended, not silently
     // replaced: the visitor should know they lost their place and why.
-    if query.rejoin.is_none()
-        && let Ok(Some(visitor)) = ticket::find(&state, &room, &headers)
-    {
-        match state.backend.status(&room, visitor.ticket, true).await {
-            Ok(status) if !status.state.is_live() || status.closed => {
-                return ended_page(lang, &room, &status, rejoin_url);
-            }
-            Ok(_) | Err(BackendError::NoSuchTicket) => {}
-            Err(e) => return page_for_error(lang, &e.into()),
-        }
-    }
-
+    // `?rejoin=1` really starts a new one.
+    let rejoin = query.rejoin.is_some();
     let proof = Proof {
         enqueue_token: query.enqueue_token.clone(),
         ..Proof::default()
     };
-    let joined = match api::join_room(&state, &room, &headers, client, &proof).await {
+    let joined = match api::join_room(&state, &room, ticket, &headers, client, rejoin, &proof).await
+    {
         Ok(joined) => joined,
         Err(e) if e.code == "room_closed" => {
             return pages::html(
@@ -120,11 +111,23 @@ pub async fn queue(
         }
         Err(e) if e.code.starts_with("challenge_") => {
             let page_url = page_url(&room, &return_path, lang);
-            return pow_page(lang, &room, &e, return_path, page_url, proof.enqueue_token);
+            let now = state.clock.now();
+            return pow_page(
+                now,
+                lang,
+                &room,
+                &e,
+                return_path,
+                page_url,
+                proof.enqueue_token,
+            );
         }
         Err(e) if e.code.starts_with("enqueue_token_") => return invite_page(lang, &e),
         Err(e) => return page_for_error(lang, &e),
     };
+    if !joined.status.state.is_live() || joined.status.closed {
+        return ended_page(lang, &room, &joined.status, rejoin_url);
+    }
     let cookie = api::set_cookie(&state, &room, joined.token);
     if joined.status.state == TicketState::Admitted {
         return ([cookie], Redirect::to(&return_path)).into_response();
@@ -135,10 +138,9 @@ pub async fn queue(
         let clean = page_url(&room, &return_path, lang);
         return ([cookie], Redirect::to(&clean)).into_response();
     }
-    let mut page = queue_page(lang, &room, &joined.status, return_path);
-    if joined.status.number.is_none()
-        && let Ok(view) = state.backend.watch_room(&room).await
-    {
+    let before_draw = joined.status.number.is_none();
+    let mut page = queue_page(lang, &room, joined.status, return_path);
+    if before_draw && let Ok(view) = state.backend.watch_room(&room).await {
         page.draw = view
             .borrow()
             .lottery_commitment
@@ -162,6 +164,7 @@ fn page_url(room: &RoomId, return_path: &str, lang: Lang) -> String {
 /// The queue page before a ticket: its script solves the challenge the
 /// join was refused with, then joins.
 fn pow_page(
+    now: Timestamp,
     lang: Lang,
     room: &RoomId,
     refusal: &ApiError,
@@ -187,14 +190,15 @@ fn pow_page(
         eta: None,
         progress: 0.0,
         queue_length: 0,
-        joined_at: 0,
+        paused: false,
+        closed: false,
+        joined_at: now,
         admitted_at: None,
         pass_expires_at: None,
         opens_at: None,
-        paused: false,
-        closed: false,
+        at: now,
     };
-    let mut page = queue_page(lang, room, &none, return_path);
+    let mut page = queue_page(lang, room, none, return_path);
     page.pow = Some(PowForm {
         token: token.to_owned(),
         difficulty: u8::try_from(difficulty).unwrap_or(u8::MAX),
@@ -255,24 +259,14 @@ fn refresh_seconds(status: &TicketStatus) -> u32 {
     quarter.clamp(u64::from(pages::MIN_REFRESH_SECONDS), 60) as u32
 }
 
-fn queue_page(lang: Lang, room: &RoomId, status: &TicketStatus, return_path: String) -> QueuePage {
-    let body = StatusBody::new(status, api::now_ms());
+fn queue_page(lang: Lang, room: &RoomId, status: TicketStatus, return_path: String) -> QueuePage {
     let ret = query_string(&[("return", &return_path)]);
     QueuePage {
         lang,
         t: lang.strings(),
         room: room.to_string(),
-        number: status.number,
-        position: status.position,
-        ahead: status.ahead,
-        eta_low_secs: status.eta.map(|e| e.low_secs),
-        eta_high_secs: status.eta.map(|e| e.high_secs),
-        progress_percent: (status.progress * 100.0).round().clamp(0.0, 100.0) as u8,
-        queue_length: status.queue_length,
-        updated_at: body.updated_at,
-        opens_at: body.opens_at,
-        paused: status.paused,
-        refresh_seconds: refresh_seconds(status),
+        refresh_seconds: refresh_seconds(&status),
+        status,
         events_url: format!("/api/rooms/{room}/events?{ret}"),
         status_url: format!("/api/rooms/{room}/status"),
         leave_url: format!("/api/rooms/{room}/leave"),

@@ -102,13 +102,25 @@ async fn a_pow_room_refuses_joins_without_a_good_solution_and_admits_each_soluti
     };
     let keys = ChallengeKeys::from_keyring(&Keyring::from_secrets(&Secret::new(SECRET), None));
     let pow = RoomId::new("pow").unwrap();
-    let expired = keys.issue(&pow, BITS, narabu::http::api::now_ms() - 6 * 60_000);
-    let too_easy = keys.issue(&pow, BITS - 4, narabu::http::api::now_ms());
+    let expired = keys.issue(
+        &pow,
+        BITS,
+        narabu::engine::Clock::now_ms(&narabu::engine::SystemClock) - 6 * 60_000,
+    );
+    let too_easy = keys.issue(
+        &pow,
+        BITS - 4,
+        narabu::engine::Clock::now_ms(&narabu::engine::SystemClock),
+    );
     let foreign = ChallengeKeys::from_keyring(&Keyring::from_secrets(
         &Secret::new("another-secret-another-secret-another-0"),
         None,
     ))
-    .issue(&pow, BITS, narabu::http::api::now_ms());
+    .issue(
+        &pow,
+        BITS,
+        narabu::engine::Clock::now_ms(&narabu::engine::SystemClock),
+    );
     for (challenge, counter, reason) in [
         (token.clone(), wrong, "wrong"),
         (from_other.clone(), solve(&from_other, BITS), "other_room"),
@@ -270,7 +282,7 @@ for item in json.load(sys.stdin):
 }
 
 fn now_secs() -> u64 {
-    narabu::http::api::now_ms() / 1000
+    narabu::engine::Clock::now_ms(&narabu::engine::SystemClock) / 1000
 }
 
 async fn token_join(app: &TestApp, room: &str, token: &str) -> (StatusCode, Value) {
@@ -444,7 +456,7 @@ fn recompute(seed_hex: &str, ids: &[u64]) -> (String, Vec<u64>) {
 
 #[tokio::test]
 async fn the_opening_draw_is_public_and_recomputable_from_sha256_alone() {
-    let opens_at = narabu::http::api::now_ms() + 1_500;
+    let opens_at = narabu::engine::Clock::now_ms(&narabu::engine::SystemClock) + 1_500;
     let mut s = room("launch", 1);
     s.opens_at = Some(opens_at);
     let app = spawn_app(vec![s]).await;
@@ -492,7 +504,7 @@ async fn the_opening_draw_is_public_and_recomputable_from_sha256_alone() {
     assert!(page.contains("/api/rooms/launch/draw"));
 
     tokio::time::sleep(Duration::from_millis(
-        opens_at.saturating_sub(narabu::http::api::now_ms()) + 50,
+        opens_at.saturating_sub(narabu::engine::Clock::now_ms(&narabu::engine::SystemClock)) + 50,
     ))
     .await;
     app.tick("launch").await;

@@ -98,7 +98,7 @@ async fn an_account_holds_one_ticket_whichever_instance_it_joins_through() {
     let redis = RedisServer::start().await;
     let a = instance(&redis, rooms()).await;
     let b = instance(&redis, rooms()).await;
-    let exp = narabu::http::api::now_ms() / 1000 + 600;
+    let exp = narabu::engine::Clock::now_ms(&narabu::engine::SystemClock) / 1000 + 600;
     let token = jsonwebtoken::encode(
         &jsonwebtoken::Header::default(),
         &json!({"aud": "invite", "sub": "member-9", "exp": exp}),
