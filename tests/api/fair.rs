@@ -228,6 +228,29 @@ async fn a_pow_room_refuses_joins_without_a_good_solution_and_admits_each_soluti
     app.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_solution_sent_many_times_at_once_makes_one_ticket() {
+    let app = spawn_app(vec![pow_room("pow")]).await;
+    let (_, refused) = post_join(&app, "pow", json!({})).await;
+    let (token, bits) = the_challenge(&refused);
+    let solution = json!({"challenge": token, "counter": solve(&token, bits)});
+    let attempts = (0..16).map(|_| post_join(&app, "pow", solution.clone()));
+    let results = futures_util::future::join_all(attempts).await;
+    let created = results
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::CREATED)
+        .count();
+    assert_eq!(created, 1, "{results:?}");
+    for (status, body) in &results {
+        assert!(
+            *status == StatusCode::CREATED || body["reason"] == "spent",
+            "{status}: {body}"
+        );
+    }
+    assert_eq!(joins(&app, "pow").await, (1, 1));
+    app.stop().await;
+}
+
 // ----- enqueue tokens ------------------------------------------------------
 
 const HS_KEY: &str = "origin-shared-key-origin-shared-key-01";

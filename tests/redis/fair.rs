@@ -158,3 +158,42 @@ async fn an_operator_s_change_on_one_instance_applies_on_the_others() {
     a.stop().await;
     b.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_operators_changing_different_access_rules_at_once_both_succeed() {
+    let redis = RedisServer::start().await;
+    let a = instance(&redis, rooms()).await;
+    let b = instance(&redis, rooms()).await;
+    let patch = |app: &TestApp, body: Value| {
+        app.client
+            .patch(app.url("/admin/rooms/invite"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+    };
+    for round in 0..10u8 {
+        let bits = 10 + round;
+        let key = format!("rotated-key-{round:02}-rotated-key-rotated-key");
+        let (x, y) = tokio::join!(
+            patch(&a, json!({"challenge": "pow", "pow_difficulty": bits})),
+            patch(&b, json!({"enqueue_key": key, "enqueue_previous_key": KEY}))
+        );
+        assert_eq!(x.unwrap().status(), StatusCode::OK);
+        assert_eq!(y.unwrap().status(), StatusCode::OK);
+        let s = a
+            .backend
+            .room(&RoomId::new("invite").unwrap())
+            .await
+            .unwrap();
+        let access = &s.settings.access;
+        assert_eq!(access.challenge, ChallengeMode::Pow, "round {round}");
+        assert_eq!(access.pow_difficulty, bits, "round {round}");
+        assert_eq!(
+            access.enqueue_key.as_ref().map(SharedKey::expose),
+            Some(key.as_str()),
+            "round {round}"
+        );
+    }
+    a.stop().await;
+    b.stop().await;
+}
