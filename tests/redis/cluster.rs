@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use narabu::backend::Backend;
 use narabu::backend::redis::{RedisBackend, RedisOptions};
+use narabu::config::RedisTarget;
 use narabu::engine::{Departure, Handoff, RoomId, SystemClock, TicketState};
 
 use narabu_testkit::redis_server::RedisServer;
@@ -66,9 +67,10 @@ async fn rooms_spread_over_a_three_master_cluster_admit_and_hand_off() {
         })
         .collect();
     let options = RedisOptions {
-        cluster_nodes: nodes.iter().map(RedisServer::url).collect(),
         lease: Duration::from_secs(2),
-        ..RedisOptions::new(nodes[0].url())
+        ..RedisOptions::new(RedisTarget::Cluster {
+            nodes: nodes.iter().map(RedisServer::url).collect(),
+        })
     };
     let backend = RedisBackend::connect(options, rooms, Arc::new(SystemClock))
         .await

@@ -1,46 +1,142 @@
-//! One connection type over a single Redis (the tokio `ConnectionManager`,
-//! which reconnects by itself when Redis returns) or a Redis Cluster (the
-//! async cluster client, which routes each script by its first key, the
-//! room's hash-tagged meta key). Both are cheap to clone per call.
+//! How this instance reaches Redis: one connection type over a single Redis
+//! (the tokio `ConnectionManager`, which reconnects by itself when Redis
+//! returns), a Redis Cluster (the async cluster client, which routes each
+//! script by its first key, the room's hash-tagged meta key, and learns the
+//! new owner of a slot after a failover), or the primary Redis Sentinel
+//! names (`sentinel.rs`). All are cheap to clone per call.
+//!
+//! `Subscriptions` is the other half: where the pub/sub subscriber
+//! connects, again after each loss. A Cluster propagates PUBLISH to every
+//! node, so any reachable node will do; on Sentinel it is the primary of
+//! the moment.
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, PubSub};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use tokio::sync::watch;
+
+use super::sentinel::Primary;
 use crate::backend::BackendError;
+use crate::config::RedisTarget;
 
 #[derive(Clone)]
 pub enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(Arc<Primary>),
 }
 
 /// Short timeouts: a request must fail fast (503 with Retry-After) while
 /// Redis is away rather than hold the visitor's connection.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Conn {
-    pub async fn connect(url: &str, cluster_nodes: &[String]) -> Result<Self, RedisError> {
-        if cluster_nodes.is_empty() {
-            let client = redis::Client::open(url)?;
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                .set_response_timeout(Some(RESPONSE_TIMEOUT))
-                .set_number_of_retries(2)
-                .set_max_delay(Duration::from_millis(500));
-            Ok(Self::Single(
-                ConnectionManager::new_with_config(client, config).await?,
-            ))
-        } else {
-            let client = ClusterClient::builder(cluster_nodes.to_vec())
-                .connection_timeout(CONNECT_TIMEOUT)
-                .response_timeout(RESPONSE_TIMEOUT)
-                .retries(2)
-                .build()?;
-            Ok(Self::Cluster(client.get_async_connection().await?))
+    /// Connect to the target, failing with a message fit for an operator
+    /// (never a URL, which may hold a password) when it cannot be reached.
+    pub async fn connect(target: &RedisTarget) -> anyhow::Result<(Self, Subscriptions)> {
+        let unreachable = |e: RedisError| anyhow::anyhow!(unavailable(&e));
+        match target {
+            RedisTarget::Single { url } => {
+                let client = redis::Client::open(url.as_str()).map_err(unreachable)?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_millis(500));
+                let manager = ConnectionManager::new_with_config(client.clone(), config)
+                    .await
+                    .map_err(unreachable)?;
+                Ok((Self::Single(manager), Subscriptions::Single(client)))
+            }
+            RedisTarget::Cluster { nodes } => {
+                let client = ClusterClient::builder(nodes.clone())
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .response_timeout(RESPONSE_TIMEOUT)
+                    .retries(2)
+                    .build()
+                    .map_err(unreachable)?;
+                let connection = client.get_async_connection().await.map_err(unreachable)?;
+                let clients = nodes
+                    .iter()
+                    .map(|n| redis::Client::open(n.as_str()))
+                    .collect::<RedisResult<Vec<_>>>()
+                    .map_err(unreachable)?;
+                let subscriptions = Subscriptions::Cluster {
+                    nodes: clients,
+                    next: AtomicUsize::new(0),
+                };
+                Ok((Self::Cluster(connection), subscriptions))
+            }
+            RedisTarget::Sentinel(target) => {
+                let primary = Primary::connect(target).await?;
+                Ok((
+                    Self::Sentinel(primary.clone()),
+                    Subscriptions::Sentinel(primary),
+                ))
+            }
+        }
+    }
+}
+
+/// Where the pub/sub subscriber connects.
+pub enum Subscriptions {
+    Single(redis::Client),
+    /// The seed nodes, tried in turn from the one after the last used.
+    Cluster {
+        nodes: Vec<redis::Client>,
+        next: AtomicUsize,
+    },
+    Sentinel(Arc<Primary>),
+}
+
+impl Subscriptions {
+    /// A pub/sub connection to a node that hears every PUBLISH.
+    pub async fn connect(&self) -> RedisResult<PubSub> {
+        let within = |client: redis::Client| async move {
+            tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub())
+                .await
+                .unwrap_or_else(|_| {
+                    Err(RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "no answer in time",
+                    )))
+                })
+        };
+        match self {
+            Self::Single(client) => within(client.clone()).await,
+            Self::Cluster { nodes, next } => {
+                let start = next.load(Ordering::Relaxed);
+                let mut last = None;
+                for k in 0..nodes.len() {
+                    let i = (start + k) % nodes.len();
+                    match within(nodes[i].clone()).await {
+                        Ok(pubsub) => {
+                            // Come back to this node first next time.
+                            next.store(i, Ordering::Relaxed);
+                            return Ok(pubsub);
+                        }
+                        Err(e) => last = Some(e),
+                    }
+                }
+                Err(last.expect("a cluster has at least one node"))
+            }
+            Self::Sentinel(primary) => within(primary.client().await?).await,
+        }
+    }
+
+    /// Changes when the node to subscribe to has changed (a Sentinel
+    /// failover), so that the subscriber moves even if its old connection
+    /// stays open; `None` where there is nothing to watch.
+    pub fn switches(&self) -> Option<watch::Receiver<u64>> {
+        match self {
+            Self::Sentinel(primary) => Some(primary.switches()),
+            Self::Single(_) | Self::Cluster { .. } => None,
         }
     }
 }
@@ -50,6 +146,7 @@ impl ConnectionLike for Conn {
         match self {
             Self::Single(c) => c.req_packed_command(cmd),
             Self::Cluster(c) => c.req_packed_command(cmd),
+            Self::Sentinel(p) => Box::pin(p.command(cmd)),
         }
     }
 
@@ -62,6 +159,7 @@ impl ConnectionLike for Conn {
         match self {
             Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Sentinel(p) => Box::pin(p.pipeline(pipeline, offset, count)),
         }
     }
 
@@ -69,6 +167,7 @@ impl ConnectionLike for Conn {
         match self {
             Self::Single(c) => c.get_db(),
             Self::Cluster(c) => c.get_db(),
+            Self::Sentinel(_) => 0,
         }
     }
 }
