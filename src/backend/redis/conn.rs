@@ -1,34 +1,34 @@
-//! How this instance reaches Redis: one connection type over a single Redis
-//! (the tokio `ConnectionManager`, which reconnects by itself when Redis
-//! returns), a Redis Cluster (the async cluster client, which routes each
-//! script by its first key, the room's hash-tagged meta key, and learns the
-//! new owner of a slot after a failover), or the primary Redis Sentinel
-//! names (`sentinel.rs`). All are cheap to clone per call.
+//! How this instance reaches Redis: one connection type over a single
+//! primary (at a fixed address, or the one Redis Sentinel names:
+//! `primary.rs`, which opens a new connection when Redis is back or has
+//! failed over) or a Redis Cluster (the async cluster client, which routes
+//! each script by its first key, the room's hash-tagged meta key, and
+//! learns the new owner of a slot after a failover). Both are cheap to
+//! clone per call.
 //!
 //! `Subscriptions` is the other half: where the pub/sub subscriber
 //! connects, again after each loss. A Cluster propagates PUBLISH to every
-//! node, so any reachable node will do; on Sentinel it is the primary of
-//! the moment.
+//! node, so any reachable node will do; otherwise it is the primary of the
+//! moment.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, PubSub};
+use redis::aio::{ConnectionLike, PubSub};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 use tokio::sync::watch;
 
-use super::sentinel::Primary;
+use super::primary::Primary;
 use crate::backend::BackendError;
 use crate::config::RedisTarget;
 
 #[derive(Clone)]
 pub enum Conn {
-    Single(ConnectionManager),
+    Primary(Arc<Primary>),
     Cluster(ClusterConnection),
-    Sentinel(Arc<Primary>),
 }
 
 /// Short timeouts: a request must fail fast (503 with Retry-After) while
@@ -41,19 +41,9 @@ impl Conn {
     /// (never a URL, which may hold a password) when it cannot be reached.
     pub async fn connect(target: &RedisTarget) -> anyhow::Result<(Self, Subscriptions)> {
         let unreachable = |e: RedisError| anyhow::anyhow!(unavailable(&e));
-        match target {
-            RedisTarget::Single { url } => {
-                let client = redis::Client::open(url.as_str()).map_err(unreachable)?;
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                    .set_response_timeout(Some(RESPONSE_TIMEOUT))
-                    .set_number_of_retries(2)
-                    .set_max_delay(Duration::from_millis(500));
-                let manager = ConnectionManager::new_with_config(client.clone(), config)
-                    .await
-                    .map_err(unreachable)?;
-                Ok((Self::Single(manager), Subscriptions::Single(client)))
-            }
+        let primary = match target {
+            RedisTarget::Single { url } => Primary::fixed(url).await.map_err(unreachable)?,
+            RedisTarget::Sentinel(target) => Primary::sentinel(target).await?,
             RedisTarget::Cluster { nodes } => {
                 let client = ClusterClient::builder(nodes.clone())
                     .connection_timeout(CONNECT_TIMEOUT)
@@ -71,28 +61,24 @@ impl Conn {
                     nodes: clients,
                     next: AtomicUsize::new(0),
                 };
-                Ok((Self::Cluster(connection), subscriptions))
+                return Ok((Self::Cluster(connection), subscriptions));
             }
-            RedisTarget::Sentinel(target) => {
-                let primary = Primary::connect(target).await?;
-                Ok((
-                    Self::Sentinel(primary.clone()),
-                    Subscriptions::Sentinel(primary),
-                ))
-            }
-        }
+        };
+        Ok((
+            Self::Primary(primary.clone()),
+            Subscriptions::Primary(primary),
+        ))
     }
 }
 
 /// Where the pub/sub subscriber connects.
 pub enum Subscriptions {
-    Single(redis::Client),
-    /// The seed nodes, tried in turn from the one after the last used.
+    Primary(Arc<Primary>),
+    /// The seed nodes, tried in turn from the last one that answered.
     Cluster {
         nodes: Vec<redis::Client>,
         next: AtomicUsize,
     },
-    Sentinel(Arc<Primary>),
 }
 
 impl Subscriptions {
@@ -109,7 +95,7 @@ impl Subscriptions {
                 })
         };
         match self {
-            Self::Single(client) => within(client.clone()).await,
+            Self::Primary(primary) => within(primary.client().await?).await,
             Self::Cluster { nodes, next } => {
                 let start = next.load(Ordering::Relaxed);
                 let mut last = None;
@@ -126,7 +112,6 @@ impl Subscriptions {
                 }
                 Err(last.expect("a cluster has at least one node"))
             }
-            Self::Sentinel(primary) => within(primary.client().await?).await,
         }
     }
 
@@ -135,8 +120,8 @@ impl Subscriptions {
     /// stays open; `None` where there is nothing to watch.
     pub fn switches(&self) -> Option<watch::Receiver<u64>> {
         match self {
-            Self::Sentinel(primary) => Some(primary.switches()),
-            Self::Single(_) | Self::Cluster { .. } => None,
+            Self::Primary(primary) => Some(primary.switches()),
+            Self::Cluster { .. } => None,
         }
     }
 }
@@ -144,9 +129,8 @@ impl Subscriptions {
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Self::Single(c) => c.req_packed_command(cmd),
+            Self::Primary(p) => Box::pin(p.command(cmd)),
             Self::Cluster(c) => c.req_packed_command(cmd),
-            Self::Sentinel(p) => Box::pin(p.command(cmd)),
         }
     }
 
@@ -157,17 +141,15 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Primary(p) => Box::pin(p.pipeline(pipeline, offset, count)),
             Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-            Self::Sentinel(p) => Box::pin(p.pipeline(pipeline, offset, count)),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Self::Single(c) => c.get_db(),
+            Self::Primary(p) => p.db(),
             Self::Cluster(c) => c.get_db(),
-            Self::Sentinel(_) => 0,
         }
     }
 }

@@ -20,9 +20,9 @@ mod batch;
 mod conn;
 mod keys;
 mod lease;
+mod primary;
 mod pubsub;
 mod scripts;
-mod sentinel;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
