@@ -17,8 +17,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use narabu::config::OnBackendError;
-use narabu::engine::RoomSettings;
+use narabu::backend::redis::{RedisBackend, RedisOptions};
+use narabu::config::{OnBackendError, RedisTarget, SentinelTarget};
+use narabu::engine::{RoomSettings, SystemClock};
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -191,6 +192,30 @@ async fn without_a_primary_requests_fail_fast_the_gate_follows_its_setting_and_a
     // one comes back (with its append-only file).
     let mut ha = SentinelSet::start(0).await;
     let rooms = vec![sale("sale", 1)];
+    // A wrong name, or addresses that are not sentinels, stop the start
+    // with what is wrong.
+    let RedisTarget::Sentinel(good) = ha.target() else {
+        unreachable!()
+    };
+    let wrong_name = SentinelTarget {
+        master_name: "nope".into(),
+        ..good.clone()
+    };
+    let not_sentinels = SentinelTarget {
+        sentinels: vec![("127.0.0.1".into(), ha.primary.port)],
+        ..good
+    };
+    for (target, want) in [
+        (wrong_name, "no sentinel knows a primary named \"nope\""),
+        (not_sentinels, "no sentinel answered as a sentinel"),
+    ] {
+        let options = RedisOptions::new(RedisTarget::Sentinel(target));
+        let e = RedisBackend::connect(options, rooms.clone(), Arc::new(SystemClock))
+            .await
+            .expect_err("a start that cannot find the primary fails");
+        assert!(e.to_string().contains(want), "{e}");
+    }
+
     let closed = spawn_on_redis(ha.target(), rooms.clone(), LEASE, OnBackendError::Closed).await;
     let open = spawn_on_redis(ha.target(), rooms, LEASE, OnBackendError::Open).await;
     let pass = closed.join("sale").await;
