@@ -283,6 +283,26 @@ mod tests {
         );
     }
 
+    /// The Sentinel example in `config/narabu.toml` is indented under its
+    /// `#` (so that switching every other example on leaves it out: it
+    /// cannot stand beside redis_url), and must hold on its own.
+    #[test]
+    fn the_sentinel_example_in_the_example_file_is_valid() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/narabu.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let example: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("#   redis_"))
+            .collect();
+        assert_eq!(example.len(), 4, "{example:?}");
+        let t = target(&format!("redis_{}", example.join("\nredis_")));
+        let RedisTarget::Sentinel(s) = t else {
+            panic!("expected Sentinel, got {t:?}")
+        };
+        assert_eq!(s.sentinels.len(), 3);
+        assert!(s.password.is_some() && s.sentinel_password.is_some());
+    }
+
     #[test]
     fn one_url_or_cluster_nodes() {
         assert!(matches!(

@@ -66,6 +66,8 @@ pub struct Primary {
 #[derive(Default)]
 struct Current {
     connection: Option<(u64, MultiplexedConnection)>,
+    /// The address of the node `connection` goes to, `host:port`.
+    address: String,
     last_id: u64,
     /// Attempts to open that failed, so far.
     failures: u64,
@@ -164,8 +166,9 @@ impl Primary {
         let opened = within(OPEN_TIMEOUT, self.open(id)).await;
         let mut current = self.lock();
         match opened {
-            Ok(connection) => {
+            Ok((address, connection)) => {
                 current.connection = Some((id, connection.clone()));
+                current.address = address;
                 Ok((id, connection))
             }
             Err(e) => {
@@ -180,9 +183,10 @@ impl Primary {
 
     /// Open connection `id` to the primary. Over TCP this instance runs the
     /// connection's driver itself, to learn at once when the socket closes.
-    async fn open(&self, id: u64) -> RedisResult<MultiplexedConnection> {
+    async fn open(&self, id: u64) -> RedisResult<(String, MultiplexedConnection)> {
         let client = self.client().await?;
         let info = client.get_connection_info();
+        let address = info.addr().to_string();
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(RESPONSE_TIMEOUT));
@@ -192,9 +196,10 @@ impl Primary {
         let ConnectionAddr::Tcp(host, port) = info.addr() else {
             // TLS or a unix socket: the crate drives it; a closed connection
             // is noticed by the request that meets it.
-            return client
+            let connection = client
                 .get_multiplexed_async_connection_with_config(&config)
-                .await;
+                .await?;
+            return Ok((address, connection));
         };
         let stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
         stream.set_nodelay(true)?;
@@ -207,7 +212,7 @@ impl Primary {
                 p.forget(id, "connection closed");
             }
         });
-        Ok(connection)
+        Ok((address, connection))
     }
 
     /// Stop using connection `id` (a newer one is left alone).
@@ -237,13 +242,24 @@ impl Primary {
         read_only
     }
 
+    /// The connection for a request: a primary that cannot be found is,
+    /// to the request, one that cannot be reached.
+    async fn for_request(&self) -> RedisResult<(u64, MultiplexedConnection)> {
+        self.connection().await.map_err(|e| match e.kind() {
+            ErrorKind::MasterNameNotFoundBySentinel
+            | ErrorKind::NoValidReplicasFoundBySentinel
+            | ErrorKind::EmptySentinelList => no_primary(),
+            _ => e,
+        })
+    }
+
     pub async fn command(&self, cmd: &Cmd) -> RedisResult<Value> {
-        let (id, mut con) = self.connection().await?;
+        let (id, mut con) = self.for_request().await?;
         let result = con.req_packed_command(cmd).await;
         if !self.judge(id, &result) {
             return result;
         }
-        let (_, mut con) = self.connection().await?;
+        let (_, mut con) = self.for_request().await?;
         con.req_packed_command(cmd).await
     }
 
@@ -253,12 +269,12 @@ impl Primary {
         offset: usize,
         count: usize,
     ) -> RedisResult<Vec<Value>> {
-        let (id, mut con) = self.connection().await?;
+        let (id, mut con) = self.for_request().await?;
         let result = con.req_packed_commands(pipeline, offset, count).await;
         if !self.judge(id, &result) {
             return result;
         }
-        let (_, mut con) = self.connection().await?;
+        let (_, mut con) = self.for_request().await?;
         con.req_packed_commands(pipeline, offset, count).await
     }
 
@@ -317,9 +333,9 @@ fn describe(name: &str, e: &RedisError) -> String {
 }
 
 /// Listen to the sentinels' `+switch-master` (`<name> <old ip> <old port>
-/// <new ip> <new port>`) and drop the connection to the old primary at
-/// once. Holds the primary only while handling a message, so dropping the
-/// backend ends it.
+/// <new ip> <new port>`) and drop a connection to any other node than the
+/// new primary at once. Holds the primary only while handling a message,
+/// so dropping the backend ends it.
 async fn watch_announcements(primary: Weak<Primary>, stop: CancellationToken) {
     loop {
         let subscribed = async {
@@ -358,10 +374,21 @@ async fn watch_announcements(primary: Weak<Primary>, stop: CancellationToken) {
                 let Locator::Sentinel { master_name, .. } = &p.locator else {
                     return;
                 };
-                if text.split(' ').next() == Some(master_name.as_str()) {
+                let words: Vec<&str> = text.split(' ').collect();
+                if let [name, _, _, ip, port] = words[..]
+                    && name == master_name
+                {
                     tracing::warn!(announcement = %text, "the sentinels switched the redis primary");
-                    let id = p.lock().connection.as_ref().map(|(id, _)| *id);
-                    if let Some(id) = id {
+                    let new = format!("{ip}:{port}");
+                    let stale = {
+                        let current = p.lock();
+                        current
+                            .connection
+                            .as_ref()
+                            .filter(|_| current.address != new)
+                            .map(|(id, _)| *id)
+                    };
+                    if let Some(id) = stale {
                         p.forget(id, "the sentinels named a new primary");
                     }
                     p.switched.send_modify(|n| *n += 1);
