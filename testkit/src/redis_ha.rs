@@ -333,29 +333,27 @@ impl RedisCluster {
 }
 
 async fn cluster_ok(port: u16) -> bool {
-    let Ok(mut c) = redis::Client::open(format!("redis://127.0.0.1:{port}"))
-        .unwrap()
-        .get_multiplexed_async_connection()
+    info(port, &["CLUSTER", "INFO"])
         .await
-    else {
-        return false;
-    };
-    let info: redis::RedisResult<String> =
-        redis::cmd("CLUSTER").arg("INFO").query_async(&mut c).await;
-    info.is_ok_and(|i| i.contains("cluster_state:ok"))
+        .is_some_and(|i| i.contains("cluster_state:ok"))
 }
 
 async fn replica_in_sync(port: u16) -> bool {
-    let Ok(mut c) = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+    info(port, &["INFO", "replication"])
+        .await
+        .is_some_and(|i| i.contains("role:slave") && i.contains("master_link_status:up"))
+}
+
+/// A command's text answer from the node on `port`, if it is up.
+async fn info(port: u16, command: &[&str]) -> Option<String> {
+    let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}"))
         .unwrap()
         .get_multiplexed_async_connection()
         .await
-    else {
-        return false;
-    };
-    let info: redis::RedisResult<String> = redis::cmd("INFO")
-        .arg("replication")
+        .ok()?;
+    redis::cmd(command[0])
+        .arg(&command[1..])
         .query_async(&mut c)
-        .await;
-    info.is_ok_and(|i| i.contains("role:slave") && i.contains("master_link_status:up"))
+        .await
+        .ok()
 }
