@@ -29,7 +29,15 @@ pub fn router(state: AppState) -> Router {
     // core.
     let hot = Router::new()
         .route("/api/rooms/{room}/join", post(api::join))
-        .route("/gate/{room}", get(gate::gate))
+        // Every gate answer is one visitor's: a CDN or shared cache in front
+        // must never hand it to another.
+        .route(
+            "/gate/{room}",
+            get(gate::gate).layer(SetResponseHeaderLayer::overriding(
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("no-store"),
+            )),
+        )
         .with_state(Arc::new(state.clone()));
     // Short requests get a timeout; the event stream lives as long as the
     // visitor waits, so it is routed outside that layer.
