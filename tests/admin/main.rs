@@ -8,6 +8,7 @@ mod support;
 
 mod churn;
 mod metrics;
+mod standard_webhooks;
 mod webhooks;
 
 use std::sync::Arc;
