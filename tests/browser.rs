@@ -13,7 +13,8 @@
 //! axe-core comes from the npm registry, installed under `target/e2e/node`
 //! the first time (never committed).
 
-#[path = "support/nginx.rs"]
+#[path = "support/proxy.rs"]
+#[allow(dead_code)]
 mod proxy;
 #[path = "api/support.rs"]
 #[allow(dead_code)]
@@ -29,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use narabu::backend::embedded::EmbeddedBackend;
 use narabu::engine::SystemClock;
-use proxy::{Nginx, spawn_origin};
+use proxy::{Kind, Proxy, spawn_origin};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::{config, room, spawn_with};
@@ -109,7 +110,7 @@ async fn chromium_waits_through_nginx_and_reaches_the_origin_with_and_without_ja
     let backend = EmbeddedBackend::new(vec![sale], Arc::new(SystemClock));
     let app = spawn_with(config(), backend).await;
     let origin = spawn_origin().await;
-    let nginx = Nginx::start(app.base.trim_start_matches("http://"), &origin);
+    let nginx = Proxy::start(Kind::Nginx, app.base.trim_start_matches("http://"), &origin);
     let shots = e2e_dir();
 
     // A first visitor holds the only permit; a second waits behind them.

@@ -2,7 +2,7 @@
 //! and a real SSE client.
 
 mod hostile;
-mod nginx;
+mod proxies;
 mod support;
 
 use std::time::{Duration, Instant};
