@@ -110,7 +110,7 @@ async fn chromium_waits_through_nginx_and_reaches_the_origin_with_and_without_ja
     let backend = EmbeddedBackend::new(vec![sale], Arc::new(SystemClock));
     let app = spawn_with(config(), backend).await;
     let origin = spawn_origin().await;
-    let nginx = Proxy::start(Kind::Nginx, app.base.trim_start_matches("http://"), &origin);
+    let nginx = Proxy::start(Kind::Nginx, app.base.trim_start_matches("http://"), &origin).await;
     let shots = e2e_dir();
 
     // A first visitor holds the only permit; a second waits behind them.

