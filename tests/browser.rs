@@ -13,16 +13,6 @@
 //! axe-core comes from the npm registry, installed under `target/e2e/node`
 //! the first time (never committed).
 
-#[path = "support/proxy.rs"]
-#[allow(dead_code)]
-mod proxy;
-#[path = "api/support.rs"]
-#[allow(dead_code)]
-mod support;
-#[path = "support/webdriver.rs"]
-#[allow(dead_code)]
-mod webdriver;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -30,11 +20,12 @@ use std::time::{Duration, Instant};
 
 use narabu::backend::embedded::EmbeddedBackend;
 use narabu::engine::SystemClock;
-use proxy::{Kind, Proxy, spawn_origin};
+use narabu_testkit::app::{config, spawn_with};
+use narabu_testkit::browser::Driver;
+use narabu_testkit::proxy::{Kind, Proxy, spawn_origin};
+use narabu_testkit::room;
 use reqwest::StatusCode;
-use serde_json::{Value, json};
-use support::{config, room, spawn_with};
-use webdriver::Driver;
+use serde_json::Value;
 
 fn e2e_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/e2e")
@@ -147,14 +138,7 @@ async fn chromium_waits_through_nginx_and_reaches_the_origin_with_and_without_ja
         ("en", "light"),
     ] {
         browser.goto(&format!("{queue}&lang={lang}")).await;
-        browser
-            .call(
-                "POST",
-                "/goog/cdp/execute",
-                json!({"cmd": "Emulation.setEmulatedMedia", "params": {
-                    "features": [{"name": "prefers-color-scheme", "value": scheme}]}}),
-            )
-            .await;
+        browser.prefer_color_scheme(scheme).await;
         let violations = axe_violations(&browser).await;
         for v in &violations {
             println!("axe ({lang}, {scheme}): {v}");

@@ -4,14 +4,7 @@
 //! `target/e2e/dashboard.png` for a person to look at.
 //!
 //! The browser is driven by chromedriver over the W3C WebDriver protocol
-//! (`tests/support/webdriver.rs`, shared with `tests/browser.rs`).
-
-#[path = "api/support.rs"]
-#[allow(dead_code)]
-mod support;
-#[path = "support/webdriver.rs"]
-#[allow(dead_code)]
-mod webdriver;
+//! (`narabu_testkit::browser`, shared with `tests/browser.rs`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -19,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use narabu::backend::embedded::EmbeddedBackend;
 use narabu::engine::{RoomId, SystemClock};
-use support::{ADMIN_TOKEN, config, room, spawn_with};
-use webdriver::Driver;
+use narabu_testkit::app::{ADMIN_TOKEN, config, spawn_with};
+use narabu_testkit::browser::Driver;
+use narabu_testkit::room;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {

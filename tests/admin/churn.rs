@@ -11,8 +11,9 @@ use narabu::engine::{RoomId, SystemClock};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use super::support::{config, room, spawn_with};
 use super::{admin, get_room};
+use narabu_testkit::app::{TestApp, config, spawn_with};
+use narabu_testkit::room;
 
 const VISITORS: usize = 200;
 const TASKS: usize = 8;
@@ -133,7 +134,7 @@ async fn lowering_capacity_from_50_to_5_under_churn_never_admits_more_than_5() {
     app.stop().await;
 }
 
-async fn join(app: &super::support::TestApp) -> String {
+async fn join(app: &TestApp) -> String {
     let response = app
         .client
         .post(app.url("/api/rooms/sale/join"))

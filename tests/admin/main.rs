@@ -2,10 +2,6 @@
 //! admin API (auth, every endpoint's success and 422s, live changes under
 //! load), `/metrics` and webhooks.
 
-#[path = "../api/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 mod churn;
 mod metrics;
 mod standard_webhooks;
@@ -17,9 +13,12 @@ use std::time::Duration;
 use narabu::backend::embedded::EmbeddedBackend;
 use narabu::config::Config;
 use narabu::engine::SystemClock;
+use narabu_testkit::app::{
+    ADMIN_TOKEN, TestApp, Visitor, config, next_event, spawn_app, spawn_with,
+};
+use narabu_testkit::room;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use support::{ADMIN_TOKEN, TestApp, config, next_event, room, spawn_app, spawn_with};
 
 pub async fn admin(
     app: &TestApp,
@@ -410,7 +409,7 @@ async fn patch_changes_a_running_room() {
     assert_eq!(early.status(), StatusCode::CREATED);
     let body: Value = early.json().await.unwrap();
     assert!(body["number"].is_null(), "in the pre-queue: {body}");
-    let early = support::Visitor {
+    let early = Visitor {
         token: body["ticket"].as_str().unwrap().to_owned(),
         number: 0,
         body,

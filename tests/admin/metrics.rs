@@ -7,8 +7,9 @@ use prometheus_parse::{Sample, Scrape, Value as PValue};
 use reqwest::StatusCode;
 use serde_json::json;
 
-use super::support::{room, spawn_app};
 use super::{admin, get_room};
+use narabu_testkit::app::{ADMIN_TOKEN, spawn_app};
+use narabu_testkit::room;
 
 fn scrape(text: &str) -> Scrape {
     Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("Prometheus text")
@@ -77,7 +78,7 @@ async fn metrics_parse_and_match_the_admin_figures() {
     {
         assert!(line.starts_with("narabu_"), "{line}");
     }
-    assert!(!text.contains(super::support::ADMIN_TOKEN));
+    assert!(!text.contains(ADMIN_TOKEN));
 
     let r = get_room(&app, "sale").await;
     let room = [("room", "sale")];

@@ -23,7 +23,8 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
 use super::admin;
-use super::support::{config, room, spawn_with};
+use narabu_testkit::app::{config, spawn_with};
+use narabu_testkit::room;
 
 /// The version `scripts/test` installs; the test names it when missing.
 const LIBRARY: &str = "standardwebhooks==1.1.0";

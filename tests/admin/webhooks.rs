@@ -24,7 +24,8 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 
 use super::admin;
-use super::support::{config, room, spawn_with};
+use narabu_testkit::app::{config, spawn_with};
+use narabu_testkit::room;
 
 /// A Standard Webhooks secret: the key is the base64 after `whsec_`.
 const HOOK_SECRET: &str = "whsec_aG9vay1zZWNyZXQtaG9vay1zZWNyZXQtaG9vay0wMQ==";

@@ -12,7 +12,8 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{TestApp, Visitor, config, room, spawn_app, spawn_with};
+use narabu_testkit::app::{ADMIN_TOKEN, SECRET, TestApp, Visitor, config, spawn_app, spawn_with};
+use narabu_testkit::room;
 
 /// The line as the bystanders see it: everyone's number and position.
 async fn line(app: &TestApp, room: &str, visitors: &[Visitor]) -> Vec<(u64, Value, Value)> {
@@ -310,7 +311,7 @@ async fn bad_tokens_are_refused_and_change_nothing() {
     // With the old key kept as the previous one, it is honoured.
     let rotating = Config {
         secret: Some(Secret::new("a-brand-new-secret-a-brand-new-secret-0123")),
-        previous_secret: Some(Secret::new(crate::support::SECRET)),
+        previous_secret: Some(Secret::new(SECRET)),
         ..config()
     };
     let app3 = spawn_with(rotating, app.backend.clone()).await;
@@ -444,7 +445,7 @@ async fn oversized_and_malformed_requests_are_refused() {
     let release = app
         .client
         .post(app.url("/api/rooms/sale/release"))
-        .bearer_auth(crate::support::ADMIN_TOKEN)
+        .bearer_auth(ADMIN_TOKEN)
         .header("content-type", "application/json")
         .body("{\"ticket\": 42}")
         .send()

@@ -3,13 +3,13 @@
 
 mod hostile;
 mod proxies;
-mod support;
 
 use std::time::{Duration, Instant};
 
+use narabu_testkit::app::{ADMIN_TOKEN, next_event, spawn_app};
+use narabu_testkit::room;
 use reqwest::StatusCode;
 use serde_json::Value;
-use support::{next_event, room, spawn_app};
 
 #[tokio::test]
 async fn capacity_two_with_ten_visitors_shows_positions_one_to_eight() {
@@ -335,11 +335,11 @@ async fn bad_requests_get_clear_json_errors() {
         StatusCode::UNAUTHORIZED
     );
     assert_eq!(
-        release(support::ADMIN_TOKEN).await.unwrap().status(),
+        release(ADMIN_TOKEN).await.unwrap().status(),
         StatusCode::NO_CONTENT
     );
     assert_eq!(
-        release(support::ADMIN_TOKEN).await.unwrap().status(),
+        release(ADMIN_TOKEN).await.unwrap().status(),
         StatusCode::CONFLICT
     );
     app.stop().await;

@@ -14,11 +14,9 @@ use reqwest::StatusCode;
 use reqwest::header::{CACHE_CONTROL, COOKIE, LOCATION, SET_COOKIE};
 use serde_json::Value;
 
-use crate::support::{next_event, room, spawn_app};
-
-#[path = "../support/proxy.rs"]
-mod proxy;
-use proxy::{Kind, Proxy, spawn_origin};
+use narabu_testkit::app::{next_event, spawn_app};
+use narabu_testkit::proxy::{Kind, Proxy, spawn_origin};
+use narabu_testkit::room;
 
 /// A browser's view of one visitor: its room cookie, once it has one.
 struct Browser<'a> {

@@ -11,7 +11,8 @@ use narabu::backend::Backend;
 use narabu::backend::redis::{RedisBackend, RedisOptions};
 use narabu::engine::{Departure, Handoff, RoomId, SystemClock, TicketState};
 
-use crate::support::{RedisServer, room};
+use narabu_testkit::redis_server::RedisServer;
+use narabu_testkit::room;
 
 async fn cluster_ok(port: u16) -> bool {
     let Ok(mut c) = redis::Client::open(format!("redis://127.0.0.1:{port}"))

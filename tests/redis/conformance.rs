@@ -12,7 +12,8 @@ use std::time::Duration;
 use narabu::backend::{Backend, BackendError, RoomPatch, TicketRef};
 use narabu::engine::{Departure, Handoff, Identity, LotterySeed, Order, RoomId, TicketState};
 
-use crate::support::{Harness, Kind, T0, room};
+use narabu_testkit::redis_server::{Harness, Kind, T0};
+use narabu_testkit::room;
 
 fn rid(s: &str) -> RoomId {
     RoomId::new(s).unwrap()
@@ -36,11 +37,11 @@ macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
         mod embedded {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(crate::support::Kind::Embedded).await })*
+            async fn $name() { super::$name(narabu_testkit::redis_server::Kind::Embedded).await })*
         }
         mod redis {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(crate::support::Kind::Redis).await })*
+            async fn $name() { super::$name(narabu_testkit::redis_server::Kind::Redis).await })*
         }
     };
 }

@@ -20,7 +20,8 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use crate::support::{RedisServer, free_port, room};
+use narabu_testkit::redis_server::{RedisServer, free_port};
+use narabu_testkit::room;
 
 const SECRET: &str = "test-secret-test-secret-test-secret-0123";
 const ADMIN: &str = "admin-token-admin-token-admin-token-0123";

@@ -6,4 +6,3 @@ mod cluster;
 mod conformance;
 mod instances;
 mod measure;
-mod support;

@@ -14,7 +14,8 @@ use narabu::backend::redis::{RedisBackend, RedisOptions};
 use narabu::config::{Config, Secret};
 use narabu::engine::SystemClock;
 
-use crate::support::{RedisServer, room};
+use narabu_testkit::redis_server::RedisServer;
+use narabu_testkit::room;
 
 const CLIENTS: usize = 64;
 const RUN: Duration = Duration::from_secs(4);

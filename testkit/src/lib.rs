@@ -1,0 +1,24 @@
+//! What Narabu's integration tests share, in one dev-only crate: the real
+//! server on a free loopback port over either backend (`app`), real
+//! `redis-server` processes (`redis_server`), the shipped nginx, Caddy,
+//! HAProxy and Traefik configurations in front of a small origin
+//! (`proxy`), and headless Chromium through chromedriver (`browser`).
+//!
+//! Every process a helper starts is killed when its handle drops, however
+//! the test ends. `scripts/test` installs the programs (redis-server,
+//! nginx, caddy, haproxy, traefik, chromium, chromium-driver) when a machine
+//! lacks them.
+
+pub mod app;
+pub mod browser;
+pub mod proxy;
+pub mod redis_server;
+
+use narabu::engine::{RoomId, RoomSettings};
+
+/// A room's settings with every default but its id and capacity.
+pub fn room(id: &str, capacity: u32) -> RoomSettings {
+    let mut s = RoomSettings::new(RoomId::new(id).unwrap());
+    s.capacity = capacity;
+    s
+}
