@@ -7,5 +7,6 @@ pub mod lean;
 pub mod metrics;
 pub mod monitor;
 pub mod server;
+pub mod sync;
 pub mod token;
 pub mod webhooks;

@@ -20,7 +20,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{Backend, RoomSnapshot};
-use crate::engine::{RoomId, WaitSnapshot};
+use crate::engine::{RoomId, Timestamp, WaitSnapshot};
+use crate::sync::lock;
 use crate::webhooks::{EventType, WebhookEvent, Webhooks};
 
 /// One sample a second, fifteen minutes of them.
@@ -97,14 +98,11 @@ impl std::fmt::Debug for Monitor {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+impl Monitor {
+    /// Now, on the rooms' clock.
+    fn now_ms(&self) -> u64 {
+        self.backend.clock().now_ms()
+    }
 }
 
 impl Monitor {
@@ -142,7 +140,7 @@ impl Monitor {
                 return;
             }
         };
-        let t = now_ms();
+        let t = self.now_ms();
         let rooms = snapshots
             .into_iter()
             .map(|s| {
@@ -177,7 +175,7 @@ impl Monitor {
             .get(&s.settings.id)
             .filter(|h| h.epoch == s.epoch)
             .map(|h| &h.raw);
-        window(s, now_ms(), raw)
+        window(s, self.now_ms(), raw)
     }
 
     /// A snapshot taken just before (to know what changed, even if no
@@ -259,7 +257,8 @@ impl Monitor {
         }
         h.last = Some(now);
         for (kind, extra) in events {
-            self.webhooks.send(&event(kind, s, extra), None);
+            self.webhooks
+                .send(&event(kind, s, extra, self.now_ms()), None);
         }
         for (target, threshold) in self.webhooks.thresholds() {
             let above = h.above.entry(target).or_insert(false);
@@ -270,6 +269,7 @@ impl Monitor {
                     EventType::QueueThreshold,
                     s,
                     json!({ "threshold": threshold }),
+                    self.now_ms(),
                 );
                 self.webhooks.send(&e, Some(target));
             } else if *above && waiting <= threshold.saturating_mul(9) / 10 {
@@ -279,7 +279,7 @@ impl Monitor {
     }
 }
 
-fn event(kind: EventType, s: &RoomSnapshot, extra: serde_json::Value) -> WebhookEvent {
+fn event(kind: EventType, s: &RoomSnapshot, extra: serde_json::Value, now_ms: u64) -> WebhookEvent {
     let mut data = json!({
         "capacity": s.settings.capacity,
         "waiting": s.view.waiting,
@@ -297,7 +297,7 @@ fn event(kind: EventType, s: &RoomSnapshot, extra: serde_json::Value) -> Webhook
         id: hex::encode(id),
         kind,
         room: s.settings.id.to_string(),
-        timestamp: crate::http::api::rfc3339(now_ms()),
+        timestamp: Timestamp(now_ms).to_string(),
         data,
     }
 }

@@ -25,9 +25,9 @@ use crate::backend::embedded::{EmbeddedBackend, Persistence};
 use crate::backend::redis::{RedisBackend, RedisOptions};
 use crate::config::{self, Config};
 use crate::engine::SystemClock;
-use crate::http::limits::{JoinLimiter, StreamLimiter};
+use crate::http::limits::StreamLimiter;
 use crate::http::router::router;
-use crate::http::state::{AppState, HttpSettings};
+use crate::http::state::{AppState, HttpSettings, Shared};
 use crate::lean::{self, First, Rewind};
 use crate::metrics::Metrics;
 use crate::monitor::Monitor;
@@ -107,20 +107,8 @@ pub async fn serve(
     let webhooks = Webhooks::start(config.webhooks.clone(), metrics.clone(), stop.clone());
     let monitor = Monitor::new(backend.clone(), webhooks);
     monitor.start(stop.clone());
-    let joins = Arc::new(JoinLimiter::default());
-    let sweep_joins = joins.clone();
-    let sweep_stop = stop.clone();
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(std::time::Duration::from_secs(30));
-        loop {
-            tokio::select! {
-                () = sweep_stop.cancelled() => return,
-                _ = every.tick() => sweep_joins.sweep(crate::http::api::now_ms()),
-            }
-        }
-    });
-    let state = AppState {
-        joins,
+    let state = AppState::new(Shared {
+        clock: backend.clock(),
         streams: StreamLimiter::new(config.max_streams_per_address),
         fanout: Arc::default(),
         metrics,
@@ -130,7 +118,7 @@ pub async fn serve(
         settings,
         shutdown: stop.clone(),
         heartbeat,
-    };
+    });
     let app = router(state);
     tracing::info!(
         addr = %listener.local_addr()?,

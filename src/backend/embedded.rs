@@ -5,9 +5,10 @@
 //! are the engine's. Opened on a data directory ([`EmbeddedBackend::open`]),
 //! every room reports its changes to the [`Journal`], a join is answered
 //! only once its record is durable, a snapshot compacts the journal
-//! periodically and at shutdown, and start-up rebuilds the rooms from it. The map of rooms is behind a `std::sync::RwLock`
-//! rather than a Tokio lock: it is held only to clone an `Arc<Room>` out,
-//! never across an `.await`.
+//! periodically and at shutdown, and start-up rebuilds the rooms from it.
+//! The join limit's log is kept in process ([`JoinLog`]). The map of rooms
+//! is behind a `std::sync::RwLock` rather than a Tokio lock: it is held
+//! only to clone an `Arc<Room>` out, never across an `.await`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -19,13 +20,18 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::join_log::JoinLog;
 use super::journal::{self, Journal, JournalError, Record};
-use super::{Backend, BackendError, JoinOutcome, RoomPatch, RoomSnapshot, TicketRef, TicketSignal};
+use super::{
+    Backend, BackendError, Ending, JoinOutcome, JoinRequest, RoomPatch, RoomSnapshot, TicketRef,
+    TicketSignal,
+};
 use crate::config::Durability;
 use crate::engine::{
-    Clock, Departure, EventSink, Identity, JoinError, Room, RoomEvent, RoomId, RoomSettings,
-    RoomView, TickReport, TicketId, TicketStatus,
+    Clock, Departure, EventSink, JoinError, Joined, Room, RoomEvent, RoomId, RoomSettings,
+    RoomView, TickReport, TicketId, TicketState, TicketStatus,
 };
+use crate::sync::{read, write};
 
 pub struct EmbeddedBackend {
     rooms: RwLock<HashMap<RoomId, RoomSlot>>,
@@ -38,6 +44,8 @@ pub struct EmbeddedBackend {
     journal: Option<Arc<Journal>>,
     /// Serialises snapshots (the periodic one and the last one).
     snapshot_lock: tokio::sync::Mutex<()>,
+    /// Recent new tickets per (room, client address), for the join limit.
+    joins: JoinLog,
 }
 
 /// Forwards one room's events to the journal, and remembers which record
@@ -126,6 +134,9 @@ impl EmbeddedBackend {
 
     fn build(rooms: Vec<RoomSettings>, clock: Arc<dyn Clock>, run_workers: bool) -> Arc<Self> {
         let backend = Self::empty(clock, run_workers, None);
+        if run_workers {
+            backend.sweep_join_log();
+        }
         for settings in rooms {
             backend.install(Room::new(settings, backend.clock.clone()), None);
         }
@@ -141,7 +152,25 @@ impl EmbeddedBackend {
             workers: TaskTracker::new(),
             journal,
             snapshot_lock: tokio::sync::Mutex::new(()),
+            joins: JoinLog::default(),
         })
+    }
+
+    /// Forget join-limit logs that no longer count, every half minute.
+    fn sweep_join_log(self: &Arc<Self>) {
+        let me = Arc::downgrade(self);
+        let stop = self.shutdown.clone();
+        self.workers.spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(30));
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = every.tick() => {}
+                }
+                let Some(me) = me.upgrade() else { return };
+                me.joins.sweep(me.clock.now_ms());
+            }
+        });
     }
 
     /// Rooms kept in `persistence.data_dir`: the rooms found there come
@@ -165,6 +194,7 @@ impl EmbeddedBackend {
                     source: std::io::Error::other(e),
                 })??;
         let backend = Self::empty(clock, run_workers, Some(journal.clone()));
+        backend.sweep_join_log();
         let mut found = std::collections::HashSet::new();
         for image in recovered.rooms {
             let id = image.settings.id.clone();
@@ -319,9 +349,7 @@ impl EmbeddedBackend {
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<RoomId, RoomSlot>> {
-        self.rooms
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        read(&self.rooms)
     }
 
     fn install(&self, room: Arc<Room>, sink: Option<Arc<JournalSink>>) {
@@ -329,11 +357,7 @@ impl EmbeddedBackend {
         if self.run_workers {
             self.workers.spawn(run_worker(room.clone(), stop.clone()));
         }
-        let previous = self
-            .rooms
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(room.id().clone(), RoomSlot { room, sink, stop });
+        let previous = write(&self.rooms).insert(room.id().clone(), RoomSlot { room, sink, stop });
         if let Some(old) = previous {
             old.stop.cancel();
             old.room.close();
@@ -357,6 +381,30 @@ impl EmbeddedBackend {
             return Err(BackendError::NoSuchTicket);
         }
         Ok((room, ticket))
+    }
+
+    /// A join's answer, once its record (`seq`) and, for an admitted
+    /// ticket, its admission are durable.
+    async fn joined(
+        &self,
+        room: &Room,
+        ticket: TicketId,
+        is_new: bool,
+        seq: u64,
+    ) -> Result<JoinOutcome, BackendError> {
+        self.durable(seq).await?;
+        if room.state_of(ticket) == Some(TicketState::Admitted) {
+            self.admission_durable(room.id(), ticket).await?;
+        }
+        let status = room.status(ticket).ok_or(BackendError::NoSuchTicket)?;
+        Ok(JoinOutcome {
+            ticket: TicketRef {
+                epoch: room.epoch(),
+                id: u64::from(ticket),
+            },
+            is_new,
+            status,
+        })
     }
 
     fn room_snapshot(room: &Room) -> RoomSnapshot {
@@ -404,6 +452,10 @@ impl Backend for EmbeddedBackend {
         "embedded"
     }
 
+    fn clock(&self) -> Arc<dyn Clock> {
+        self.clock.clone()
+    }
+
     async fn ready(&self) -> Result<(), BackendError> {
         Ok(())
     }
@@ -412,14 +464,35 @@ impl Backend for EmbeddedBackend {
         Ok(self.get(room)?.epoch())
     }
 
-    async fn join(
-        &self,
-        id: &RoomId,
-        identity: Option<Identity>,
-    ) -> Result<JoinOutcome, BackendError> {
+    async fn join(&self, id: &RoomId, request: JoinRequest) -> Result<JoinOutcome, BackendError> {
         let room = self.get(id)?;
-        let (joined, appended) = journal::recording(|| room.join(identity));
-        let joined = joined.map_err(|e| match e {
+        if let Some(held) = request.held
+            && let Ok((_, ticket)) = self.ticket(id, held)
+        {
+            room.touch(ticket);
+            let state = room.state_of(ticket);
+            if state.is_some_and(TicketState::is_live) || !request.replace_ended {
+                return self.joined(&room, ticket, false, 0).await;
+            }
+        }
+        if room.is_closed() {
+            return Err(BackendError::Closed(id.clone()));
+        }
+        let known = request.identity.and_then(|i| room.ticket_of(i));
+        let limit = match (known, request.client) {
+            (None, Some(client)) => Some((client, room.settings().join_limit_per_minute)),
+            _ => None,
+        };
+        let (joined, appended) = journal::recording(|| match limit {
+            Some((client, limit)) => {
+                let now = self.clock.now_ms();
+                self.joins
+                    .admit(id, client, limit, now, || room.join(request.identity))
+                    .map_err(|retry_after| BackendError::JoinLimited { limit, retry_after })
+            }
+            None => Ok(room.join(request.identity)),
+        });
+        let Joined { ticket, is_new, .. } = joined?.map_err(|e| match e {
             JoinError::Closed => BackendError::Closed(id.clone()),
             JoinError::Full => BackendError::Full(id.clone()),
         })?;
@@ -427,22 +500,11 @@ impl Backend for EmbeddedBackend {
         // returned; a repeated one may be another thread's, still on its
         // way to disk, so that waits for everything appended so far.
         let seq = match &self.journal {
-            Some(_) if joined.is_new => appended,
+            Some(_) if is_new => appended,
             Some(j) => j.appended(),
             None => 0,
         };
-        self.durable(seq).await?;
-        let status = room
-            .status(joined.ticket)
-            .ok_or(BackendError::NoSuchTicket)?;
-        Ok(JoinOutcome {
-            ticket: TicketRef {
-                epoch: room.epoch(),
-                id: u64::from(joined.ticket),
-            },
-            is_new: joined.is_new,
-            status,
-        })
+        self.joined(&room, ticket, is_new, seq).await
     }
 
     async fn status(
@@ -455,29 +517,24 @@ impl Backend for EmbeddedBackend {
         if touch {
             room.touch(ticket);
         }
-        if room.state_of(ticket) == Some(crate::engine::TicketState::Admitted) {
+        if room.state_of(ticket) == Some(TicketState::Admitted) {
             self.admission_durable(id, ticket).await?;
         }
         room.status(ticket).ok_or(BackendError::NoSuchTicket)
     }
 
-    async fn leave(&self, id: &RoomId, t: TicketRef) -> Result<Departure, BackendError> {
+    async fn depart(
+        &self,
+        id: &RoomId,
+        t: TicketRef,
+        how: Ending,
+    ) -> Result<Departure, BackendError> {
         let (room, ticket) = self.ticket(id, t)?;
-        let (departure, appended) = journal::recording(|| room.leave(ticket));
-        self.durable(appended).await?;
-        Ok(departure)
-    }
-
-    async fn release(&self, id: &RoomId, t: TicketRef) -> Result<Departure, BackendError> {
-        let (room, ticket) = self.ticket(id, t)?;
-        let (departure, appended) = journal::recording(|| room.release(ticket));
-        self.durable(appended).await?;
-        Ok(departure)
-    }
-
-    async fn revoke(&self, id: &RoomId, t: TicketRef) -> Result<Departure, BackendError> {
-        let (room, ticket) = self.ticket(id, t)?;
-        let (departure, appended) = journal::recording(|| room.revoke(ticket));
+        let (departure, appended) = journal::recording(|| match how {
+            Ending::Leave => room.leave(ticket),
+            Ending::Release => room.release(ticket),
+            Ending::Revoke => room.revoke(ticket),
+        });
         self.durable(appended).await?;
         Ok(departure)
     }
@@ -527,20 +584,7 @@ impl Backend for EmbeddedBackend {
         if room.is_closed() {
             return Err(BackendError::Closed(id.clone()));
         }
-        let ((), appended) = journal::recording(|| {
-            if let Some(settings) = &patch.settings {
-                room.update_settings(settings);
-            }
-            if let Some(capacity) = patch.capacity {
-                room.set_capacity(capacity);
-            }
-            if let Some(paused) = patch.paused {
-                room.set_paused(paused);
-            }
-            if patch.open_now {
-                room.open_now();
-            }
-        });
+        let ((), appended) = journal::recording(|| room.patch(&patch));
         self.durable(appended).await?;
         Ok(Self::room_snapshot(&room))
     }

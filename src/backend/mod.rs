@@ -1,27 +1,37 @@
 //! Where room state lives: one trait, two implementations.
 //!
 //! The HTTP layer sees only [`Backend`]. `embedded` runs the in-process
-//! engine (`crate::engine`) with one worker task per room; `redis` (issue 6)
-//! keeps every room in Redis so several instances share one line. Both keep
-//! the invariants of the design brief; the conformance suite runs the same
-//! tests against each.
+//! engine (`crate::engine`) with one worker task per room; `redis` keeps
+//! every room in Redis so several instances share one line. A backend is
+//! storage and the atomic steps the admission rules need; the rules
+//! themselves (status, estimates, the caps, what a view change is worth)
+//! are `crate::engine::rules`, which both call. The conformance suite runs
+//! the same tests against each.
+//!
+//! A request crosses this boundary once: a join is one [`Backend::join`]
+//! with everything it needs (the ticket the visitor carries, an
+//! idempotency identity, the client address for the join limit).
 //!
 //! Tickets cross this boundary as a [`TicketRef`]: the ticket id plus the
 //! room's epoch (its incarnation), both taken from a verified token, so a
 //! ticket of a deleted-and-recreated room is simply unknown.
 
 pub mod embedded;
+pub mod join_log;
 pub mod journal;
 pub mod redis;
 
+use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::{Notify, watch};
 
+pub use crate::engine::RoomPatch;
 use crate::engine::{
-    Departure, Identity, PermitLedger, RoomId, RoomSettings, RoomStats, RoomView, TickReport,
-    TicketStatus,
+    Clock, Departure, Identity, PermitLedger, RoomId, RoomSettings, RoomStats, RoomView,
+    TickReport, TicketStatus,
 };
 
 /// A ticket of one incarnation of a room.
@@ -31,12 +41,55 @@ pub struct TicketRef {
     pub id: u64,
 }
 
+/// Everything a join needs, in one request.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct JoinRequest {
+    /// The ticket the visitor already carries (verified): kept while live.
+    pub held: Option<TicketRef>,
+    /// When the carried ticket has ended: issue a new one (what the API
+    /// does), or answer with the ended ticket (the queue page shows why the
+    /// wait ended and offers to join again).
+    pub replace_ended: bool,
+    /// An idempotency identity (an `Idempotency-Key`, hashed): one ticket
+    /// per identity.
+    pub identity: Option<Identity>,
+    /// The address the per-address join limit counts, already reduced to
+    /// what is counted (an IPv6 address to its /64); `None` is not limited.
+    pub client: Option<IpAddr>,
+}
+
+impl JoinRequest {
+    /// A fresh join with no identity, no carried ticket and no limit.
+    pub fn anonymous() -> Self {
+        Self::default()
+    }
+
+    pub fn with_identity(identity: Identity) -> Self {
+        Self {
+            identity: Some(identity),
+            ..Self::default()
+        }
+    }
+}
+
 /// A join's answer: the ticket and what its holder should see now.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JoinOutcome {
     pub ticket: TicketRef,
+    /// False when the visitor already held this ticket.
     pub is_new: bool,
     pub status: TicketStatus,
+}
+
+/// How a ticket is given up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// The visitor leaves the line, or gives its permit back.
+    Leave,
+    /// The origin releases an admitted ticket's permit.
+    Release,
+    /// An operator takes the ticket's place or permit away.
+    Revoke,
 }
 
 /// Everything an operator sees of a room.
@@ -49,17 +102,6 @@ pub struct RoomSnapshot {
     pub ledger: PermitLedger,
 }
 
-/// Changes an operator can make to a running room. `None` leaves a field
-/// as it is.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RoomPatch {
-    pub capacity: Option<u32>,
-    pub paused: Option<bool>,
-    pub open_now: bool,
-    /// Timeouts, tick, admission cap and join limit, already validated.
-    pub settings: Option<RoomSettings>,
-}
-
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BackendError {
     #[error("no room named {0}")]
@@ -70,6 +112,9 @@ pub enum BackendError {
     Full(RoomId),
     #[error("unknown ticket")]
     NoSuchTicket,
+    /// The client address made `limit` new tickets in the last minute.
+    #[error("too many new tickets from this address: at most {limit} a minute")]
+    JoinLimited { limit: u32, retry_after: Duration },
     /// The state store cannot be reached (Redis down); the message is safe
     /// to show and holds no secrets.
     #[error("the waiting room's state store is unavailable: {0}")]
@@ -120,18 +165,19 @@ pub trait Backend: Send + Sync + 'static {
     /// "embedded" or "redis", for logs and `/readyz`.
     fn kind(&self) -> &'static str;
 
+    /// The clock the rooms run on: the HTTP layer reads "now" from it too.
+    fn clock(&self) -> Arc<dyn Clock>;
+
     /// Whether the backend can serve requests now.
     async fn ready(&self) -> Result<(), BackendError>;
 
     /// The current epoch of a room, to check a token against.
     async fn epoch(&self, room: &RoomId) -> Result<u64, BackendError>;
 
-    /// Take a ticket (idempotent per identity).
-    async fn join(
-        &self,
-        room: &RoomId,
-        identity: Option<Identity>,
-    ) -> Result<JoinOutcome, BackendError>;
+    /// Take a ticket, or keep the one the visitor holds: idempotent per
+    /// carried ticket and per identity; a join that makes a new ticket
+    /// counts against the client address's join limit.
+    async fn join(&self, room: &RoomId, request: JoinRequest) -> Result<JoinOutcome, BackendError>;
 
     /// A ticket's status. With `touch`, counts as activity (a poll, a live
     /// stream, a gate check; on an admitted ticket, its arrival).
@@ -142,14 +188,13 @@ pub trait Backend: Send + Sync + 'static {
         touch: bool,
     ) -> Result<TicketStatus, BackendError>;
 
-    /// The visitor leaves the queue or gives its permit back (handed off).
-    async fn leave(&self, room: &RoomId, ticket: TicketRef) -> Result<Departure, BackendError>;
-
-    /// The origin releases an admitted ticket's permit.
-    async fn release(&self, room: &RoomId, ticket: TicketRef) -> Result<Departure, BackendError>;
-
-    /// An operator revokes a ticket's place or permit.
-    async fn revoke(&self, room: &RoomId, ticket: TicketRef) -> Result<Departure, BackendError>;
+    /// Give a ticket up: leave (handing a permit on), release, revoke.
+    async fn depart(
+        &self,
+        room: &RoomId,
+        ticket: TicketRef,
+        how: Ending,
+    ) -> Result<Departure, BackendError>;
 
     /// Run one worker turn of a room now. Workers call it every tick; tests
     /// call it on virtual time with workers off.
@@ -174,6 +219,7 @@ pub trait Backend: Send + Sync + 'static {
     /// Create a room, or replace one (a new epoch: old tickets are void).
     async fn put_room(&self, settings: RoomSettings) -> Result<RoomSnapshot, BackendError>;
 
+    /// Change a running room: the fields given, in one atomic step.
     async fn patch_room(
         &self,
         room: &RoomId,
@@ -185,4 +231,21 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Stop workers and flush state; called once on graceful shutdown.
     async fn shutdown(&self);
+
+    // ----- shorthands -----------------------------------------------------
+
+    /// The visitor leaves the queue or gives its permit back (handed off).
+    async fn leave(&self, room: &RoomId, ticket: TicketRef) -> Result<Departure, BackendError> {
+        self.depart(room, ticket, Ending::Leave).await
+    }
+
+    /// The origin releases an admitted ticket's permit.
+    async fn release(&self, room: &RoomId, ticket: TicketRef) -> Result<Departure, BackendError> {
+        self.depart(room, ticket, Ending::Release).await
+    }
+
+    /// An operator revokes a ticket's place or permit.
+    async fn revoke(&self, room: &RoomId, ticket: TicketRef) -> Result<Departure, BackendError> {
+        self.depart(room, ticket, Ending::Revoke).await
+    }
 }

@@ -161,46 +161,17 @@ impl From<&RoomSettings> for RoomTable {
 /// The limits every room must keep, however its settings were made.
 pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigError> {
     let field = |name: &str| join_field(field_prefix, name);
-    if !(CAPACITY_MIN..=CAPACITY_MAX).contains(&s.capacity) {
-        return Err(ConfigError::new(
-            field("capacity"),
-            format!(
-                "must be between {CAPACITY_MIN} and {CAPACITY_MAX}, got {}",
-                s.capacity
-            ),
-        ));
-    }
-    if !(TICK_MIN..=TICK_MAX).contains(&s.tick) {
-        return Err(ConfigError::new(
-            field("tick"),
-            format!(
-                "must be between {} and {}, got {}",
-                show(TICK_MIN),
-                show(TICK_MAX),
-                show(s.tick)
-            ),
-        ));
-    }
+    check_capacity(&field("capacity"), s.capacity)?;
+    check_tick(&field("tick"), s.tick)?;
     for (name, value) in [
         ("pass_idle", s.pass_idle),
         ("arrival_grace", s.arrival_grace),
         ("queue_idle", s.queue_idle),
     ] {
-        if value.is_zero() {
-            return Err(ConfigError::new(field(name), "must be more than 0"));
-        }
-        if value > TIMEOUT_MAX {
-            return Err(ConfigError::new(
-                field(name),
-                format!("must be at most {}, got {}", show(TIMEOUT_MAX), show(value)),
-            ));
-        }
+        check_timeout(&field(name), value)?;
     }
-    if s.admit_per_minute == Some(0) {
-        return Err(ConfigError::new(
-            field("admit_per_minute"),
-            "must be at least 1 (leave it out for no cap), got 0",
-        ));
+    if let Some(cap) = s.admit_per_minute {
+        check_admit_per_minute(&field("admit_per_minute"), cap)?;
     }
     if let Some(at) = s.opens_at
         && at > OPENS_AT_MAX
@@ -213,12 +184,63 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
     Ok(())
 }
 
+/// The limits of each setting on its own, for changes of a few fields
+/// (`PATCH`): each field's limit depends on that field alone.
+pub fn check_capacity(field: &str, capacity: u32) -> Result<(), ConfigError> {
+    if (CAPACITY_MIN..=CAPACITY_MAX).contains(&capacity) {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        field,
+        format!("must be between {CAPACITY_MIN} and {CAPACITY_MAX}, got {capacity}"),
+    ))
+}
+
+pub fn check_tick(field: &str, tick: Duration) -> Result<(), ConfigError> {
+    if (TICK_MIN..=TICK_MAX).contains(&tick) {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        field,
+        format!(
+            "must be between {} and {}, got {}",
+            show(TICK_MIN),
+            show(TICK_MAX),
+            show(tick)
+        ),
+    ))
+}
+
+/// `pass_idle`, `arrival_grace`, `queue_idle`.
+pub fn check_timeout(field: &str, value: Duration) -> Result<(), ConfigError> {
+    if value.is_zero() {
+        return Err(ConfigError::new(field, "must be more than 0"));
+    }
+    if value > TIMEOUT_MAX {
+        return Err(ConfigError::new(
+            field,
+            format!("must be at most {}, got {}", show(TIMEOUT_MAX), show(value)),
+        ));
+    }
+    Ok(())
+}
+
+pub fn check_admit_per_minute(field: &str, cap: u32) -> Result<(), ConfigError> {
+    if cap == 0 {
+        return Err(ConfigError::new(
+            field,
+            "must be at least 1 (leave it out for no cap), got 0",
+        ));
+    }
+    Ok(())
+}
+
 fn show(d: Duration) -> humantime::FormattedDuration {
     humantime::format_duration(d)
 }
 
 /// Durations as humans write them: "500ms", "1s", "10m", "1h 30m".
-pub(crate) mod opt_duration {
+pub mod opt_duration {
     use super::*;
 
     pub fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {

@@ -1,4 +1,5 @@
-//! Counting departures from the queue, so that a position is exact.
+//! The position index: departures from the queue counted per queue slot,
+//! so that a position is exact.
 //!
 //! A waiting visitor's position is "tickets still waiting ahead, plus one".
 //! Tickets ahead that left or were abandoned still sit in the queue until
@@ -17,10 +18,14 @@ const BLOCK_BITS: u32 = 14;
 const BLOCK: usize = 1 << BLOCK_BITS;
 const MAX_BLOCKS: usize = 1 << 12;
 
-/// The most queue indices one room can hold (2^26 ≈ 67 million).
-pub(crate) const MAX_QUEUE: usize = BLOCK * MAX_BLOCKS;
+/// The most queue indices one index can hold (2^26 ≈ 67 million).
+pub const MAX_QUEUE: usize = BLOCK * MAX_BLOCKS;
 
-pub(crate) struct Departures {
+/// Which queue slots have departed (left, abandoned, revoked while
+/// waiting). It knows nothing of rooms or tickets: any holder of a queue's
+/// head and its departures (the engine's room, or a replica of a room kept
+/// in Redis) can count the tickets waiting ahead of a slot with it.
+pub struct Departures {
     blocks: Box<[OnceLock<Box<[AtomicU32]>>]>,
 }
 
@@ -30,8 +35,14 @@ impl std::fmt::Debug for Departures {
     }
 }
 
+impl Default for Departures {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Departures {
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         Self {
             blocks: (0..MAX_BLOCKS).map(|_| OnceLock::new()).collect(),
         }
@@ -42,7 +53,7 @@ impl Departures {
     }
 
     /// Record that the ticket at queue `index` departed while queued.
-    pub(crate) fn record(&self, index: u32) {
+    pub fn record(&self, index: u32) {
         let index = index as usize;
         if index >= MAX_QUEUE {
             return;
@@ -71,8 +82,17 @@ impl Departures {
         sum
     }
 
+    /// Tickets still waiting ahead of queue slot `index` when `head` is the
+    /// next slot to pop: the slots in between that have not departed.
+    pub fn waiting_ahead(&self, head: u32, index: u32) -> u64 {
+        if index < head {
+            return 0;
+        }
+        u64::from(index - head) - self.count(head, index)
+    }
+
     /// Departures among queue indices `[from, to)`.
-    pub(crate) fn count(&self, from: u32, to: u32) -> u64 {
+    pub fn count(&self, from: u32, to: u32) -> u64 {
         let (from, to) = (from as usize, (to as usize).min(MAX_QUEUE));
         if from >= to {
             return 0;
@@ -111,6 +131,9 @@ mod tests {
         assert_eq!(d.count(0, 100_000), 6);
         assert_eq!(d.count(40001, 70000), 0);
         assert_eq!(d.count(70000, 10), 0);
+        // Six slots from the head at 0 to slot 6, two of them departed.
+        assert_eq!(d.waiting_ahead(0, 6), 4);
+        assert_eq!(d.waiting_ahead(7, 6), 0);
     }
 
     proptest! {

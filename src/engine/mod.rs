@@ -11,23 +11,28 @@
 //! by the worker, quiet waiters are skipped, and every change of a ticket is
 //! a compare-and-swap on its state.
 //!
-//! Layout: `room` (queue, hand-off, reads, operators' controls), `worker`
-//! (the tick), `ticket` (states and CAS), `departures` (exact positions),
-//! `rate` (ETA and the admission cap), `lottery` (the verifiable opening
-//! draw), `view` (what the outside sees), `clock` (real and virtual time).
+//! Layout: `rules` (the one admission core: every rule as a function over
+//! plain data, shared with the Redis backend), `room` (queue, hand-off,
+//! reads, operators' controls), `worker` (the tick), `ticket` (states and
+//! CAS), `departures` (the position index: departures counted per queue
+//! slot), `lottery` (the verifiable opening draw), `view` (the room view and
+//! counters), `settings`, `event`/`image` (the change feed and the room as
+//! data, for persistence), `clock` (real and virtual time).
 //!
-//! The invariants of the design brief hold for every sequence of calls:
-//! capacity, fairness, liveness, conservation ([`PermitLedger`]),
-//! idempotence and monotone positions. `model_tests` checks them against a
-//! sequential reference model.
+//! These invariants hold for every sequence of calls: capacity (never more
+//! admitted than permits), fairness (admission in queue order), liveness (a
+//! free permit meets a waiting ticket within a tick), conservation
+//! ([`PermitLedger`]), idempotence (one ticket per identity; a second
+//! release frees nothing) and monotone positions. `model_tests` checks them
+//! against a sequential reference model.
 
 mod clock;
 mod departures;
 mod event;
 mod image;
 mod lottery;
-mod rate;
 mod room;
+pub mod rules;
 mod settings;
 mod ticket;
 mod view;
@@ -42,14 +47,13 @@ mod room_tests;
 #[cfg(test)]
 mod stress_tests;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use departures::Departures;
 pub use event::{EventRecord, EventSink, RoomEvent};
 pub use image::{RoomImage, TicketImage};
 pub use lottery::LotterySeed;
-pub use rate::AdmissionRate;
 pub use room::{Departure, Handoff, Identity, JoinError, Joined, Room};
-pub use settings::{InvalidRoomId, Order, RoomId, RoomSettings};
-pub use ticket::{TicketId, TicketState};
-pub use view::{
-    Eta, PermitLedger, RoomStats, RoomView, TickReport, TicketStatus, WAIT_BUCKETS_MS, WaitSnapshot,
-};
+pub use rules::{AdmissionRate, Eta, Status, TicketState, TicketStatus, WAIT_BUCKETS_MS};
+pub use settings::{InvalidRoomId, Order, Patch, RoomId, RoomPatch, RoomSettings};
+pub use ticket::TicketId;
+pub use view::{PermitLedger, RoomStats, RoomView, TickReport, WaitSnapshot};

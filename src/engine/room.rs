@@ -1,6 +1,6 @@
 //! One room: the fair semaphore for web sites.
 //!
-//! The shape follows the reservation semaphore of the source article:
+//! The shape is that of a reservation semaphore (予約型セマフォ):
 //!
 //! - `join` only appends to the queue and answers at once;
 //! - the worker (`tick`, in `worker.rs`) hands out the permits in its hand
@@ -24,14 +24,17 @@ use dashmap::mapref::entry::Entry;
 use tokio::sync::{Notify, watch};
 
 use super::clock::{Clock, millis};
-use super::departures::{Departures, MAX_QUEUE};
+use super::departures::Departures;
 use super::event::{EventSink, RoomEvent};
 use super::lottery::LotterySeed;
-use super::rate::AdmitLimiter;
-use super::settings::{Order, RoomId, RoomSettings};
+use super::rules::{
+    self, AdmitCap, Counter, MAX_TICKETS, PassTimeouts, RoomFacts, TicketFacts, TicketStatus,
+};
+use super::settings::{Order, RoomId, RoomPatch, RoomSettings};
 use super::ticket::{Ticket, TicketId, TicketState};
-use super::view::{Counters, Eta, PermitLedger, RoomStats, RoomView, TicketStatus, WaitHistogram};
+use super::view::{Counters, PermitLedger, RoomStats, RoomView, WaitHistogram};
 use super::worker::Worker;
+use crate::sync::{lock, read, write};
 
 /// Who a join is for, so that the same visitor joining twice (double click,
 /// refresh, retried request) gets the same ticket. The HTTP layer derives it
@@ -120,8 +123,47 @@ impl HotSettings {
             .store(s.admit_per_minute.unwrap_or(0), Ordering::Release);
     }
 
-    pub(crate) fn admit_cap(&self) -> Option<u32> {
-        Some(self.admit_per_minute.load(Ordering::Acquire)).filter(|&c| c > 0)
+    pub(crate) fn admit_cap(&self) -> AdmitCap {
+        AdmitCap::per_minute(Some(self.admit_per_minute.load(Ordering::Acquire)))
+    }
+
+    pub(crate) fn timeouts(&self) -> PassTimeouts {
+        PassTimeouts {
+            pass_idle_ms: self.pass_idle_ms.load(Ordering::Acquire),
+            arrival_grace_ms: self.arrival_grace_ms.load(Ordering::Acquire),
+        }
+    }
+}
+
+/// The admission cap's state: the theoretical arrival time of the next
+/// allowed admission (`rules::AdmitCap`), one atomic that releasers and the
+/// worker both draw from without a lock.
+#[derive(Debug, Default)]
+pub(crate) struct AdmitLimiter {
+    /// Microseconds since the Unix epoch; 0 = never used.
+    tat_us: AtomicU64,
+}
+
+impl AdmitLimiter {
+    /// Take one admission if the cap allows it now.
+    pub(crate) fn try_take(&self, cap: AdmitCap, now_ms: u64) -> bool {
+        if cap.is_none() {
+            return true;
+        }
+        let now_us = now_ms.saturating_mul(1000);
+        let mut tat = self.tat_us.load(Ordering::Acquire);
+        loop {
+            let Some(next) = cap.take(tat, now_us) else {
+                return false;
+            };
+            match self
+                .tat_us
+                .compare_exchange_weak(tat, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(current) => tat = current,
+            }
+        }
     }
 }
 
@@ -237,7 +279,7 @@ impl Room {
             admitted: AtomicU64::new(0),
             peak_admitted: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
-            limiter: AdmitLimiter::new(),
+            limiter: AdmitLimiter::default(),
             admitted_log: SegQueue::new(),
             waiters: DashMap::new(),
             counters: Counters::default(),
@@ -350,8 +392,7 @@ impl Room {
     }
 
     fn issue(&self, identity: Option<Identity>) -> Result<(TicketId, Option<u64>), JoinError> {
-        // A margin below the hard limit, because the check and the push race.
-        if self.tickets.count() >= MAX_QUEUE - 4096 {
+        if self.tickets.count() as u64 >= MAX_TICKETS {
             return Err(JoinError::Full);
         }
         let now = self.clock.now_ms();
@@ -412,11 +453,8 @@ impl Room {
 
     /// Tickets still waiting ahead of queue index `index`.
     fn waiting_ahead(&self, index: u32) -> u64 {
-        let head = self.head.load(Ordering::Acquire);
-        if index < head {
-            return 0;
-        }
-        u64::from(index - head) - self.departures.count(head, index)
+        self.departures
+            .waiting_ahead(self.head.load(Ordering::Acquire), index)
     }
 
     fn number_of(&self, id: TicketId) -> Option<u64> {
@@ -437,8 +475,7 @@ impl Room {
     }
 
     fn is_quiet(&self, t: &Ticket, now: u64) -> bool {
-        let idle = self.hot.queue_idle_ms.load(Ordering::Acquire);
-        t.last_seen().saturating_add(idle) < now
+        t.last_seen() < rules::quiet_cutoff(now, self.hot.queue_idle_ms.load(Ordering::Acquire))
     }
 
     /// Claim the next waiting ticket and admit it. Quiet tickets met on the
@@ -654,89 +691,44 @@ impl Room {
     /// sees never goes up.
     pub fn status(&self, id: TicketId) -> Option<TicketStatus> {
         let t = self.ticket(id)?;
-        let state = t.state();
-        let mut status = TicketStatus {
-            id,
-            state,
-            number: t.queue_index().map(|i| u64::from(i) + 1),
-            position: None,
-            ahead: None,
-            eta: None,
-            progress: 0.0,
-            queue_length: self.waiting.load(Ordering::Acquire),
+        let facts = TicketFacts {
+            id: u64::from(id),
+            state: t.state(),
+            index: t.queue_index().map(u64::from),
+            initial_ahead: u64::from(t.initial_ahead()),
             joined_at: t.joined_at,
-            admitted_at: None,
-            pass_expires_at: None,
-            opens_at: if self.hot.open.load(Ordering::Acquire) {
-                None
-            } else {
-                read(&self.settings).opens_at
-            },
-            paused: self.hot.paused.load(Ordering::Acquire),
-            closed: self.hot.closed.load(Ordering::Acquire),
+            admitted_at: t.admitted_at(),
+            last_seen: t.last_seen(),
+            arrived: t.has_arrived(),
         };
-        match state {
-            TicketState::Waiting => {
-                if let Some(index) = t.queue_index() {
-                    let computed = self.waiting_ahead(index) + 1;
-                    let position =
-                        u64::from(t.report_position(computed.min(u64::from(u32::MAX)) as u32));
-                    let ahead = position - 1;
-                    status.position = Some(position);
-                    status.ahead = Some(ahead);
-                    let initial = u64::from(t.initial_ahead());
-                    status.progress = if initial == 0 {
-                        1.0
-                    } else {
-                        1.0 - (ahead.min(initial) as f64 / initial as f64)
-                    };
-                    status.eta = self.eta(position);
-                }
+        let ahead = match (facts.state, t.queue_index()) {
+            (TicketState::Waiting, Some(index)) => {
+                let counted = (self.waiting_ahead(index) + 1).min(u64::from(u32::MAX)) as u32;
+                Some(u64::from(t.report_position(counted)) - 1)
             }
-            TicketState::Admitted => {
-                status.progress = 1.0;
-                status.admitted_at = Some(t.admitted_at());
-                status.pass_expires_at = Some(self.pass_deadline(t));
-            }
-            _ => {}
-        }
-        Some(status)
+            _ => None,
+        };
+        Some(rules::ticket_status(
+            &facts,
+            ahead,
+            &self.facts(),
+            self.clock.now_ms(),
+        ))
     }
 
-    fn eta(&self, position: u64) -> Option<Eta> {
-        // Copy out what is needed rather than hold the view's lock.
-        let (free, rate, halted) = {
-            let v = self.view_tx.borrow();
-            (v.held + v.tray, v.rate, !v.open || v.paused || v.closed)
-        };
-        if halted {
-            return None;
-        }
-        if position <= free {
-            // Permits are free: the next tick takes them.
-            let tick = millis(read(&self.settings).tick).div_ceil(1000);
-            return Some(Eta {
-                low_secs: 0,
-                expected_secs: tick,
-                high_secs: tick,
-            });
-        }
-        rate.eta(position).map(|(low, expected, high)| Eta {
-            low_secs: low,
-            expected_secs: expected,
-            high_secs: high,
-        })
+    /// What a status needs of the room: the published view (operators'
+    /// changes publish it at once), with the line's length as of now.
+    fn facts(&self) -> RoomFacts {
+        self.view_tx
+            .borrow()
+            .facts(self.waiting.load(Ordering::Acquire))
     }
 
     /// When an admitted ticket's pass lapses if nothing more is heard.
     pub(crate) fn pass_deadline(&self, t: &Ticket) -> u64 {
-        if t.has_arrived() {
-            t.last_seen()
-                .saturating_add(self.hot.pass_idle_ms.load(Ordering::Acquire))
-        } else {
-            t.admitted_at()
-                .saturating_add(self.hot.arrival_grace_ms.load(Ordering::Acquire))
-        }
+        self.hot
+            .timeouts()
+            .deadline(t.has_arrived(), t.admitted_at(), t.last_seen())
     }
 
     pub fn stats(&self) -> RoomStats {
@@ -787,70 +779,88 @@ impl Room {
 
     // ----- operators' controls -------------------------------------------
 
-    /// Change capacity live. Raising it gives the worker more permits (or
-    /// cancels debt); lowering it takes permits from the worker's hand and
-    /// the tray, and whatever is still out becomes debt that the next
-    /// finishers pay instead of handing off. Nobody is revoked, and nobody
-    /// new is admitted until the count is below the new capacity.
-    pub fn set_capacity(&self, capacity: u32) {
-        let mut w = lock(&self.worker);
-        let old = self.hot.capacity.swap(capacity, Ordering::AcqRel);
-        write(&self.settings).capacity = capacity;
-        if capacity >= old {
-            let mut more = u64::from(capacity - old);
-            more -= take_up_to(&self.debt, more);
-            w.hand += more;
-        } else {
-            let mut less = u64::from(old - capacity);
-            let from_hand = less.min(w.hand);
-            w.hand -= from_hand;
-            less -= from_hand;
-            less -= take_up_to(&self.tray, less);
-            self.debt.fetch_add(less, Ordering::AcqRel);
-        }
-        self.emit_settings();
-        self.publish_locked(&w, self.clock.now_ms(), false);
-    }
-
-    /// Stop or resume admission. Joins still queue while paused, and
-    /// finishers' permits wait on the tray.
-    pub fn set_paused(&self, paused: bool) {
-        let w = lock(&self.worker);
-        self.hot.paused.store(paused, Ordering::Release);
-        write(&self.settings).paused = paused;
-        self.emit_settings();
-        self.publish_locked(&w, self.clock.now_ms(), false);
-    }
-
-    /// Open a scheduled room now: the pre-queue is drawn at once.
-    pub fn open_now(&self) {
+    /// An operator's change, made as one step under the worker's lock:
+    /// capacity (raising it gives the worker more permits or cancels debt;
+    /// lowering it takes permits from the worker's hand and the tray, and
+    /// whatever is still out becomes debt that the next finishers pay
+    /// instead of handing off: `rules::resize`), pause (joins still queue,
+    /// finishers' permits wait on the tray), timeouts, the caps, and opening
+    /// a scheduled room now. Recorded as one settings event, published as
+    /// one view.
+    pub fn patch(&self, patch: &RoomPatch) {
         let mut w = lock(&self.worker);
         let now = self.clock.now_ms();
-        if !self.hot.open.load(Ordering::Acquire) {
-            write(&self.settings).opens_at = Some(now);
-            self.emit_settings();
+        {
+            let mut s = write(&self.settings);
+            patch.apply_to(&mut s);
+            if let Some(capacity) = patch.capacity {
+                let old = self.hot.capacity.swap(capacity, Ordering::AcqRel);
+                self.move_permits(&mut w, rules::resize(old, capacity));
+            }
+            if let Some(paused) = patch.paused {
+                self.hot.paused.store(paused, Ordering::Release);
+            }
+            self.hot.store_timeouts(&s);
+            if patch.open_now && !self.hot.open.load(Ordering::Acquire) {
+                s.opens_at = Some(now);
+            }
+        }
+        self.emit_settings();
+        if patch.open_now && !self.hot.open.load(Ordering::Acquire) {
             self.open(&mut w);
         }
         self.publish_locked(&w, now, false);
     }
 
-    /// Change timeouts, tick, the admission cap or the join limit (the
-    /// fields other than capacity, paused and opens_at, which have their own
-    /// controls).
-    pub fn update_settings(&self, new: &RoomSettings) {
-        let w = lock(&self.worker);
-        {
-            let mut s = write(&self.settings);
-            s.tick = new.tick;
-            s.pass_idle = new.pass_idle;
-            s.arrival_grace = new.arrival_grace;
-            s.queue_idle = new.queue_idle;
-            s.join_limit_per_minute = new.join_limit_per_minute;
-            s.admit_per_minute = new.admit_per_minute;
-            self.hot.store_timeouts(&s);
+    /// Apply a permit transfer: the hand is the worker's (its lock is held),
+    /// the tray and the debt are shared with finishers, so those are taken
+    /// from atomically.
+    fn move_permits(&self, w: &mut Worker, transfer: rules::Transfer) {
+        let mut left = transfer.amount;
+        for counter in transfer.plan.take_from {
+            left -= match counter {
+                Counter::Hand => {
+                    let take = w.hand.min(left);
+                    w.hand -= take;
+                    take
+                }
+                Counter::Tray => take_up_to(&self.tray, left),
+                Counter::Debt => take_up_to(&self.debt, left),
+            };
         }
-        self.emit_settings();
-        self.publish_locked(&w, self.clock.now_ms(), false);
+        match transfer.plan.rest_to {
+            Counter::Hand => w.hand += left,
+            Counter::Tray => {
+                self.tray.fetch_add(left, Ordering::AcqRel);
+            }
+            Counter::Debt => {
+                self.debt.fetch_add(left, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Change capacity live (see [`Room::patch`]).
+    pub fn set_capacity(&self, capacity: u32) {
+        self.patch(&RoomPatch {
+            capacity: Some(capacity),
+            ..RoomPatch::default()
+        });
+    }
+
+    /// Stop or resume admission (see [`Room::patch`]).
+    pub fn set_paused(&self, paused: bool) {
+        self.patch(&RoomPatch {
+            paused: Some(paused),
+            ..RoomPatch::default()
+        });
+    }
+
+    /// Open a scheduled room now: the pre-queue is drawn at once.
+    pub fn open_now(&self) {
+        self.patch(&RoomPatch {
+            open_now: true,
+            ..RoomPatch::default()
+        });
     }
 
     /// Close the room: no more joins, no more admissions. Streams see a
@@ -878,7 +888,10 @@ impl Room {
 
     pub(crate) fn publish_locked(&self, w: &MutexGuard<'_, Worker>, now: u64, force: bool) {
         let open = self.hot.open.load(Ordering::Acquire);
-        let settings = read(&self.settings);
+        let (opens_at, tick_ms) = {
+            let s = read(&self.settings);
+            (s.opens_at, millis(s.tick))
+        };
         let next = RoomView {
             version: 0,
             at_ms: now,
@@ -891,21 +904,20 @@ impl Room {
             paused: self.hot.paused.load(Ordering::Acquire),
             open,
             closed: self.hot.closed.load(Ordering::Acquire),
-            opens_at: settings.opens_at,
+            opens_at,
             lottery_commitment: self.lottery.as_ref().map(LotterySeed::commitment),
             lottery_seed: self
                 .lottery
                 .as_ref()
                 .filter(|_| open)
                 .map(LotterySeed::to_hex),
-            admit_rate: w.rate.mean,
             rate: w.rate,
             admissions_total: self.counters.admissions.load(Ordering::Relaxed),
-            join_limit_per_minute: settings.join_limit_per_minute,
+            tick_ms,
+            timeouts: self.hot.timeouts(),
         };
-        drop(settings);
         self.view_tx.send_if_modified(|current| {
-            if force || next.differs_from(current) {
+            if force || rules::worth_publishing(current, &next) {
                 let version = current.version + 1;
                 *current = RoomView { version, ..next };
                 true
@@ -930,18 +942,4 @@ pub(crate) fn take_up_to(counter: &AtomicU64, want: u64) -> u64 {
             Err(h) => have = h,
         }
     }
-}
-
-/// Locks here guard plain data and are never held across a panic that
-/// could leave it half-changed, so a poisoned lock is still usable.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

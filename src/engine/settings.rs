@@ -93,7 +93,8 @@ pub struct RoomSettings {
     pub arrival_grace: Duration,
     /// A waiting visitor with no stream and no poll for this long is skipped.
     pub queue_idle: Duration,
-    /// Joins per client address per minute (enforced by the HTTP layer); 0 = off.
+    /// New tickets per client address per minute, in any sliding minute;
+    /// 0 = off.
     pub join_limit_per_minute: u32,
     /// A cap on new admissions per minute, besides capacity; `None` = no cap.
     pub admit_per_minute: Option<u32>,
@@ -107,7 +108,7 @@ pub struct RoomSettings {
 impl RoomSettings {
     pub const DEFAULT_CAPACITY: u32 = 100;
 
-    /// A room with the documented defaults (design §4).
+    /// A room with the documented defaults.
     pub fn new(id: RoomId) -> Self {
         Self {
             id,
@@ -121,6 +122,80 @@ impl RoomSettings {
             opens_at: None,
             order: Order::Lottery,
             paused: false,
+        }
+    }
+}
+
+/// One field of a partial update: left out, set to `null`, or given.
+/// Deserialized from JSON with `#[serde(default)]`, so a missing key is
+/// [`Patch::Absent`] and `null` is [`Patch::Null`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Patch<T> {
+    #[default]
+    Absent,
+    Null,
+    Value(T),
+}
+
+impl<T> Patch<T> {
+    pub fn is_absent(&self) -> bool {
+        matches!(self, Self::Absent)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Patch<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Option::<T>::deserialize(d)?.map_or(Self::Null, Self::Value))
+    }
+}
+
+/// An operator's change to a running room, already validated: each field
+/// left `None` stays as it is. Applied as one step, so two changes of
+/// different fields made at once both take effect.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RoomPatch {
+    pub capacity: Option<u32>,
+    pub paused: Option<bool>,
+    /// Open a scheduled room now (its pre-queue is drawn at once).
+    pub open_now: bool,
+    pub tick: Option<Duration>,
+    pub pass_idle: Option<Duration>,
+    pub arrival_grace: Option<Duration>,
+    pub queue_idle: Option<Duration>,
+    pub join_limit_per_minute: Option<u32>,
+    /// `Null` removes the cap.
+    pub admit_per_minute: Patch<u32>,
+}
+
+impl RoomPatch {
+    /// The settings with this change made (opening is an action, not a
+    /// setting: see `open_now`).
+    pub fn apply_to(&self, s: &mut RoomSettings) {
+        if let Some(v) = self.capacity {
+            s.capacity = v;
+        }
+        if let Some(v) = self.paused {
+            s.paused = v;
+        }
+        if let Some(v) = self.tick {
+            s.tick = v;
+        }
+        if let Some(v) = self.pass_idle {
+            s.pass_idle = v;
+        }
+        if let Some(v) = self.arrival_grace {
+            s.arrival_grace = v;
+        }
+        if let Some(v) = self.queue_idle {
+            s.queue_idle = v;
+        }
+        if let Some(v) = self.join_limit_per_minute {
+            s.join_limit_per_minute = v;
+        }
+        match self.admit_per_minute {
+            Patch::Absent => {}
+            Patch::Null => s.admit_per_minute = None,
+            Patch::Value(v) => s.admit_per_minute = Some(v),
         }
     }
 }
@@ -150,5 +225,32 @@ mod tests {
                 "{bad} should be invalid"
             );
         }
+    }
+
+    #[test]
+    fn a_patch_field_has_three_states() {
+        #[derive(Deserialize)]
+        struct Body {
+            #[serde(default)]
+            cap: Patch<u32>,
+        }
+        let parse = |json: &str| serde_json::from_str::<Body>(json).unwrap().cap;
+        assert_eq!(parse("{}"), Patch::Absent);
+        assert_eq!(parse(r#"{"cap": null}"#), Patch::Null);
+        assert_eq!(parse(r#"{"cap": 5}"#), Patch::Value(5));
+        let mut s = RoomSettings::new(RoomId::new("a").unwrap());
+        s.admit_per_minute = Some(60);
+        let keep = RoomPatch {
+            capacity: Some(7),
+            ..RoomPatch::default()
+        };
+        keep.apply_to(&mut s);
+        assert_eq!((s.capacity, s.admit_per_minute), (7, Some(60)));
+        let clear = RoomPatch {
+            admit_per_minute: Patch::Null,
+            ..RoomPatch::default()
+        };
+        clear.apply_to(&mut s);
+        assert_eq!((s.capacity, s.admit_per_minute), (7, None));
     }
 }

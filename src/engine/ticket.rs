@@ -9,51 +9,11 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
-use serde::{Deserialize, Serialize};
+pub use super::rules::TicketState;
 
 /// A ticket's id within its room: the order in which tickets were issued.
 /// Not the same as the queue number when a lottery reorders the pre-queue.
 pub type TicketId = u32;
-
-/// Where a ticket is in its life. Only `Waiting` and `Admitted` are live.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-#[repr(u8)]
-pub enum TicketState {
-    /// In the queue (or the pre-queue, before opening).
-    Waiting = 0,
-    /// Holds a permit.
-    Admitted = 1,
-    /// Gave its permit back (finished, or left after admission).
-    Released = 2,
-    /// An operator took its permit or place away.
-    Revoked = 3,
-    /// Held a permit but went idle past `pass_idle`, or never arrived within
-    /// `arrival_grace`: the worker took the permit back.
-    Expired = 4,
-    /// Left the queue before being admitted.
-    Left = 5,
-    /// Went quiet in the queue past `queue_idle`; skipped when reached.
-    Abandoned = 6,
-}
-
-impl TicketState {
-    fn from_u8(v: u8) -> Self {
-        match v {
-            0 => Self::Waiting,
-            1 => Self::Admitted,
-            2 => Self::Released,
-            3 => Self::Revoked,
-            4 => Self::Expired,
-            5 => Self::Left,
-            _ => Self::Abandoned,
-        }
-    }
-
-    pub fn is_live(self) -> bool {
-        matches!(self, Self::Waiting | Self::Admitted)
-    }
-}
 
 /// Sentinel for "not placed in the queue yet" (pre-queue before the draw).
 pub(crate) const NOT_QUEUED: u32 = u32::MAX;
@@ -85,7 +45,7 @@ pub(crate) struct Ticket {
 impl Ticket {
     pub(crate) fn new(now_ms: u64) -> Self {
         Self {
-            state: AtomicU8::new(TicketState::Waiting as u8),
+            state: AtomicU8::new(TicketState::Waiting.code()),
             arrived: AtomicBool::new(false),
             departure_counted: AtomicBool::new(false),
             queue_index: AtomicU32::new(NOT_QUEUED),
@@ -101,14 +61,14 @@ impl Ticket {
     // reads the index, while `enqueue` writes the index then reads the
     // state, and at least one of them must see the other's write.
     pub(crate) fn state(&self) -> TicketState {
-        TicketState::from_u8(self.state.load(Ordering::SeqCst))
+        TicketState::from_code(self.state.load(Ordering::SeqCst)).unwrap_or(TicketState::Abandoned)
     }
 
     /// The one way a state changes: succeeds only if nobody else moved the
     /// ticket first.
     pub(crate) fn transition(&self, from: TicketState, to: TicketState) -> bool {
         self.state
-            .compare_exchange(from as u8, to as u8, Ordering::SeqCst, Ordering::SeqCst)
+            .compare_exchange(from.code(), to.code(), Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
     }
 
@@ -179,7 +139,7 @@ impl Ticket {
         arrived: bool,
     ) -> Self {
         Self {
-            state: AtomicU8::new(state as u8),
+            state: AtomicU8::new(state.code()),
             arrived: AtomicBool::new(arrived),
             departure_counted: AtomicBool::new(state != TicketState::Waiting && index.is_some()),
             queue_index: AtomicU32::new(index.unwrap_or(NOT_QUEUED)),
@@ -217,21 +177,6 @@ mod tests {
         assert_eq!(t.report_position(7), 7);
         assert_eq!(t.report_position(9), 7);
         assert_eq!(t.report_position(3), 3);
-    }
-
-    #[test]
-    fn state_round_trips_through_u8() {
-        for s in [
-            TicketState::Waiting,
-            TicketState::Admitted,
-            TicketState::Released,
-            TicketState::Revoked,
-            TicketState::Expired,
-            TicketState::Left,
-            TicketState::Abandoned,
-        ] {
-            assert_eq!(TicketState::from_u8(s as u8), s);
-        }
     }
 
     #[test]

@@ -1,18 +1,21 @@
-//! What the engine shows the outside: the room view that many readers
-//! follow, one ticket's status, and the counters operators watch.
+//! What the engine shows the outside besides a ticket's status: the room
+//! view that many readers follow, and the counters operators watch.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::rate::AdmissionRate;
-use super::ticket::{TicketId, TicketState};
+use super::rules::{AdmissionRate, PassTimeouts, RoomFacts, WAIT_BUCKETS_MS, wait_bucket};
+use super::ticket::TicketId;
 
 /// The room as a whole, published through a `tokio::sync::watch` after each
 /// tick that changed something and after every operator action. Tens of
 /// thousands of waiting streams follow it: a change wakes each of them once,
-/// and each recomputes its own position from the engine's atomics.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+/// and each recomputes its own position. What counts as a change is
+/// `rules::worth_publishing`. It carries everything a ticket's status needs
+/// of the room ([`RoomView::facts`]), so a status can be computed wherever
+/// the view is followed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RoomView {
     /// Bumped on every published change.
     pub version: u64,
@@ -37,79 +40,30 @@ pub struct RoomView {
     pub lottery_commitment: Option<String>,
     /// The seed itself, once the draw is done.
     pub lottery_seed: Option<String>,
-    /// Admissions per second, smoothed.
-    pub admit_rate: f64,
-    #[serde(skip)]
+    /// Admissions per second, smoothed, for waiting-time estimates.
     pub rate: AdmissionRate,
     pub admissions_total: u64,
-    /// New tickets one client address may take per minute (0: no limit);
-    /// published so the HTTP layer can enforce it without asking.
-    pub join_limit_per_minute: u32,
+    /// The worker's tick, in ms.
+    pub tick_ms: u64,
+    pub timeouts: PassTimeouts,
 }
 
 impl RoomView {
-    /// True when the two views differ in anything a visitor or operator
-    /// could see (everything but the version and timestamp).
-    ///
-    /// The smoothed admission rate drifts a little on every tick, even in a
-    /// quiet room; republishing for that alone would wake every waiting
-    /// stream each tick to show an estimate a second or two different. The
-    /// rate counts as changed when it moves to another 25% band, or becomes
-    /// primed. The Redis backend's `publish_view` (lib.lua) applies the same
-    /// rule and must change with it.
-    pub(crate) fn differs_from(&self, other: &RoomView) -> bool {
-        let strip = |v: &RoomView| RoomView {
-            version: 0,
-            at_ms: 0,
-            admit_rate: 0.0,
-            rate: AdmissionRate {
-                primed: v.rate.primed,
-                ..AdmissionRate::default()
-            },
-            ..v.clone()
-        };
-        strip(self) != strip(other) || rate_band(self.admit_rate) != rate_band(other.admit_rate)
+    /// What a ticket's status needs of the room, with the line's length
+    /// as of now (the view's own is as of its last publication).
+    pub fn facts(&self, waiting: u64) -> RoomFacts {
+        RoomFacts {
+            open: self.open,
+            paused: self.paused,
+            closed: self.closed,
+            opens_at: self.opens_at,
+            waiting,
+            free_permits: self.held + self.tray,
+            rate: self.rate,
+            tick_ms: self.tick_ms,
+            timeouts: self.timeouts,
+        }
     }
-}
-
-/// An estimated wait, in seconds, as a range.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Eta {
-    pub low_secs: u64,
-    pub expected_secs: u64,
-    pub high_secs: u64,
-}
-
-/// Which 25%-wide band (on a log scale) an admission rate falls in; rates
-/// under one admission a minute all share one band.
-fn rate_band(per_second: f64) -> i64 {
-    if per_second.is_nan() || per_second < 1.0 / 60.0 {
-        return i64::MIN;
-    }
-    (per_second.ln() / 1.25f64.ln()).floor() as i64
-}
-
-/// One ticket as its holder sees it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct TicketStatus {
-    pub id: TicketId,
-    pub state: TicketState,
-    /// Queue number (1-based); `None` in the pre-queue before the draw.
-    pub number: Option<u64>,
-    /// Tickets still waiting ahead, plus one; `None` unless waiting and placed.
-    pub position: Option<u64>,
-    pub ahead: Option<u64>,
-    pub eta: Option<Eta>,
-    /// 0.0 at join, 1.0 at the head of the line.
-    pub progress: f64,
-    pub queue_length: u64,
-    pub joined_at: u64,
-    pub admitted_at: Option<u64>,
-    /// For an admitted ticket: when the pass lapses without activity.
-    pub pass_expires_at: Option<u64>,
-    pub opens_at: Option<u64>,
-    pub paused: bool,
-    pub closed: bool,
 }
 
 /// Counters since the room was created.
@@ -125,24 +79,6 @@ pub(crate) struct Counters {
     pub abandonments: AtomicU64,
 }
 
-/// Upper bounds (ms) of the wait-time histogram buckets: join to admission.
-pub const WAIT_BUCKETS_MS: [u64; 14] = [
-    100,
-    500,
-    1_000,
-    2_000,
-    5_000,
-    10_000,
-    30_000,
-    60_000,
-    120_000,
-    300_000,
-    600_000,
-    1_800_000,
-    3_600_000,
-    u64::MAX,
-];
-
 /// A fixed-bucket histogram of waits, lock-free, in the shape Prometheus
 /// wants; quantiles are read off the buckets (upper bound of the bucket).
 #[derive(Debug, Default)]
@@ -153,11 +89,7 @@ pub(crate) struct WaitHistogram {
 
 impl WaitHistogram {
     pub(crate) fn record(&self, wait_ms: u64) {
-        let i = WAIT_BUCKETS_MS
-            .iter()
-            .position(|&b| wait_ms <= b)
-            .unwrap_or(WAIT_BUCKETS_MS.len() - 1);
-        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.buckets[wait_bucket(wait_ms)].fetch_add(1, Ordering::Relaxed);
         self.sum_ms.fetch_add(wait_ms, Ordering::Relaxed);
     }
 
@@ -260,39 +192,5 @@ mod tests {
         assert_eq!(s.quantile_ms(0.8), Some(500));
         assert_eq!(s.quantile_ms(0.95), Some(10_000));
         assert_eq!(WaitSnapshot::default().quantile_ms(0.5), None);
-    }
-
-    #[test]
-    fn a_drifting_rate_alone_is_not_a_change() {
-        let base = RoomView {
-            admit_rate: 10.0,
-            ..RoomView::default()
-        };
-        let drifted = RoomView {
-            admit_rate: 9.7,
-            version: 9,
-            at_ms: 1234,
-            ..base.clone()
-        };
-        assert!(!drifted.differs_from(&base));
-        let fallen = RoomView {
-            admit_rate: 7.0,
-            ..base.clone()
-        };
-        assert!(fallen.differs_from(&base));
-        let longer = RoomView {
-            waiting: 1,
-            ..base.clone()
-        };
-        assert!(longer.differs_from(&base));
-        let idle = RoomView {
-            admit_rate: 0.001,
-            ..base.clone()
-        };
-        let idler = RoomView {
-            admit_rate: 0.0001,
-            ..base
-        };
-        assert!(!idler.differs_from(&idle));
     }
 }

@@ -6,22 +6,16 @@
 //! only the tick and operators' controls take, never a visitor's request).
 //! Finishers never touch the hand: they hand off directly or use the tray,
 //! and the worker empties the tray into its hand only when its hand is
-//! empty, as in the source article, so the two sides share one atomic.
+//! empty, so the two sides share one atomic and nothing else.
 
 use std::sync::atomic::Ordering;
 
 use super::event::RoomEvent;
-use super::rate::AdmissionRate;
-use super::room::{Room, lock, take_up_to};
+use super::room::{Room, take_up_to};
+use super::rules::{self, AdmissionRate, SWEEP_BUDGET};
 use super::ticket::{TicketId, TicketState};
 use super::view::TickReport;
-
-/// How many waiting tickets one tick checks for quietness. Bounded so a
-/// tick stays short with a million waiting; the sweep resumes where it
-/// stopped, so the whole line is covered every `waiting / SWEEP_BUDGET`
-/// ticks (100 s for a million at one tick a second), well inside the
-/// default five-minute `queue_idle`.
-const SWEEP_BUDGET: u32 = 10_000;
+use crate::sync::lock;
 
 #[derive(Debug)]
 pub(crate) struct Worker {
@@ -152,7 +146,7 @@ impl Room {
         if head >= end {
             return 0;
         }
-        let idle = self.hot.queue_idle_ms.load(Ordering::Acquire);
+        let quiet_before = rules::quiet_cutoff(now, self.hot.queue_idle_ms.load(Ordering::Acquire));
         // Resume where the last sweep stopped and wrap to the head once, so
         // a line shorter than the budget is covered whole every tick.
         let mut cursor = w.sweep_cursor.clamp(head, end);
@@ -170,7 +164,7 @@ impl Room {
             };
             if let Some(t) = self.ticket(id)
                 && t.state() == TicketState::Waiting
-                && t.last_seen().saturating_add(idle) < now
+                && t.last_seen() < quiet_before
                 && self.depart_waiting(id, t, TicketState::Abandoned)
             {
                 abandoned += 1;
@@ -182,12 +176,13 @@ impl Room {
 
     fn observe_rate(&self, w: &mut Worker, now: u64) {
         let total = self.counters.admissions.load(Ordering::Relaxed);
-        if self.hot.open.load(Ordering::Acquire) && !self.hot.paused.load(Ordering::Acquire) {
-            w.rate.observe(
-                total - w.admissions_at_last_tick,
-                now.saturating_sub(w.last_tick_ms),
-            );
-        }
+        let admitting =
+            self.hot.open.load(Ordering::Acquire) && !self.hot.paused.load(Ordering::Acquire);
+        w.rate.after_tick(
+            admitting,
+            total - w.admissions_at_last_tick,
+            now.saturating_sub(w.last_tick_ms),
+        );
         w.admissions_at_last_tick = total;
         w.last_tick_ms = now;
     }

@@ -2,101 +2,41 @@
 //! release. Browsers and apps use the same endpoints; the ticket travels as
 //! the room cookie or as `Authorization: Bearer`.
 
-use std::sync::Arc;
-
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::error::ApiError;
-use super::limits::{self, ClientIp};
+use super::extract::{MaybeVisitor, ReleaseKey, Room, Visitor};
+use super::limits::ClientIp;
 use super::return_path::validate_return_path;
-use super::room_id;
 use super::state::AppState;
 use super::ticket::{self, VisitorTicket};
-use crate::backend::{BackendError, TicketRef};
-use crate::engine::{Departure, Identity, RoomId, TicketState, TicketStatus};
+use crate::backend::{JoinRequest, TicketRef};
+use crate::engine::{Departure, Identity, RoomId, TicketStatus};
 
-/// A ticket's status as JSON: the body of `status`, of `join` (with the
-/// token) and of every `position` event.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StatusBody {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ticket: Option<String>,
-    pub status: &'static str,
-    pub number: Option<u64>,
-    pub position: Option<u64>,
-    pub ahead: Option<u64>,
-    pub eta_seconds: Option<u64>,
-    pub eta_low_seconds: Option<u64>,
-    pub eta_high_seconds: Option<u64>,
-    pub progress: f64,
-    pub queue_length: u64,
-    pub paused: bool,
-    pub opens_at: Option<String>,
-    pub pass_expires_at: Option<String>,
-    pub updated_at: String,
-}
-
-/// The API's name for a ticket state; a closed room overrides it.
-pub fn status_name(status: &TicketStatus) -> &'static str {
-    if status.closed && status.state.is_live() {
-        return "closed";
-    }
-    match status.state {
-        TicketState::Waiting => "waiting",
-        TicketState::Admitted => "admitted",
-        TicketState::Released | TicketState::Left => "left",
-        TicketState::Revoked | TicketState::Expired | TicketState::Abandoned => "expired",
-    }
-}
-
-pub fn rfc3339(ms: u64) -> String {
-    i64::try_from(ms)
-        .ok()
-        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
-        .map(|t| t.to_string())
-        .unwrap_or_default()
-}
-
-impl StatusBody {
-    pub fn new(status: &TicketStatus, now_ms: u64) -> Self {
-        Self {
-            ticket: None,
-            status: status_name(status),
-            number: status.number,
-            position: status.position,
-            ahead: status.ahead,
-            eta_seconds: status.eta.map(|e| e.expected_secs),
-            eta_low_seconds: status.eta.map(|e| e.low_secs),
-            eta_high_seconds: status.eta.map(|e| e.high_secs),
-            progress: (status.progress * 1000.0).round() / 1000.0,
-            queue_length: status.queue_length,
-            paused: status.paused,
-            opens_at: status.opens_at.map(rfc3339),
-            pass_expires_at: status.pass_expires_at.map(rfc3339),
-            updated_at: rfc3339(now_ms),
-        }
-    }
-}
-
-pub fn now_ms() -> u64 {
-    crate::engine::Clock::now_ms(&crate::engine::SystemClock)
+/// A join's answer: the ticket's token and its status (the same body as
+/// `status`, with `ticket` first).
+#[derive(Serialize)]
+struct JoinBody<'a> {
+    ticket: &'a str,
+    #[serde(flatten)]
+    status: &'a TicketStatus,
 }
 
 /// The body a join may carry: nothing yet, but unknown keys are refused so
 /// that a client relying on a future option finds out.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct JoinRequest {}
+pub struct JoinFields {}
 
-fn parse_join_body(body: &Bytes) -> Result<(), ApiError> {
+fn parse_join_body(body: &Bytes) -> Result<JoinFields, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(());
+        return Ok(JoinFields::default());
     }
     let value: serde_json::Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_body(format!("The body is not valid JSON: {e}")))?;
@@ -105,14 +45,13 @@ fn parse_join_body(body: &Bytes) -> Result<(), ApiError> {
             "The body must be a JSON object (or empty).",
         ));
     }
-    serde_json::from_value::<JoinRequest>(value).map_err(|e| {
+    serde_json::from_value::<JoinFields>(value).map_err(|e| {
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_field",
             format!("The join request was not understood: {e}"),
         )
-    })?;
-    Ok(())
+    })
 }
 
 /// An `Idempotency-Key`, hashed with the room into the engine's 16-byte
@@ -150,43 +89,30 @@ pub struct Joined {
     pub is_new: bool,
 }
 
-/// Join idempotently: a live ticket in the cookie (or Bearer) is kept;
-/// an `Idempotency-Key` maps to one ticket; otherwise a new ticket.
+/// Join idempotently, in one call to the backend: the visitor's live
+/// ticket (cookie or Bearer) is kept; an `Idempotency-Key` maps to one
+/// ticket; otherwise a new ticket, which counts against the client
+/// address's join limit. With `replace_ended` off, an ended ticket is
+/// answered as it is rather than replaced.
 pub async fn join_room(
     state: &AppState,
     room: &RoomId,
+    held: Option<VisitorTicket>,
     headers: &HeaderMap,
     client: ClientIp,
+    replace_ended: bool,
 ) -> Result<Joined, ApiError> {
-    // A broken or foreign cookie must not lock a visitor out: start afresh.
-    if let Ok(Some(VisitorTicket { token, ticket })) = ticket::find(state, room, headers) {
-        match state.backend.status(room, ticket, true).await {
-            Ok(status) if status.state.is_live() => {
-                return Ok(Joined {
-                    ticket,
-                    token,
-                    status,
-                    is_new: false,
-                });
-            }
-            Ok(_) | Err(BackendError::NoSuchTicket) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    let identity = idempotency_identity(room, headers)?;
-    // Only a join that may make a new ticket counts against the address.
-    let limit = state
-        .backend
-        .watch_room(room)
-        .await?
-        .borrow()
-        .join_limit_per_minute;
-    state
-        .joins
-        .check(room, client, limit, now_ms())
-        .map_err(|wait| limits::join_limited(limit, wait))?;
-    let outcome = state.backend.join(room, identity).await?;
-    let token = ticket::sign(state, room, outcome.ticket);
+    let request = JoinRequest {
+        held: held.as_ref().map(|v| v.ticket),
+        replace_ended,
+        identity: idempotency_identity(room, headers)?,
+        client: Some(client.key()),
+    };
+    let outcome = state.backend.join(room, request).await?;
+    let token = match held {
+        Some(v) if v.ticket == outcome.ticket => v.token,
+        _ => ticket::sign(state, room, outcome.ticket),
+    };
     Ok(Joined {
         ticket: outcome.ticket,
         token,
@@ -204,35 +130,35 @@ pub fn set_cookie(state: &AppState, room: &RoomId, token: String) -> (header::He
 
 /// `POST /api/rooms/{room}/join`
 pub async fn join(
-    State(state): State<Arc<AppState>>,
-    Path(room): Path<String>,
+    State(state): State<AppState>,
+    MaybeVisitor { room, ticket }: MaybeVisitor,
     client: ClientIp,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let room = room_id(&room)?;
-    parse_join_body(&body)?;
-    let joined = join_room(&state, &room, &headers, client).await?;
-    let mut body = StatusBody::new(&joined.status, now_ms());
-    body.ticket = Some(joined.token.clone());
+    let _fields = parse_join_body(&body)?;
+    let joined = join_room(&state, &room, ticket, &headers, client, true).await?;
     let code = if joined.is_new {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    Ok((code, [set_cookie(&state, &room, joined.token)], Json(body)).into_response())
+    let body = Json(JoinBody {
+        ticket: &joined.token,
+        status: &joined.status,
+    })
+    .into_response();
+    Ok((code, [set_cookie(&state, &room, joined.token)], body).into_response())
 }
 
 /// `GET /api/rooms/{room}/status` — also counts as activity.
 pub async fn status(
     State(state): State<AppState>,
-    Path(room): Path<String>,
-    headers: HeaderMap,
-) -> Result<Json<StatusBody>, ApiError> {
-    let room = room_id(&room)?;
-    let visitor = ticket::require(&state, &room, &headers)?;
-    let status = state.backend.status(&room, visitor.ticket, true).await?;
-    Ok(Json(StatusBody::new(&status, now_ms())))
+    Visitor { room, ticket }: Visitor,
+) -> Result<Json<TicketStatus>, ApiError> {
+    Ok(Json(
+        state.backend.status(&room, ticket.ticket, true).await?,
+    ))
 }
 
 /// `POST /api/rooms/{room}/leave` — leave the queue, or give the permit
@@ -241,13 +167,11 @@ pub async fn status(
 /// says the visitor left.
 pub async fn leave(
     State(state): State<AppState>,
-    Path(room): Path<String>,
+    Visitor { room, ticket }: Visitor,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let room = room_id(&room)?;
-    let visitor = ticket::require(&state, &room, &headers)?;
-    state.backend.leave(&room, visitor.ticket).await?;
+    state.backend.leave(&room, ticket.ticket).await?;
     let is_form = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -276,12 +200,10 @@ struct ReleaseRequest {
 /// (or the release key) as `Authorization: Bearer`.
 pub async fn release(
     State(state): State<AppState>,
-    Path(room): Path<String>,
-    headers: HeaderMap,
+    _: ReleaseKey,
+    Room(room): Room,
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
-    super::auth::require_release_key(&state, &headers)?;
-    let room = room_id(&room)?;
     let request: ReleaseRequest = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,

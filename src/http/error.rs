@@ -73,6 +73,19 @@ impl From<BackendError> for ApiError {
             BackendError::Full(_) => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "room_full", message).retry_after(30)
             }
+            BackendError::JoinLimited { limit, retry_after } => {
+                let secs = u32::try_from(retry_after.as_secs_f64().ceil() as u64)
+                    .unwrap_or(u32::MAX)
+                    .max(1);
+                Self::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_joins",
+                    format!(
+                        "Too many new tickets from this address: at most {limit} a minute in this room. Try again in {secs} s."
+                    ),
+                )
+                .retry_after(secs)
+            }
             BackendError::NoSuchTicket => Self::new(
                 StatusCode::UNAUTHORIZED,
                 "unknown_ticket",

@@ -15,69 +15,57 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderName};
+use axum::extract::State;
+use axum::http::HeaderName;
 use axum::response::IntoResponse;
 use axum::response::sse::{Event, Sse};
 use futures_util::Stream;
-use serde::Deserialize;
-use serde_json::json;
+use serde::Serialize;
 use tokio::time::Instant;
 
-use super::api::{StatusBody, now_ms, rfc3339};
 use super::error::ApiError;
+use super::extract::{ReturnTo, Visitor};
 use super::fanout::Subscription;
 use super::limits::{ClientIp, StreamSlot};
-use super::return_path::validate_return_path;
-use super::room_id;
 use super::state::AppState;
-use super::ticket;
 use crate::backend::{BackendError, TicketRef};
-use crate::engine::{RoomId, TicketState};
+use crate::engine::{RoomId, Status, TicketState, TicketStatus, Timestamp};
 
 /// At most one `position` event a second per stream.
 const POSITION_INTERVAL: Duration = Duration::from_secs(1);
 
-#[derive(Debug, Default, Deserialize)]
-pub struct EventsQuery {
-    /// Where the page goes once admitted; echoed in the `admitted` event.
-    #[serde(rename = "return")]
-    return_path: Option<String>,
+/// The `admitted` event.
+#[derive(Serialize)]
+struct Admitted<'a> {
+    status: Status,
+    redirect: Option<&'a str>,
+    pass_expires_at: Option<Timestamp>,
 }
 
-/// `GET /api/rooms/{room}/events`
+/// An event that ends the stream: `{"status": ...}`.
+fn ending(status: Status) -> Event {
+    Event::default()
+        .event(status.name())
+        .data(format!(r#"{{"status":"{}"}}"#, status.name()))
+}
+
+/// `GET /api/rooms/{room}/events?return=P`
 pub async fn events(
     State(state): State<AppState>,
-    Path(room): Path<String>,
-    Query(query): Query<EventsQuery>,
+    ReturnTo(redirect): ReturnTo,
     client: ClientIp,
-    headers: HeaderMap,
+    Visitor { room, ticket }: Visitor,
 ) -> Result<impl IntoResponse, ApiError> {
-    let room = room_id(&room)?;
-    let redirect = match query.return_path.as_deref() {
-        None => None,
-        Some(raw) => Some(validate_return_path(Some(raw))?),
-    };
-    let visitor = ticket::require(&state, &room, &headers)?;
     // Fail before the stream starts, with a proper status, for a ticket or
     // room that does not exist.
-    state.backend.status(&room, visitor.ticket, true).await?;
+    state.backend.status(&room, ticket.ticket, true).await?;
     let slot = state.streams.acquire(client)?;
     // nginx buffers proxied responses unless told not to; a buffered event
     // stream would hold a visitor's admission back.
     Ok((
         [(HeaderName::from_static("x-accel-buffering"), "no")],
-        Sse::new(stream(state, room, visitor.ticket, redirect, slot)),
+        Sse::new(stream(state, room, ticket.ticket, redirect, slot)),
     ))
-}
-
-/// What the visitor last saw, to send only changes.
-#[derive(PartialEq)]
-struct Shown {
-    position: Option<u64>,
-    eta: Option<(Option<u64>, Option<u64>)>,
-    queue_length: u64,
-    paused: bool,
 }
 
 fn stream(
@@ -100,7 +88,8 @@ fn stream(
         };
         let Subscription { waves: mut view, mut pending } = subscription;
         let mut heartbeat = state.heartbeat.clone();
-        let mut shown: Option<Shown> = None;
+        // What the visitor last saw, to send only changes.
+        let mut shown: Option<TicketStatus> = None;
         let mut last_sent: Option<Instant> = None;
         loop {
             let woken = signal.notify().notified();
@@ -112,7 +101,7 @@ fn stream(
             let status = match backend.status(&room, ticket, true).await {
                 Ok(status) => status,
                 Err(BackendError::NoSuchTicket | BackendError::NoSuchRoom(_)) => {
-                    yield Ok(Event::default().event("expired").data(r#"{"status":"expired"}"#));
+                    yield Ok(ending(Status::Expired));
                     return;
                 }
                 Err(_) => {
@@ -129,44 +118,36 @@ fn stream(
                 }
             };
             if status.closed {
-                yield Ok(Event::default().event("closed").data(r#"{"status":"closed"}"#));
+                yield Ok(ending(Status::Closed));
                 return;
             }
-            match status.state {
-                TicketState::Admitted => {
-                    let data = json!({
-                        "status": "admitted",
-                        "redirect": redirect,
-                        "pass_expires_at": status.pass_expires_at.map(rfc3339),
-                    });
-                    yield Ok(Event::default().event("admitted").data(data.to_string()));
+            match status.status() {
+                Status::Admitted => {
+                    let data = Admitted {
+                        status: Status::Admitted,
+                        redirect: redirect.as_deref(),
+                        pass_expires_at: status.pass_expires_at,
+                    };
+                    let data = serde_json::to_string(&data).unwrap_or_default();
+                    yield Ok(Event::default().event("admitted").data(data));
                     return;
                 }
-                TicketState::Waiting => {}
-                _ => {
-                    let body = StatusBody::new(&status, now_ms());
-                    let name = if body.status == "left" { "left" } else { "expired" };
-                    let data = json!({ "status": body.status });
-                    yield Ok(Event::default().event(name).data(data.to_string()));
+                Status::Waiting => {}
+                ended => {
+                    yield Ok(ending(ended));
                     return;
                 }
             }
+            debug_assert_eq!(status.state, TicketState::Waiting);
 
-            let now_shown = Shown {
-                position: status.position,
-                eta: status.eta.map(|e| (Some(e.low_secs), Some(e.high_secs))),
-                queue_length: status.queue_length,
-                paused: status.paused,
-            };
             let mut held_back = false;
-            if shown.as_ref() != Some(&now_shown) {
+            if !shown.as_ref().is_some_and(|s| s.shows_same_as(&status)) {
                 match last_sent {
                     Some(at) if at.elapsed() < POSITION_INTERVAL => held_back = true,
                     _ => {
-                        let body = StatusBody::new(&status, now_ms());
-                        let data = serde_json::to_string(&body).unwrap_or_default();
+                        let data = serde_json::to_string(&status).unwrap_or_default();
                         yield Ok(Event::default().event("position").data(data));
-                        shown = Some(now_shown);
+                        shown = Some(status);
                         last_sent = Some(Instant::now());
                     }
                 }
@@ -183,7 +164,7 @@ fn stream(
                     changed = view.changed() => {
                         if changed.is_err() {
                             // The room was replaced or the backend is going away.
-                            yield Ok(Event::default().event("closed").data(r#"{"status":"closed"}"#));
+                            yield Ok(ending(Status::Closed));
                             return;
                         }
                         // Every wave is acknowledged: after the status read

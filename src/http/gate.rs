@@ -6,16 +6,13 @@
 //! would turn into an error page at the proxy. The router marks every
 //! answer `Cache-Control: no-store`.
 
-use std::sync::Arc;
-
-use axum::extract::{Path, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::api::{now_ms, rfc3339};
 use super::error::ApiError;
+use super::extract::MaybeVisitor;
 use super::return_path::validate_return_path;
-use super::room_id;
 use super::state::AppState;
 use super::ticket;
 use crate::backend::BackendError;
@@ -68,19 +65,19 @@ fn refuse(state: &AppState, room: &RoomId, headers: &HeaderMap, redirect: bool) 
 
 /// `GET /gate/{room}`
 pub async fn gate(
-    State(state): State<Arc<AppState>>,
-    Path(room): Path<String>,
+    State(state): State<AppState>,
+    visitor: Result<MaybeVisitor, ApiError>,
     // The request rather than a `HeaderMap`, which would be a copy of
     // every header on each check.
     request: Request,
 ) -> Response {
     let headers = request.headers();
-    let room = match room_id(&room) {
-        Ok(room) => room,
+    let MaybeVisitor { room, ticket } = match visitor {
+        Ok(v) => v,
         Err(e) => return e.into_response(),
     };
     let redirect = wants_redirect(&request);
-    let Ok(Some(visitor)) = ticket::find(&state, &room, headers) else {
+    let Some(visitor) = ticket else {
         // Without a pass the answer is the queue, unless there is no such
         // room to queue for: a misconfigured proxy should see that plainly.
         if let Err(BackendError::NoSuchRoom(_)) = state.backend.room(&room).await {
@@ -92,7 +89,7 @@ pub async fn gate(
         Ok(status) if status.state == TicketState::Admitted && !status.closed => {
             let mut response = StatusCode::NO_CONTENT.into_response();
             if let Some(expires) = status.pass_expires_at {
-                if let Ok(v) = HeaderValue::from_str(&rfc3339(expires)) {
+                if let Ok(v) = HeaderValue::from_str(&expires.to_string()) {
                     response
                         .headers_mut()
                         .insert(header::HeaderName::from_static("x-narabu-pass-expires"), v);
@@ -104,9 +101,9 @@ pub async fn gate(
                         room: room.clone(),
                         epoch: visitor.ticket.epoch,
                         ticket: visitor.ticket.id,
-                        expires_at_ms: expires,
+                        expires_at_ms: expires.ms(),
                     };
-                    let cookie = ticket::pass_cookie(&state, &pass, now_ms());
+                    let cookie = ticket::pass_cookie(&state, &pass, state.clock.now_ms());
                     if let Ok(v) = HeaderValue::from_str(&cookie.to_string()) {
                         response.headers_mut().insert(header::SET_COOKIE, v);
                     }
@@ -124,7 +121,8 @@ pub async fn gate(
             // has not run out goes through; everyone else, the queue.
             tracing::warn!(room = %room, error = %e, "gate check failed");
             let open = state.settings.on_backend_error == OnBackendError::Open
-                && ticket::live_pass(&state, &room, visitor.ticket, headers, now_ms()).is_some();
+                && ticket::live_pass(&state, &room, visitor.ticket, headers, state.clock.now_ms())
+                    .is_some();
             if open {
                 StatusCode::NO_CONTENT.into_response()
             } else {

@@ -1,12 +1,8 @@
-//! Per-address limits that keep bots from crowding out people: how many new
-//! tickets one client address may take in a room per minute, and how many
-//! event streams it may hold open.
-//!
-//! The join limit is the sliding-window counter of seed 002: two fixed
-//! one-minute windows, the previous one weighted by how much of it still
-//! overlaps the sliding minute. It needs two counters per (room, address),
-//! has no burst at window edges worth exploiting, and its estimate errs on
-//! the generous side only by the unevenness of the previous minute.
+//! Per-address limits that keep bots from crowding out people: which
+//! address a request counts against, and how many event streams one
+//! address may hold open. (How many new tickets an address may take per
+//! minute is decided by the backend on each join, so that it holds across
+//! instances: `rules::join_allowance`.)
 //!
 //! The client address is the connection's peer, unless that peer is a
 //! configured trusted proxy: then the right-most address in
@@ -16,7 +12,6 @@
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::HeaderMap;
@@ -26,9 +21,6 @@ use ipnet::IpNet;
 
 use super::error::ApiError;
 use super::state::AppState;
-use crate::engine::RoomId;
-
-const WINDOW_MS: u64 = 60_000;
 
 /// The address a request is counted against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -52,8 +44,8 @@ impl ClientIp {
             .map_or(Self(peer), |ip| Self(*ip))
     }
 
-    /// What the counters key on: the address, or its /64 for IPv6.
-    fn key(self) -> IpAddr {
+    /// What the limits count: the address, or its /64 for IPv6.
+    pub fn key(self) -> IpAddr {
         match self.0 {
             IpAddr::V4(v4) => IpAddr::V4(v4),
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -127,131 +119,6 @@ impl FromRequestParts<AppState> for ClientIp {
     }
 }
 
-/// The join route's state is an `Arc` (see `router`).
-impl FromRequestParts<std::sync::Arc<AppState>> for ClientIp {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &std::sync::Arc<AppState>,
-    ) -> Result<Self, Self::Rejection> {
-        <Self as FromRequestParts<AppState>>::from_request_parts(parts, state).await
-    }
-}
-
-/// Two fixed windows of the sliding-window counter.
-#[derive(Clone, Copy, Debug)]
-struct Window {
-    /// Which minute `current` counts (Unix ms / 60 000).
-    minute: u64,
-    current: u32,
-    previous: u32,
-}
-
-impl Window {
-    /// Roll the windows forward to `minute`.
-    fn at(self, minute: u64) -> Self {
-        match minute.saturating_sub(self.minute) {
-            0 => self,
-            1 => Window {
-                minute,
-                current: 0,
-                previous: self.current,
-            },
-            _ => Window {
-                minute,
-                current: 0,
-                previous: 0,
-            },
-        }
-    }
-
-    /// Joins counted in the minute that ends now.
-    fn estimate(&self, now_ms: u64) -> f64 {
-        let into = (now_ms % WINDOW_MS) as f64 / WINDOW_MS as f64;
-        f64::from(self.previous) * (1.0 - into) + f64::from(self.current)
-    }
-
-    /// How long until one more join fits under `limit` if nothing else
-    /// joins: the previous window's weight decays linearly; when the current
-    /// window alone is full, it must first become the previous one and decay.
-    fn wait(&self, now_ms: u64, limit: u32) -> Duration {
-        let room_for_one = f64::from(limit) - 1.0;
-        let into = (now_ms % WINDOW_MS) as f64 / WINDOW_MS as f64;
-        let (current, previous) = (f64::from(self.current), f64::from(self.previous));
-        let fraction = if current <= room_for_one {
-            if previous == 0.0 {
-                0.0
-            } else {
-                // previous * (1 - f) + current <= limit - 1
-                (1.0 - (room_for_one - current) / previous) - into
-            }
-        } else {
-            // current * (1 - f) <= limit - 1, one window later
-            (1.0 - into) + (1.0 - room_for_one / current)
-        };
-        // A millisecond over, so that float rounding never names a moment
-        // at which the join is still refused.
-        Duration::from_millis((fraction.max(0.0) * WINDOW_MS as f64).ceil() as u64 + 1)
-    }
-}
-
-/// Joins per (room, client) per sliding minute.
-#[derive(Debug, Default)]
-pub struct JoinLimiter {
-    windows: DashMap<(RoomId, IpAddr), Window>,
-}
-
-impl JoinLimiter {
-    /// Count a join, or say how long to wait. `limit` 0 means no limit.
-    pub fn check(
-        &self,
-        room: &RoomId,
-        client: ClientIp,
-        limit: u32,
-        now_ms: u64,
-    ) -> Result<(), Duration> {
-        if limit == 0 {
-            return Ok(());
-        }
-        let minute = now_ms / WINDOW_MS;
-        let mut entry = self
-            .windows
-            .entry((room.clone(), client.key()))
-            .or_insert(Window {
-                minute,
-                current: 0,
-                previous: 0,
-            });
-        let window = entry.at(minute);
-        if window.estimate(now_ms) + 1.0 > f64::from(limit) {
-            *entry = window;
-            return Err(window.wait(now_ms, limit).max(Duration::from_secs(1)));
-        }
-        *entry = Window {
-            current: window.current + 1,
-            ..window
-        };
-        Ok(())
-    }
-
-    /// Forget clients whose windows no longer count, so the map holds only
-    /// the last two minutes' joiners.
-    pub fn sweep(&self, now_ms: u64) {
-        let minute = now_ms / WINDOW_MS;
-        self.windows
-            .retain(|_, w| minute.saturating_sub(w.minute) < 2);
-    }
-
-    pub fn len(&self) -> usize {
-        self.windows.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.windows.is_empty()
-    }
-}
-
 /// Open event streams per client.
 #[derive(Debug)]
 pub struct StreamLimiter {
@@ -321,21 +188,6 @@ impl Drop for StreamSlot {
     }
 }
 
-/// The 429 a join over the limit gets.
-pub fn join_limited(limit: u32, wait: Duration) -> ApiError {
-    let secs = u32::try_from(wait.as_secs_f64().ceil() as u64)
-        .unwrap_or(u32::MAX)
-        .max(1);
-    ApiError::new(
-        axum::http::StatusCode::TOO_MANY_REQUESTS,
-        "too_many_joins",
-        format!(
-            "Too many new tickets from this address: at most {limit} a minute in this room. Try again in {secs} s."
-        ),
-    )
-    .retry_after(secs)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,75 +246,6 @@ mod tests {
         assert_eq!(a.key(), b.key());
         assert_ne!(a.key(), c.key());
         assert_eq!(ClientIp(ip("::ffff:192.0.2.1")).key(), ip("192.0.2.1"));
-    }
-
-    #[test]
-    fn the_sliding_window_allows_the_limit_per_minute() {
-        let limiter = JoinLimiter::default();
-        let room = RoomId::new("sale").unwrap();
-        let client = ClientIp(ip("192.0.2.1"));
-        let start = 10 * WINDOW_MS;
-        for _ in 0..5 {
-            limiter.check(&room, client, 5, start).unwrap();
-        }
-        let wait = limiter.check(&room, client, 5, start).unwrap_err();
-        assert!(wait >= Duration::from_secs(60), "{wait:?}");
-        // Another client and another room have their own windows.
-        limiter
-            .check(&room, ClientIp(ip("192.0.2.2")), 5, start)
-            .unwrap();
-        limiter
-            .check(&RoomId::new("other").unwrap(), client, 5, start)
-            .unwrap();
-        // Half a minute into the next window, half of the previous five
-        // still count: two more fit, not three.
-        let later = start + WINDOW_MS + WINDOW_MS / 2;
-        limiter.check(&room, client, 5, later).unwrap();
-        limiter.check(&room, client, 5, later).unwrap();
-        let wait = limiter.check(&room, client, 5, later).unwrap_err();
-        assert!(wait <= Duration::from_secs(30), "{wait:?}");
-        // A full idle minute later, the slate is clean.
-        for _ in 0..5 {
-            limiter
-                .check(&room, client, 5, start + 3 * WINDOW_MS)
-                .unwrap();
-        }
-        // Limit 0 is off.
-        for _ in 0..1000 {
-            limiter.check(&room, client, 0, start).unwrap();
-        }
-    }
-
-    #[test]
-    fn the_wait_it_names_is_enough() {
-        let room = RoomId::new("sale").unwrap();
-        let client = ClientIp(ip("192.0.2.1"));
-        for limit in [1u32, 3, 7, 120] {
-            for offset in [0, 1, 17_000, 59_999] {
-                let limiter = JoinLimiter::default();
-                let now = 5 * WINDOW_MS + offset;
-                while limiter.check(&room, client, limit, now).is_ok() {}
-                let wait = limiter.check(&room, client, limit, now).unwrap_err();
-                let then = now + u64::try_from(wait.as_millis()).unwrap();
-                assert!(
-                    limiter.check(&room, client, limit, then).is_ok(),
-                    "limit {limit} offset {offset}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn sweeping_forgets_idle_clients() {
-        let limiter = JoinLimiter::default();
-        let room = RoomId::new("sale").unwrap();
-        limiter
-            .check(&room, ClientIp(ip("192.0.2.1")), 5, 0)
-            .unwrap();
-        limiter.sweep(WINDOW_MS);
-        assert_eq!(limiter.len(), 1);
-        limiter.sweep(2 * WINDOW_MS);
-        assert!(limiter.is_empty());
     }
 
     #[test]

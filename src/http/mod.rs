@@ -8,6 +8,8 @@
 //! - `fanout`: room-view changes relayed to those streams, paced
 //! - `gate`: what a reverse proxy asks on every protected request
 //! - `health`: liveness and readiness
+//! - `extract`: the room of the path, the visitor's ticket and operators'
+//!   credentials, as extractors
 //! - `ticket`, `auth`: the visitor's signed ticket and operators' tokens
 //! - `return_path`: the open-redirect guard for `?return=`
 //! - `limits`: joins per minute and open streams per client address
@@ -24,6 +26,7 @@ pub mod auth;
 pub mod edge;
 pub mod error;
 pub mod events;
+pub mod extract;
 pub mod fanout;
 pub mod gate;
 pub mod health;
@@ -36,12 +39,3 @@ pub mod router;
 pub mod state;
 pub mod ticket;
 pub mod visitor;
-
-use crate::engine::RoomId;
-use error::ApiError;
-
-/// A room id from a path segment; an invalid name is a room that does not
-/// exist (404), whatever it contains.
-pub fn room_id(raw: &str) -> Result<RoomId, ApiError> {
-    Ok(RoomId::new(raw)?)
-}

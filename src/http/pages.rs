@@ -19,32 +19,21 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::i18n::{Lang, Strings};
+use crate::engine::TicketStatus;
 
 /// The shortest meta refresh the queue page asks for: a zero would have
 /// every visitor without JavaScript reload as fast as their browser can.
 pub const MIN_REFRESH_SECONDS: u32 = 5;
 
-/// The waiting page at `/queue/{room}`.
+/// The waiting page at `/queue/{room}`: the ticket's status as the API
+/// returns it, in the visitor's language.
 #[derive(Debug, Template)]
 #[template(path = "queue.html")]
 pub struct QueuePage {
     pub lang: Lang,
     pub t: &'static Strings,
     pub room: String,
-    /// The ticket number; `None` until a scheduled opening draws the order.
-    pub number: Option<u64>,
-    pub position: Option<u64>,
-    pub ahead: Option<u64>,
-    pub eta_low_secs: Option<u64>,
-    pub eta_high_secs: Option<u64>,
-    /// 0 to 100; larger values show as 100.
-    pub progress_percent: u8,
-    pub queue_length: u64,
-    /// RFC 3339, UTC.
-    pub updated_at: String,
-    /// RFC 3339; shown while the room has not opened yet.
-    pub opens_at: Option<String>,
-    pub paused: bool,
+    pub status: TicketStatus,
     /// Already validated as a relative path; checked again before use.
     pub return_path: String,
     /// How often visitors without JavaScript reload the page; at least
@@ -66,7 +55,7 @@ impl QueuePage {
     }
 
     fn queue_length_text(&self) -> String {
-        self.t.format_queue_length(self.queue_length)
+        self.t.format_queue_length(self.status.queue_length)
     }
 
     fn refresh_seconds(&self) -> u32 {
@@ -78,17 +67,19 @@ impl QueuePage {
     }
 
     fn percent(&self) -> u8 {
-        self.progress_percent.min(100)
+        self.status.percent()
     }
 
     fn eta_text(&self) -> String {
-        self.t.format_eta_opt(self.eta_low_secs, self.eta_high_secs)
+        let eta = self.status.eta;
+        self.t
+            .format_eta_opt(eta.map(|e| e.low_secs), eta.map(|e| e.high_secs))
     }
 
     fn announcement(&self) -> String {
-        let eta =
-            (self.eta_low_secs.is_some() || self.eta_high_secs.is_some()).then(|| self.eta_text());
-        self.t.format_announcement(self.position, eta.as_deref())
+        let eta = self.status.eta.is_some().then(|| self.eta_text());
+        self.t
+            .format_announcement(self.status.position, eta.as_deref())
     }
 }
 
@@ -241,72 +232,42 @@ pub fn safe_return(path: &str) -> &str {
     if plain { path } else { "/" }
 }
 
-/// An RFC 3339 time as a reader sees it before the script localizes it to
-/// their own time zone: `2026-12-01 10:00 UTC+09:00`, or `10:00:00 UTC`
-/// with `with_date` off. Anything that does not parse is shown as given.
-pub fn display_time(rfc3339: &str, with_date: bool) -> String {
-    parse_rfc3339(rfc3339).map_or_else(
-        || rfc3339.to_owned(),
-        |(date, hm, secs, zone)| {
-            if with_date {
-                format!("{date} {hm} {zone}")
-            } else {
-                format!("{hm}:{secs} {zone}")
-            }
-        },
-    )
-}
-
-/// Splits `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` into its date, `HH:MM`,
-/// seconds and zone (`UTC` or `UTC±HH:MM`), checking only its shape.
-fn parse_rfc3339(s: &str) -> Option<(&str, &str, &str, String)> {
-    let shape = |part: &str, pattern: &str| {
-        part.len() == pattern.len()
-            && part.bytes().zip(pattern.bytes()).all(|(c, p)| {
-                if p == b'9' {
-                    c.is_ascii_digit()
-                } else {
-                    c == p
-                }
-            })
-    };
-    let date = s.get(..10).filter(|d| shape(d, "9999-99-99"))?;
-    if !matches!(s.as_bytes().get(10), Some(b'T' | b't' | b' ')) {
-        return None;
-    }
-    let time = s.get(11..19).filter(|t| shape(t, "99:99:99"))?;
-    let mut rest = &s[19..];
-    if let Some(frac) = rest.strip_prefix('.') {
-        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
-        rest = frac.get(digits..).filter(|_| digits > 0)?;
-    }
-    let zone = match rest {
-        "Z" | "z" => "UTC".to_owned(),
-        offset if shape(&offset.replace('-', "+"), "+99:99") => format!("UTC{offset}"),
-        _ => return None,
-    };
-    Some((date, &time[..5], &time[6..], zone))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::{Eta, Timestamp};
+
+    fn waiting() -> TicketStatus {
+        TicketStatus {
+            id: 7,
+            state: crate::engine::TicketState::Waiting,
+            number: Some(12_345),
+            position: Some(1_234),
+            ahead: Some(1_233),
+            eta: Some(Eta {
+                low_secs: 90,
+                expected_secs: 120,
+                high_secs: 150,
+            }),
+            progress: 0.42,
+            queue_length: 200_000,
+            paused: false,
+            closed: false,
+            joined_at: Timestamp(1_795_428_000_000),
+            admitted_at: None,
+            pass_expires_at: None,
+            opens_at: None,
+            // 2026-11-23T10:00:05Z
+            at: Timestamp(1_795_428_005_000),
+        }
+    }
 
     fn queue_page(lang: Lang) -> QueuePage {
         QueuePage {
             lang,
             t: lang.strings(),
             room: "sale".into(),
-            number: Some(12_345),
-            position: Some(1_234),
-            ahead: Some(1_233),
-            eta_low_secs: Some(90),
-            eta_high_secs: Some(150),
-            progress_percent: 42,
-            queue_length: 200_000,
-            updated_at: "2026-11-23T10:00:05Z".into(),
-            opens_at: None,
-            paused: false,
+            status: waiting(),
             return_path: "/tickets?id=7&seat=a".into(),
             refresh_seconds: 20,
             events_url: "/api/rooms/sale/events".into(),
@@ -463,14 +424,17 @@ mod tests {
         for lang in Lang::ALL {
             let t = lang.strings();
             let page = QueuePage {
-                number: None,
-                position: None,
-                ahead: None,
-                eta_low_secs: None,
-                eta_high_secs: None,
-                progress_percent: 0,
-                opens_at: Some("2026-12-01T10:00:00+09:00".into()),
-                paused: true,
+                status: TicketStatus {
+                    number: None,
+                    position: None,
+                    ahead: None,
+                    eta: None,
+                    progress: 0.0,
+                    // 2026-12-01T01:00:00Z
+                    opens_at: Some(Timestamp(1_796_086_800_000)),
+                    paused: true,
+                    ..waiting()
+                },
                 ..queue_page(lang)
             };
             let html = page.render().unwrap();
@@ -479,8 +443,8 @@ mod tests {
             assert_text(&html, t.opens_at);
             assert_text(&html, t.not_open_note);
             assert!(html.contains(
-                "<time datetime=\"2026-12-01T10:00:00+09:00\" data-format=\"datetime\">\
-                 2026-12-01 10:00 UTC+09:00</time>"
+                "<time datetime=\"2026-12-01T01:00:00Z\" data-format=\"datetime\">\
+                 2026-12-01 01:00 UTC</time>"
             ));
             assert_text(&html, t.paused_title);
             assert!(!html.contains("aria-labelledby=\"paused-title\" hidden"));
@@ -508,13 +472,11 @@ mod tests {
         let page = QueuePage {
             room: "<script>alert(1)</script>".into(),
             return_path: "/x?a=\"><script>alert(2)</script>".into(),
-            updated_at: "<b>now</b>".into(),
             events_url: "\"><script>alert(3)</script>".into(),
             ..queue_page(Lang::En)
         };
         let html = page.render().unwrap();
         assert!(!html.contains("<script>alert"), "{html}");
-        assert!(!html.contains("<b>"));
         assert!(html.contains("&#60;script&#62;alert(1)&#60;/script&#62;"));
         assert!(html.contains("data-return=\"/x?a=&#34;&#62;&#60;script&#62;alert(2)"));
         assert!(html.contains("data-events-url=\"&#34;&#62;&#60;script&#62;alert(3)"));
@@ -642,29 +604,5 @@ mod tests {
             "text/html; charset=utf-8"
         );
         assert_eq!(response.headers()[header::CACHE_CONTROL], "no-store");
-    }
-
-    #[test]
-    fn times_display_before_the_script_localizes_them() {
-        assert_eq!(display_time("2026-11-23T10:00:05Z", false), "10:00:05 UTC");
-        assert_eq!(
-            display_time("2026-11-23T10:00:05.123Z", true),
-            "2026-11-23 10:00 UTC"
-        );
-        assert_eq!(
-            display_time("2026-12-01T10:00:00-05:30", true),
-            "2026-12-01 10:00 UTC-05:30"
-        );
-        for raw in [
-            "",
-            "soon",
-            "2026-11-23",
-            "2026-11-23T10:00:05",
-            "2026-11-23T10:00:05.Z",
-            "２026-11-23T10:00:05Z",
-            "2026-11-23T10:00:05+0900",
-        ] {
-            assert_eq!(display_time(raw, true), raw);
-        }
     }
 }

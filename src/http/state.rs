@@ -1,6 +1,7 @@
-//! What every handler shares: the backend, the keys and the settings the
-//! HTTP layer needs, all decided once at start-up.
+//! What every handler shares: the backend, its clock, the keys and the
+//! settings the HTTP layer needs, all decided once at start-up.
 
+use std::ops::Deref;
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -8,11 +9,33 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
 use crate::config::{Config, Secret};
+use crate::engine::Clock;
 use crate::token::Keyring;
 
+/// The handlers' state: one reference count to clone per request (axum
+/// clones a route's state for each), whatever it holds.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl AppState {
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+pub struct Shared {
     pub backend: Arc<dyn Backend>,
+    /// The backend's clock: every time the HTTP layer shows or compares is
+    /// read from it, so tests on virtual time see one time everywhere.
+    pub clock: Arc<dyn Clock>,
     pub keys: Arc<Keyring>,
     pub settings: Arc<HttpSettings>,
     /// Cancelled when the server shuts down; open streams end on it.
@@ -25,8 +48,6 @@ pub struct AppState {
     /// Rooms sampled over time: the dashboard's history, windowed figures
     /// and webhook events.
     pub monitor: Arc<crate::monitor::Monitor>,
-    /// New tickets per (room, client address) per minute.
-    pub joins: Arc<super::limits::JoinLimiter>,
     /// Open event streams per client address.
     pub streams: Arc<super::limits::StreamLimiter>,
     /// Room-view changes relayed to the streams a group at a time.

@@ -6,20 +6,19 @@
 //! refresh. A ticket that ended shows why, with a way to join again that
 //! really starts a new ticket (`?rejoin=1`).
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
-use super::api::{self, StatusBody};
+use super::api;
 use super::error::ApiError;
+use super::extract::MaybeVisitor;
 use super::i18n::Lang;
 use super::limits::ClientIp;
 use super::pages::{self, ClosedPage, ClosedReason, ErrorPage, QueuePage};
 use super::return_path::validate_return_path;
 use super::state::AppState;
-use super::ticket;
-use crate::backend::BackendError;
 use crate::engine::{RoomId, TicketState, TicketStatus};
 
 #[derive(Debug, Default, Deserialize)]
@@ -58,7 +57,7 @@ fn page_for_error(lang: Lang, e: &ApiError) -> Response {
 /// `GET /queue/{room}?return=P&lang=L`
 pub async fn queue(
     State(state): State<AppState>,
-    Path(room): Path<String>,
+    visitor: Result<MaybeVisitor, ApiError>,
     Query(query): Query<QueueQuery>,
     client: ClientIp,
     headers: HeaderMap,
@@ -67,8 +66,9 @@ pub async fn queue(
         .get(header::ACCEPT_LANGUAGE)
         .and_then(|v| v.to_str().ok());
     let lang = Lang::negotiate(query.lang.as_deref(), accept);
-    let Ok(room) = RoomId::new(&room) else {
-        return error_page(lang, StatusCode::NOT_FOUND);
+    let MaybeVisitor { room, ticket } = match visitor {
+        Ok(v) => v,
+        Err(e) => return page_for_error(lang, &e),
     };
     let Ok(return_path) = validate_return_path(query.return_path.as_deref()) else {
         return error_page(lang, StatusCode::BAD_REQUEST);
@@ -84,19 +84,9 @@ pub async fn queue(
 
     // An ended ticket in the cookie is shown as ended, not silently
     // replaced: the visitor should know they lost their place and why.
-    if query.rejoin.is_none()
-        && let Ok(Some(visitor)) = ticket::find(&state, &room, &headers)
-    {
-        match state.backend.status(&room, visitor.ticket, true).await {
-            Ok(status) if !status.state.is_live() || status.closed => {
-                return ended_page(lang, &room, &status, rejoin_url);
-            }
-            Ok(_) | Err(BackendError::NoSuchTicket) => {}
-            Err(e) => return page_for_error(lang, &e.into()),
-        }
-    }
-
-    let joined = match api::join_room(&state, &room, &headers, client).await {
+    // `?rejoin=1` really starts a new one.
+    let rejoin = query.rejoin.is_some();
+    let joined = match api::join_room(&state, &room, ticket, &headers, client, rejoin).await {
         Ok(joined) => joined,
         Err(e) if e.code == "room_closed" => {
             return pages::html(
@@ -112,11 +102,14 @@ pub async fn queue(
         }
         Err(e) => return page_for_error(lang, &e),
     };
+    if !joined.status.state.is_live() || joined.status.closed {
+        return ended_page(lang, &room, &joined.status, rejoin_url);
+    }
     let cookie = api::set_cookie(&state, &room, joined.token);
     if joined.status.state == TicketState::Admitted {
         return ([cookie], Redirect::to(&return_path)).into_response();
     }
-    let page = queue_page(lang, &room, &joined.status, return_path);
+    let page = queue_page(lang, &room, joined.status, return_path);
     ([cookie], pages::html(StatusCode::OK, &page)).into_response()
 }
 
@@ -152,24 +145,14 @@ fn refresh_seconds(status: &TicketStatus) -> u32 {
     quarter.clamp(u64::from(pages::MIN_REFRESH_SECONDS), 60) as u32
 }
 
-fn queue_page(lang: Lang, room: &RoomId, status: &TicketStatus, return_path: String) -> QueuePage {
-    let body = StatusBody::new(status, api::now_ms());
+fn queue_page(lang: Lang, room: &RoomId, status: TicketStatus, return_path: String) -> QueuePage {
     let ret = query_string(&[("return", &return_path)]);
     QueuePage {
         lang,
         t: lang.strings(),
         room: room.to_string(),
-        number: status.number,
-        position: status.position,
-        ahead: status.ahead,
-        eta_low_secs: status.eta.map(|e| e.low_secs),
-        eta_high_secs: status.eta.map(|e| e.high_secs),
-        progress_percent: (status.progress * 100.0).round().clamp(0.0, 100.0) as u8,
-        queue_length: status.queue_length,
-        updated_at: body.updated_at,
-        opens_at: body.opens_at,
-        paused: status.paused,
-        refresh_seconds: refresh_seconds(status),
+        refresh_seconds: refresh_seconds(&status),
+        status,
         events_url: format!("/api/rooms/{room}/events?{ret}"),
         status_url: format!("/api/rooms/{room}/status"),
         leave_url: format!("/api/rooms/{room}/leave"),

@@ -159,6 +159,10 @@ pub enum Kind {
 /// A backend without workers on a manual clock, and what keeps it alive.
 pub struct Harness {
     pub backend: Arc<dyn Backend>,
+    /// `backend` and, for `instances`, the other instances: on Redis each
+    /// its own backend (as another process would have) on the one Redis;
+    /// embedded, the one backend again (one process has one).
+    pub backends: Vec<Arc<dyn Backend>>,
     pub clock: ManualClock,
     _redis: Option<RedisServer>,
 }
@@ -167,24 +171,40 @@ pub const T0: u64 = 1_800_000_000_000;
 
 impl Harness {
     pub async fn new(kind: Kind, rooms: Vec<RoomSettings>) -> Self {
+        Self::instances(kind, rooms, 1).await
+    }
+
+    /// `n` instances sharing the rooms, on one clock.
+    pub async fn instances(kind: Kind, rooms: Vec<RoomSettings>, n: usize) -> Self {
         let clock = ManualClock::new(T0);
         match kind {
-            Kind::Embedded => Self {
-                backend: EmbeddedBackend::without_workers(rooms, Arc::new(clock.clone())),
-                clock,
-                _redis: None,
-            },
+            Kind::Embedded => {
+                let backend: Arc<dyn Backend> =
+                    EmbeddedBackend::without_workers(rooms, Arc::new(clock.clone()));
+                Self {
+                    backends: vec![backend.clone(); n],
+                    backend,
+                    clock,
+                    _redis: None,
+                }
+            }
             Kind::Redis => {
                 let server = RedisServer::start().await;
-                let options = RedisOptions {
-                    run_workers: false,
-                    ..RedisOptions::new(server.url())
-                };
-                let backend = RedisBackend::connect(options, rooms, Arc::new(clock.clone()))
-                    .await
-                    .unwrap();
+                let mut backends: Vec<Arc<dyn Backend>> = Vec::new();
+                for _ in 0..n {
+                    let options = RedisOptions {
+                        run_workers: false,
+                        ..RedisOptions::new(server.url())
+                    };
+                    let backend =
+                        RedisBackend::connect(options, rooms.clone(), Arc::new(clock.clone()))
+                            .await
+                            .unwrap();
+                    backends.push(backend);
+                }
                 Self {
-                    backend,
+                    backend: backends[0].clone(),
+                    backends,
                     clock,
                     _redis: Some(server),
                 }

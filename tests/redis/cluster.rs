@@ -7,8 +7,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use narabu::backend::Backend;
 use narabu::backend::redis::{RedisBackend, RedisOptions};
+use narabu::backend::{Backend, JoinRequest};
 use narabu::engine::{Departure, Handoff, RoomId, SystemClock, TicketState};
 
 use narabu_testkit::redis_server::RedisServer;
@@ -85,8 +85,16 @@ async fn rooms_spread_over_a_three_master_cluster_admit_and_hand_off() {
 
     for id in &ids {
         let room = RoomId::new(id).unwrap();
-        let first = backend.join(&room, None).await.unwrap().ticket;
-        let second = backend.join(&room, None).await.unwrap().ticket;
+        let first = backend
+            .join(&room, JoinRequest::anonymous())
+            .await
+            .unwrap()
+            .ticket;
+        let second = backend
+            .join(&room, JoinRequest::anonymous())
+            .await
+            .unwrap()
+            .ticket;
         let signal = backend.watch_ticket(&room, second).await.unwrap();
         let woken = signal.notify().notified();
         tokio::pin!(woken);

@@ -1,6 +1,6 @@
 -- close a room: no more joins, no more admissions; streams see `closed`.
--- Returns {'ok'} | {'noroom'}
-if not room({}) then return {'noroom'} end
+-- Returns {r = 'ok', view = {...}} | {r = 'noroom'}
+if not room({}) then return reply({r = 'noroom'}) end
 set('closed', '1')
-publish_view(false)
-return {'ok'}
+changed()
+return reply({r = 'ok', view = view_fields()})

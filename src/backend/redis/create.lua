@@ -1,30 +1,31 @@
 -- create or replace a room: ARGV[3] = '1' to replace an existing room
 -- ('0' keeps it: every instance creates the configured rooms at start),
--- ARGV[4] = the new epoch, ARGV[5..] = settings (see RedisBackend::create).
--- A replaced incarnation's keys are unlinked; its tickets, which name the
--- old epoch, become unknown.
--- Returns {'created', epoch} | {'exists', epoch}
+-- ARGV[4] = the new epoch, ARGV[5] = the settings as JSON (named as the
+-- meta fields; see RedisBackend::create). A replaced incarnation's keys
+-- are unlinked; its tickets, which name the old epoch, become unknown.
+-- Returns {r = 'created', view = {...}} | {r = 'exists', epoch}
 local old = redis.call('HGET', META, 'epoch')
-if old and ARGV[3] ~= '1' then return {'exists', old} end
+if old and ARGV[3] ~= '1' then return reply({r = 'exists', epoch = old}) end
 if old then
-  for _, name in ipairs({'tk', 'q', 'pre', 'ids', 'adm', 'seen'}) do
+  for _, name in ipairs({'tk', 'q', 'pre', 'ids', 'seen', 'adm', 'pas'}) do
     redis.call('UNLINK', P .. old .. ':' .. name)
   end
   redis.call('DEL', META)
 end
 EPOCH = ARGV[4]
-local opens_at = ARGV[12]
+local s = cjson.decode(ARGV[5])
 local open = '1'
-if opens_at ~= '' and tonumber(opens_at) > NOW then open = '0' end
+if s.opens_at ~= '' and tonumber(s.opens_at) > NOW then open = '0' end
 local seed, commitment = '', ''
-if open == '0' then seed, commitment = ARGV[15], ARGV[16] end
-redis.call('HSET', META, 'epoch', EPOCH, 'capacity', ARGV[5], 'tick_ms', ARGV[6],
-  'pass_idle_ms', ARGV[7], 'arrival_grace_ms', ARGV[8], 'queue_idle_ms', ARGV[9],
-  'join_limit', ARGV[10], 'admit_cap', ARGV[11], 'opens_at', opens_at, 'order', ARGV[13],
-  'paused', ARGV[14], 'seed', seed, 'commitment', commitment, 'open', open, 'closed', '0',
-  'hand', ARGV[5], 'tray', '0', 'debt', '0', 'admitted', '0', 'waiting', '0', 'issued', '0',
-  'qtail', '0', 'peak', '0', 'last_tick_ms', S(NOW), 'adm_at_last_tick', '0',
-  'rate_mean', '0', 'rate_var', '0', 'rate_primed', '0', 'view_version', '0')
-publish_view(true)
+if open == '0' then seed, commitment = s.seed, s.commitment end
+redis.call('HSET', META, 'epoch', EPOCH, 'capacity', s.capacity, 'tick_ms', s.tick_ms,
+  'pass_idle_ms', s.pass_idle_ms, 'arrival_grace_ms', s.arrival_grace_ms,
+  'queue_idle_ms', s.queue_idle_ms, 'join_limit', s.join_limit, 'admit_cap', s.admit_cap,
+  'cap_interval_us', s.cap_interval_us, 'cap_tolerance_us', s.cap_tolerance_us, 'tat_us', '0',
+  'opens_at', s.opens_at, 'order', s.order, 'paused', s.paused, 'seed', seed,
+  'commitment', commitment, 'open', open, 'closed', '0', 'hand', s.capacity, 'tray', '0',
+  'debt', '0', 'admitted', '0', 'waiting', '0', 'issued', '0', 'peak', '0',
+  'last_tick_ms', S(NOW), 'adm_at_last_tick', '0', 'rate_mean', '0', 'rate_var', '0',
+  'rate_primed', '0', 'view_version', '0', 'chg', '0', 'published_chg', '0')
 redis.call('PUBLISH', CHANNEL, 'r|' .. ROOM .. '|' .. EPOCH .. '|')
-return {'created', EPOCH}
+return reply({r = 'created', view = view_fields()})

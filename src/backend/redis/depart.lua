@@ -1,31 +1,38 @@
 -- leave / release / revoke: ARGV[3] = ticket epoch, ARGV[4] = ticket id,
--- ARGV[5] = 'leave' | 'release' | 'revoke'. Every state change is checked
--- and made inside this one script, so a late release of a revoked or
--- expired permit finds it gone and frees nothing.
--- Returns {'left'} | {'gave', 'to', id} | {'gave', 'tray'} | {'gave', 'retired'}
---       | {'nothing', state} | {'noroom'} | {'noticket'}
-if not room({'issued', 'open', 'paused', 'debt', 'admit_cap', 'queue_idle_ms',
-    'pass_idle_ms', 'arrival_grace_ms', 'peak'}) then return {'noroom'} end
-local t = ticket_of(ARGV[3], ARGV[4])
-if not t then return {'noticket'} end
+-- ARGV[5] = 'leave' | 'release' | 'revoke', ARGV[6] = the quiet cutoff for
+-- a hand-off (rules::quiet_cutoff), ARGV[7] = the queue_idle it was
+-- computed with. Every state change is checked and made inside this one
+-- script, so a late release of a revoked or expired permit finds it gone
+-- and frees nothing.
+-- Returns {r = 'left'} | {r = 'gave', to = id | tray = true | retired = true}
+--       | {r = 'nothing', s = state} | {r = 'noticket'} | {r = 'noroom'} | {r = 'stale', ...}
+if not room({'issued', 'open', 'paused', 'debt', 'cap_interval_us', 'cap_tolerance_us',
+    'tat_us', 'queue_idle_ms', 'peak'}) then return reply({r = 'noroom'}) end
+local again = stale(ARGV[7])
+if again then return again end
+if ARGV[3] ~= EPOCH or tonumber(ARGV[4]) >= n('issued') then return reply({r = 'noticket'}) end
+local t = load_ticket(ARGV[4])
+if not t then return reply({r = 'noticket'}) end
 local mode = ARGV[5]
-if t.state == 1 then
-  local to, counter = 2, 'c_releases'
-  if mode == 'revoke' then to, counter = 3, 'c_revocations' end
+if t.state == ADMITTED then
+  local to = RELEASED
+  if mode == 'revoke' then to = REVOKED end
   t.state = to
   save_ticket(t)
   redis.call('ZREM', K('adm'), S(t.id))
+  redis.call('ZREM', K('pas'), S(t.id))
   incr('admitted', -1)
-  incr(counter, 1)
+  incr(ENDED_COUNTER[to], 1)
   notify(t.id)
-  local kind, next_id = give_back()
-  if kind == 'to' then return {'gave', 'to', next_id} end
-  return {'gave', kind}
+  local kind, next_id = give_back(tonumber(ARGV[6]))
+  if kind == 'to' then return reply({r = 'gave', to = next_id}) end
+  if kind == 'tray' then return reply({r = 'gave', tray = true}) end
+  return reply({r = 'gave', retired = true})
 end
-if t.state == 0 and mode ~= 'release' then
-  local to = 5
-  if mode == 'revoke' then to = 3 end
+if t.state == WAITING and mode ~= 'release' then
+  local to = LEFT
+  if mode == 'revoke' then to = REVOKED end
   left_waiting(t, to)
-  return {'left'}
+  return reply({r = 'left'})
 end
-return {'nothing', t.state}
+return reply({r = 'nothing', s = t.state})

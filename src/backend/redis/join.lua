@@ -1,32 +1,81 @@
--- join: ARGV[3] = identity (hex) or ''. Idempotent per identity.
--- Returns {'ok', id, is_new, epoch, status...} | {'noroom'} | {'closed'} | {'full'}
-local fields = {'closed', 'qtail'}
-for _, f in ipairs(STATUS_FIELDS) do fields[#fields + 1] = f end
-if not room(fields) then return {'noroom'} end
-if M['closed'] == '1' then return {'closed'} end
+-- join: one call per visitor's join. ARGV[3] = identity (hex) or '';
+-- ARGV[4], ARGV[5] = the epoch and id of the ticket the visitor carries,
+-- or ''; ARGV[6] = '1' to issue a new ticket when that one has ended ('0'
+-- answers with it); ARGV[7] = the client address the join limit counts, or
+-- ''; ARGV[8] = the start of the join window (rules::join_window_start).
+--
+-- A carried live ticket is kept (and counts as a sign of life); a known
+-- identity gets its ticket back; only a join that makes a new ticket counts
+-- against the address.
+--
+-- Returns {r = 'ok', id, new, epoch, t = facts, w = waiting}
+--       | {r = 'limited', n = joins in the window, oldest, limit}
+--       | {r = 'closed'} | {r = 'full'} | {r = 'noroom'}
+if not room({'closed', 'open', 'issued', 'waiting', 'join_limit'}) then
+  return reply({r = 'noroom'})
+end
+
+local function answer(t, new)
+  local ahead = ahead_of(t)
+  if t.dirty then save_ticket(t) end
+  return reply({r = 'ok', id = t.id, new = new, epoch = EPOCH, t = facts(t, ahead),
+    w = n('waiting')})
+end
+
+if ARGV[4] == EPOCH and tonumber(ARGV[5]) < n('issued') then
+  local t = load_ticket(ARGV[5])
+  if t and (t.state == WAITING or t.state == ADMITTED or ARGV[6] ~= '1') then
+    touch(t)
+    return answer(t, false)
+  end
+end
+if M['closed'] == '1' then return reply({r = 'closed'}) end
 local identity = ARGV[3]
 if identity ~= '' then
   local existing = redis.call('HGET', K('ids'), identity)
-  if existing then
-    local t = load_ticket(existing)
-    local reply = {'ok', t.id, 0, EPOCH}
-    for _, v in ipairs(status_reply(t)) do reply[#reply + 1] = v end
-    return reply
+  if existing then return answer(load_ticket(existing), false) end
+end
+if n('issued') >= MAX_TICKETS then return reply({r = 'full'}) end
+
+-- The join limit, a bounded insert into the address's log: counted
+-- untrimmed first (a log under the limit is under it whatever has aged
+-- out), trimmed only when that count reaches the limit.
+local limit = n('join_limit')
+local log = nil
+if limit > 0 and ARGV[7] ~= '' then
+  log = P .. 'jl:' .. ARGV[7]
+  local count = redis.call('ZCARD', log)
+  if count >= limit then
+    count = count - redis.call('ZREMRANGEBYSCORE', log, '-inf', ARGV[8])
+    if count >= limit then
+      local oldest = redis.call('ZRANGE', log, 0, 0, 'WITHSCORES')
+      return reply({r = 'limited', n = count, oldest = tonumber(oldest[2]), limit = limit})
+    end
   end
 end
-if n('issued') >= MAX_TICKETS - 4096 then return {'full'} end
-local id = incr('issued', 1) - 1
-incr('waiting', 1)
-incr('c_joins', 1)
-local t = {id = id, state = 0, qi = -1, joined = NOW, admat = 0, seen = NOW, arrived = 0,
-  reported = 4294967295, init = 0}
+
+local id = n('issued')
+local waiting = n('waiting')
+redis.call('HSET', META, 'issued', S(id + 1), 'waiting', S(waiting + 1))
+M['waiting'] = S(waiting + 1)
+local t = {id = id, state = WAITING, qi = -1, joined = NOW, admat = 0, seen = NOW, arrived = 0,
+  shown = NONE_SHOWN, init = 0}
 if M['open'] == '1' then
-  enqueue(t)
+  -- Every ticket issued before opening was placed at the opening, so in an
+  -- open room a new ticket's queue index is its id, and everyone waiting
+  -- is ahead of it.
+  t.qi = id
+  t.init = waiting
+  t.shown = waiting
+  redis.call('ZADD', K('q'), id, S(id))
+  redis.call('ZADD', K('seen'), NOW, S(id))
 else
   redis.call('RPUSH', K('pre'), S(id))
-  save_ticket(t)
 end
+save_ticket(t)
 if identity ~= '' then redis.call('HSET', K('ids'), identity, S(id)) end
-local reply = {'ok', id, 1, EPOCH}
-for _, v in ipairs(status_reply(t)) do reply[#reply + 1] = v end
-return reply
+if log then
+  redis.call('ZADD', log, NOW, EPOCH .. ':' .. S(id))
+  redis.call('PEXPIRE', log, JOIN_WINDOW_MS)
+end
+return reply({r = 'ok', id = id, new = true, epoch = EPOCH, t = facts(t, t.shown), w = waiting + 1})

@@ -1,25 +1,36 @@
 -- open a scheduled room: ARGV[3] = '1' when an operator opens it now
 -- (opens_at becomes now), ARGV[4] = how many pre-queue tickets the caller
 -- drew, ARGV[5..] = those ticket ids in drawn order. The draw (SHA-256 of
--- the seed and each id, engine::lottery) is done by the caller, since
+-- the seed and each id, engine::LotterySeed) is done by the caller, since
 -- Redis' Lua has no SHA-256; tickets that joined the pre-queue after the
 -- caller read it arrived after opens_at and queue behind the draw, in
--- arrival order. Returns {'ok'} | {'noroom'}
-if not room({'open', 'qtail'}) then return {'noroom'} end
-if M['open'] == '1' then return {'ok'} end
+-- arrival order. Queue indices go from 0 in that order, so every ticket
+-- issued before opening has one below every ticket issued after.
+-- Returns {r = 'ok', view = {...}} | {r = 'already'} | {r = 'noroom'}
+if not room({'open'}) then return reply({r = 'noroom'}) end
+if M['open'] == '1' then return reply({r = 'already'}) end
 local drawn = tonumber(ARGV[4])
 local pre = redis.call('LRANGE', K('pre'), 0, -1)
-local placed = {}
+local placed, qi = {}, 0
 local function place(sid)
   if placed[sid] then return end
   placed[sid] = true
   local t = load_ticket(sid)
-  if t then enqueue(t) end
+  if not t then return end
+  t.qi = qi
+  qi = qi + 1
+  if t.state == WAITING then
+    redis.call('ZADD', K('q'), t.qi, S(t.id))
+    t.init = redis.call('ZCARD', K('q')) - 1
+    t.shown = t.init
+    redis.call('ZADD', K('seen'), t.seen, S(t.id))
+  end
+  save_ticket(t)
 end
 for i = 1, drawn do place(ARGV[4 + i]) end
 for _, sid in ipairs(pre) do place(sid) end
 redis.call('DEL', K('pre'))
 set('open', '1')
 if ARGV[3] == '1' then set('opens_at', S(NOW)) end
-publish_view(false)
-return {'ok'}
+changed()
+return reply({r = 'ok', view = view_fields()})

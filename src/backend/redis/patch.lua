@@ -1,43 +1,22 @@
--- patch a running room: ARGV[3] = capacity or '', ARGV[4] = paused '0'/'1'
--- or '', ARGV[5] = '1' when timeouts follow in ARGV[6..11] (tick_ms,
--- pass_idle_ms, arrival_grace_ms, queue_idle_ms, join_limit, admit_cap).
--- Capacity changes follow Room::set_capacity: raising cancels debt, then
--- adds to the worker's hand; lowering takes from the hand, then the tray,
--- and the rest becomes debt that finishers pay instead of handing off.
--- Returns {'ok'} | {'noroom'} | {'closed'}
-if not room({'closed', 'capacity', 'hand', 'tray', 'debt'}) then return {'noroom'} end
-if M['closed'] == '1' then return {'closed'} end
-if ARGV[5] == '1' then
-  redis.call('HSET', META, 'tick_ms', ARGV[6], 'pass_idle_ms', ARGV[7],
-    'arrival_grace_ms', ARGV[8], 'queue_idle_ms', ARGV[9], 'join_limit', ARGV[10],
-    'admit_cap', ARGV[11])
-  load_meta({'pass_idle_ms', 'arrival_grace_ms'})
-  -- Deadlines of admitted tickets follow the new timeouts.
-  local ids = redis.call('ZRANGE', K('adm'), 0, -1)
-  for _, sid in ipairs(ids) do
-    local t = load_ticket(sid)
-    if t and t.state == 1 then redis.call('ZADD', K('adm'), deadline(t), sid) end
+-- patch a running room in one step: ARGV[3] = the fields to set, as JSON
+-- named like the meta fields (only those given change, so two patches of
+-- different fields made at once both take effect). A new `capacity` moves
+-- permits by the plans of rules::resize (RESIZE_GROW, RESIZE_SHRINK).
+-- Returns {r = 'ok', view = {...}} | {r = 'noroom'} | {r = 'closed'}
+if not room({'closed', 'capacity', 'hand', 'tray', 'debt'}) then return reply({r = 'noroom'}) end
+if M['closed'] == '1' then return reply({r = 'closed'}) end
+local fields = cjson.decode(ARGV[3])
+if fields.capacity then
+  local new, old = tonumber(fields.capacity), n('capacity')
+  local plan, left = RESIZE_GROW, new - old
+  if new < old then plan, left = RESIZE_SHRINK, old - new end
+  for _, from in ipairs(plan.from) do
+    local take = math.min(n(from), left)
+    if take > 0 then incr(from, -take) end
+    left = left - take
   end
+  if left > 0 then incr(plan.to, left) end
 end
-if ARGV[3] ~= '' then
-  local new, old = tonumber(ARGV[3]), n('capacity')
-  set('capacity', ARGV[3])
-  if new >= old then
-    local more = new - old
-    local cancel = math.min(n('debt'), more)
-    if cancel > 0 then incr('debt', -cancel) end
-    if more - cancel > 0 then incr('hand', more - cancel) end
-  else
-    local less = old - new
-    local from_hand = math.min(less, n('hand'))
-    if from_hand > 0 then incr('hand', -from_hand) end
-    less = less - from_hand
-    local from_tray = math.min(less, n('tray'))
-    if from_tray > 0 then incr('tray', -from_tray) end
-    less = less - from_tray
-    if less > 0 then incr('debt', less) end
-  end
-end
-if ARGV[4] ~= '' then set('paused', ARGV[4]) end
-publish_view(false)
-return {'ok'}
+for field, value in pairs(fields) do set(field, value) end
+changed()
+return reply({r = 'ok', view = view_fields()})

@@ -1,7 +1,8 @@
 //! Push across instances. Scripts PUBLISH on one channel (`keys::CHANNEL`)
 //! in the same atomic step that changes state: `t|room|epoch|id` when a
-//! ticket changed (admitted, expired, left…), `v|room|epoch|{json}` when a
-//! room view changed, `r|room|epoch|` when a room was (re)created. Each
+//! ticket changed (admitted, expired, left…), `v|room|epoch|version|{json}`
+//! when a room view was published, `r|room|epoch|` when a room was
+//! (re)created. Each
 //! instance holds one subscription and fans messages out to the streams it
 //! holds: a ticket's `Notify` (so an admission reaches its visitor at once,
 //! whichever instance admitted it) and a room's `watch` of its view.
@@ -14,13 +15,14 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use futures_util::StreamExt;
-use serde::Deserialize;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::batch::StatusBatches;
 use super::keys::CHANNEL;
-use crate::engine::{AdmissionRate, RoomId, RoomView};
+use crate::engine::RoomId;
+use crate::engine::RoomView;
+use crate::engine::rules::RoomFacts;
 
 struct LocalRoom {
     epoch: u64,
@@ -50,6 +52,12 @@ pub enum HubEvent {
 impl Hub {
     pub fn subscribe_view(&self, room: &RoomId) -> Option<watch::Receiver<RoomView>> {
         self.rooms.get(room).map(|r| r.tx.subscribe())
+    }
+
+    /// What a ticket's status needs of the room, from the view followed
+    /// here, if it is.
+    pub fn facts(&self, room: &RoomId, waiting: u64) -> Option<RoomFacts> {
+        self.rooms.get(room).map(|r| r.tx.borrow().facts(waiting))
     }
 
     /// Take a view read from Redis or heard on the channel. A view of
@@ -151,7 +159,14 @@ impl Hub {
                 }
             }
             "v" => {
-                if let Some(view) = rest.and_then(parse_view) {
+                let view = rest
+                    .and_then(|r| r.split_once('|'))
+                    .and_then(|(version, json)| {
+                        let mut view = parse_view(json)?;
+                        view.version = version.parse().ok()?;
+                        Some(view)
+                    });
+                if let Some(view) = view {
                     // Only rooms someone here follows are kept up to date.
                     if self.rooms.contains_key(&room) {
                         self.apply_view(&room, epoch, view);
@@ -167,62 +182,10 @@ impl Hub {
     }
 }
 
-/// The view as the scripts publish it (cjson: numbers may come as floats,
-/// 64-bit values as strings).
-#[derive(Deserialize)]
-struct ViewWire {
-    #[serde(default)]
-    version: f64,
-    #[serde(default)]
-    at_ms: String,
-    capacity: f64,
-    waiting: f64,
-    admitted: f64,
-    held: f64,
-    tray: f64,
-    debt: f64,
-    paused: bool,
-    open: bool,
-    closed: bool,
-    opens_at: Option<String>,
-    lottery_commitment: Option<String>,
-    lottery_seed: Option<String>,
-    rate_mean: String,
-    rate_var: String,
-    rate_primed: bool,
-    admissions_total: f64,
-    #[serde(default)]
-    join_limit_per_minute: f64,
-}
-
-/// Parse a published view; `None` for anything malformed.
+/// Parse a published view (JSON of `RoomView`, as `RedisBackend::publish`
+/// writes it); `None` for anything malformed.
 pub fn parse_view(json: &str) -> Option<RoomView> {
-    let w: ViewWire = serde_json::from_str(json).ok()?;
-    let rate = AdmissionRate {
-        mean: w.rate_mean.parse().unwrap_or(0.0),
-        variance: w.rate_var.parse().unwrap_or(0.0),
-        primed: w.rate_primed,
-    };
-    Some(RoomView {
-        version: w.version as u64,
-        at_ms: w.at_ms.parse().unwrap_or(0),
-        capacity: w.capacity as u32,
-        waiting: w.waiting as u64,
-        admitted: w.admitted as u64,
-        held: w.held as u64,
-        tray: w.tray as u64,
-        debt: w.debt as u64,
-        paused: w.paused,
-        open: w.open,
-        closed: w.closed,
-        opens_at: w.opens_at.and_then(|s| s.parse().ok()),
-        lottery_commitment: w.lottery_commitment,
-        lottery_seed: w.lottery_seed,
-        admit_rate: rate.mean,
-        rate,
-        admissions_total: w.admissions_total as u64,
-        join_limit_per_minute: w.join_limit_per_minute as u32,
-    })
+    serde_json::from_str(json).ok()
 }
 
 /// Keep one subscription open for the life of the backend, reconnecting
@@ -278,17 +241,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_published_view_parses() {
-        let json = r#"{"capacity":5,"waiting":3,"admitted":2,"held":3,"tray":0,"debt":0,
-            "paused":false,"open":true,"closed":false,"opens_at":"1700000000000",
-            "lottery_commitment":null,"lottery_seed":null,"rate_mean":"1.5","rate_var":"0",
-            "rate_primed":true,"admissions_total":7,"version":4,"at_ms":"1700000000123"}"#;
-        let v = parse_view(json).unwrap();
-        assert_eq!((v.capacity, v.waiting, v.admitted, v.version), (5, 3, 2, 4));
-        assert_eq!(v.opens_at, Some(1_700_000_000_000));
-        assert_eq!(v.at_ms, 1_700_000_000_123);
-        assert!((v.admit_rate - 1.5).abs() < 1e-9);
-        assert!(parse_view("{").is_none());
+    fn a_published_view_replaces_an_older_one_only() {
+        let hub = Hub::default();
+        let room = RoomId::new("r").unwrap();
+        let rx = hub.apply_view(&room, 7, RoomView::default());
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let view = RoomView {
+            waiting: 3,
+            ..RoomView::default()
+        };
+        let json = serde_json::to_string(&view).unwrap();
+        hub.handle(&format!("v|r|7|4|{json}"), &tx);
+        assert_eq!((rx.borrow().version, rx.borrow().waiting), (4, 3));
+        let older = serde_json::to_string(&RoomView::default()).unwrap();
+        hub.handle(&format!("v|r|7|3|{older}"), &tx);
+        hub.handle("v|r|7|9|{", &tx);
+        assert_eq!((rx.borrow().version, rx.borrow().waiting), (4, 3));
+        assert_eq!(hub.facts(&room, 11).map(|f| f.waiting), Some(11));
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! The Lua scripts, one per operation, each run atomically by EVALSHA in
 //! one round trip (`redis::Script` sends EVALSHA and loads the script on
-//! NOSCRIPT, so a restarted or failed-over Redis is handled). `lib.lua`,
-//! the shared helpers (ticket records, queue, hand-off, view), is put in
-//! front of each room script at start.
+//! NOSCRIPT, so a restarted or failed-over Redis is handled). Each room
+//! script is built at start from three parts: the constants generated from
+//! the Rust rules (`rules::lua_constants`: state codes, wait buckets,
+//! limits, the capacity plans), `lib.lua` (ticket records, queue, hand-off,
+//! the view's stored fields) and the script's own body.
 //!
 //! Time: every script takes "now" from the calling instance's clock rather
 //! than Redis' TIME, so that the engine's `Clock` (and the conformance
@@ -13,10 +15,12 @@
 
 use redis::Script;
 
+use crate::engine::rules;
+
 const LIB: &str = include_str!("lib.lua");
 
-fn room_script(body: &str) -> Script {
-    Script::new(&format!("{LIB}\n{body}"))
+fn room_script(constants: &str, body: &str) -> Script {
+    Script::new(&format!("{constants}{LIB}\n{body}"))
 }
 
 pub struct Scripts {
@@ -24,6 +28,7 @@ pub struct Scripts {
     pub status: Script,
     pub depart: Script,
     pub tick: Script,
+    pub publish: Script,
     pub create: Script,
     pub patch: Script,
     pub open: Script,
@@ -34,15 +39,17 @@ pub struct Scripts {
 
 impl Scripts {
     pub fn new() -> Self {
+        let c = rules::lua_constants();
         Self {
-            join: room_script(include_str!("join.lua")),
-            status: room_script(include_str!("status.lua")),
-            depart: room_script(include_str!("depart.lua")),
-            tick: room_script(include_str!("tick.lua")),
-            create: room_script(include_str!("create.lua")),
-            patch: room_script(include_str!("patch.lua")),
-            open: room_script(include_str!("open.lua")),
-            close: room_script(include_str!("close.lua")),
+            join: room_script(&c, include_str!("join.lua")),
+            status: room_script(&c, include_str!("status.lua")),
+            depart: room_script(&c, include_str!("depart.lua")),
+            tick: room_script(&c, include_str!("tick.lua")),
+            publish: room_script(&c, include_str!("publish.lua")),
+            create: room_script(&c, include_str!("create.lua")),
+            patch: room_script(&c, include_str!("patch.lua")),
+            open: room_script(&c, include_str!("open.lua")),
+            close: room_script(&c, include_str!("close.lua")),
             lease_extend: Script::new(include_str!("lease_extend.lua")),
             lease_release: Script::new(include_str!("lease_release.lua")),
         }

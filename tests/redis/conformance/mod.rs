@@ -1,29 +1,36 @@
 //! The conformance suite: the same test bodies run against the embedded
 //! engine and the Redis backend (`conformance!` makes one test per body per
 //! backend), on virtual time with workers off, so every timeout is checked
-//! without sleeping. Each body checks the invariants of design §1 that it
-//! can see: capacity, order, hand-off, tray, idempotence, conservation,
-//! monotone positions.
+//! without sleeping. Each body checks the invariants of the admission model
+//! that it can see: capacity (never more admitted than permits), order
+//! (nobody overtakes), hand-off, tray, idempotence, conservation (every
+//! permit accounted for), monotone positions. `changes` holds what spans
+//! instances: operators' changes and the join limit.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use narabu::backend::{Backend, BackendError, RoomPatch, TicketRef};
-use narabu::engine::{Departure, Handoff, Identity, LotterySeed, Order, RoomId, TicketState};
+use narabu::backend::{Backend, BackendError, JoinRequest, RoomPatch, TicketRef};
+use narabu::engine::{
+    Departure, Handoff, Identity, LotterySeed, Order, RoomId, TicketState, Timestamp,
+};
 
 use narabu_testkit::redis_server::{Harness, Kind, T0};
 use narabu_testkit::room;
 
-fn rid(s: &str) -> RoomId {
+pub(crate) fn rid(s: &str) -> RoomId {
     RoomId::new(s).unwrap()
 }
 
-async fn join(b: &Arc<dyn Backend>, r: &str) -> TicketRef {
-    b.join(&rid(r), None).await.unwrap().ticket
+pub(crate) async fn join(b: &Arc<dyn Backend>, r: &str) -> TicketRef {
+    b.join(&rid(r), JoinRequest::anonymous())
+        .await
+        .unwrap()
+        .ticket
 }
 
-async fn state(b: &Arc<dyn Backend>, r: &str, t: TicketRef) -> TicketState {
+pub(crate) async fn state(b: &Arc<dyn Backend>, r: &str, t: TicketRef) -> TicketState {
     b.status(&rid(r), t, false).await.unwrap().state
 }
 
@@ -45,6 +52,8 @@ macro_rules! conformance {
         }
     };
 }
+
+mod changes;
 
 conformance!(
     admits_in_order_up_to_capacity,
@@ -70,7 +79,7 @@ async fn admits_in_order_up_to_capacity(kind: Kind) {
     let b = &h.backend;
     let mut tickets = Vec::new();
     for i in 0..5 {
-        let j = b.join(&rid("r"), None).await.unwrap();
+        let j = b.join(&rid("r"), JoinRequest::anonymous()).await.unwrap();
         assert!(j.is_new);
         assert_eq!(j.status.number, Some(i + 1));
         assert_eq!(j.status.position, Some(i + 1));
@@ -111,7 +120,7 @@ async fn admits_in_order_up_to_capacity(kind: Kind) {
         Err(BackendError::NoSuchTicket)
     );
     assert!(matches!(
-        b.join(&rid("nope"), None).await,
+        b.join(&rid("nope"), JoinRequest::anonymous()).await,
         Err(BackendError::NoSuchRoom(_))
     ));
 }
@@ -119,10 +128,19 @@ async fn admits_in_order_up_to_capacity(kind: Kind) {
 async fn joining_twice_with_one_identity_gives_one_ticket(kind: Kind) {
     let h = Harness::new(kind, vec![room("r", 1)]).await;
     let b = &h.backend;
-    let me = Some(Identity(0xfeed_beef_u128 << 64 | 7));
-    let first = b.join(&rid("r"), me).await.unwrap();
-    let other = b.join(&rid("r"), Some(Identity(1))).await.unwrap();
-    let again = b.join(&rid("r"), me).await.unwrap();
+    let me = Identity(0xfeed_beef_u128 << 64 | 7);
+    let first = b
+        .join(&rid("r"), JoinRequest::with_identity(me))
+        .await
+        .unwrap();
+    let other = b
+        .join(&rid("r"), JoinRequest::with_identity(Identity(1)))
+        .await
+        .unwrap();
+    let again = b
+        .join(&rid("r"), JoinRequest::with_identity(me))
+        .await
+        .unwrap();
     assert!(first.is_new && other.is_new);
     assert!(!again.is_new);
     assert_eq!(first.ticket, again.ticket);
@@ -225,10 +243,10 @@ async fn stalled_permits_are_revoked_after_grace_and_idle(kind: Kind) {
     let next = join(b, "r").await;
     b.tick(&rid("r")).await.unwrap();
     let st = b.status(&rid("r"), never, false).await.unwrap();
-    assert_eq!(st.pass_expires_at, Some(T0 + 60_000));
+    assert_eq!(st.pass_expires_at, Some(Timestamp(T0 + 60_000)));
     h.clock.advance(Duration::from_secs(30));
     let st = b.status(&rid("r"), arrives, true).await.unwrap();
-    assert_eq!(st.pass_expires_at, Some(T0 + 30_000 + 300_000));
+    assert_eq!(st.pass_expires_at, Some(Timestamp(T0 + 30_000 + 300_000)));
     b.status(&rid("r"), next, true).await.unwrap();
     h.clock.advance(Duration::from_secs(31));
     // `never` did not arrive within the grace: its permit goes to `next`.
@@ -399,9 +417,9 @@ async fn opening_with(kind: Kind, order: Order) -> (Vec<TicketRef>, Vec<u64>, Ha
     let b = h.backend.clone();
     let mut pre = Vec::new();
     for _ in 0..30 {
-        let j = b.join(&rid("r"), None).await.unwrap();
+        let j = b.join(&rid("r"), JoinRequest::anonymous()).await.unwrap();
         assert_eq!(j.status.number, None);
-        assert_eq!(j.status.opens_at, Some(T0 + 60_000));
+        assert_eq!(j.status.opens_at, Some(Timestamp(T0 + 60_000)));
         pre.push(j.ticket);
     }
     // One leaves the pre-queue before the draw.
@@ -414,7 +432,7 @@ async fn opening_with(kind: Kind, order: Order) -> (Vec<TicketRef>, Vec<u64>, Ha
     let report = b.tick(&rid("r")).await.unwrap();
     assert!(report.opened);
     assert_eq!(report.admitted.len(), 29);
-    let late = b.join(&rid("r"), None).await.unwrap();
+    let late = b.join(&rid("r"), JoinRequest::anonymous()).await.unwrap();
     assert_eq!(late.status.number, Some(31));
     let mut numbers = Vec::new();
     for t in &pre {
@@ -464,7 +482,7 @@ async fn closed_room_refuses_joins(kind: Kind) {
     let a = join(b, "r").await;
     b.close_room(&rid("r")).await.unwrap();
     assert!(matches!(
-        b.join(&rid("r"), None).await,
+        b.join(&rid("r"), JoinRequest::anonymous()).await,
         Err(BackendError::Closed(_))
     ));
     assert!(b.status(&rid("r"), a, false).await.unwrap().closed);
@@ -487,7 +505,7 @@ async fn replaced_room_forgets_old_tickets(kind: Kind) {
         b.status(&rid("r"), a, true).await,
         Err(BackendError::NoSuchTicket)
     );
-    let fresh = b.join(&rid("r"), None).await.unwrap();
+    let fresh = b.join(&rid("r"), JoinRequest::anonymous()).await.unwrap();
     assert_eq!(fresh.status.number, Some(1));
     assert_eq!(snap.ledger.held, 5);
     // Followers of the old incarnation are told it is gone.
@@ -537,7 +555,11 @@ async fn many_threads_keep_capacity_and_conservation(kind: Kind) {
         let b = b.clone();
         tasks.push(tokio::spawn(async move {
             for i in 0..25u64 {
-                let t = b.join(&rid("r"), None).await.unwrap().ticket;
+                let t = b
+                    .join(&rid("r"), JoinRequest::anonymous())
+                    .await
+                    .unwrap()
+                    .ticket;
                 if (w + i) % 5 == 0 {
                     b.leave(&rid("r"), t).await.unwrap();
                 }

@@ -1,8 +1,8 @@
 //! The operators' JSON API under `/admin/`, its live event stream and the
 //! dashboard page.
 //!
-//! Every call needs `Authorization: Bearer <admin token>` (checked by
-//! [`require_admin_layer`], in constant time); with no token configured
+//! Every call needs `Authorization: Bearer <admin token>` (the [`Admin`]
+//! extractor, compared in constant time); with no token configured
 //! everything under `/admin` answers 404, as if it did not exist. Handlers
 //! are thin: they parse and validate, call one `Backend` operation, hand
 //! the resulting snapshot to the monitor (which fires webhooks for the
@@ -11,45 +11,33 @@
 //! `PUT` bodies are `[[rooms]]` tables in JSON and go through the config's
 //! own parsing and validation (`RoomTable::into_settings`), so a room made
 //! here obeys the same limits, with the same messages, as one in the file.
-//! `PATCH` bodies use the same keys; both answer 422 naming the field.
+//! `PATCH` bodies use the same keys, each field left out, `null` or given
+//! (`patch`); both answer 422 naming the field.
+
+mod patch;
 
 use std::convert::Infallible;
 
 use askama::Template;
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, Request, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::middleware::Next;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::api::{now_ms, rfc3339};
 use super::auth::require_admin;
 use super::error::ApiError;
-use super::room_id;
+use super::extract::{Admin, Room};
 use super::state::AppState;
-use crate::backend::{BackendError, RoomPatch, RoomSnapshot, TicketRef};
-use crate::config::{ConfigError, RoomTable, validate_room};
-use crate::engine::{Departure, Handoff, Order, RoomId, TicketState};
+use crate::backend::{BackendError, RoomSnapshot, TicketRef};
+use crate::config::{ConfigError, RoomTable};
+use crate::engine::{Departure, Handoff, Order, RoomId, Timestamp};
 use crate::monitor::{Sample, quantile};
 use crate::token::MAX_TOKEN_LEN;
-
-/// Refuses admin calls without the right token (401), or all of them when
-/// no token is configured (404).
-pub async fn require_admin_layer(
-    State(state): State<AppState>,
-    request: Request,
-    next: Next,
-) -> Response {
-    match require_admin(&state, request.headers()) {
-        Ok(()) => next.run(request).await,
-        Err(e) => e.into_response(),
-    }
-}
 
 /// A room as operators see it: settings in the shape `PUT` accepts, live
 /// counts, figures over the last minute and totals since creation.
@@ -87,17 +75,17 @@ pub struct RoomBody {
     pub expirations: u64,
     pub abandonments: u64,
     pub peak_admitted: u64,
-    pub opens_at: Option<String>,
+    pub opens_at: Option<Timestamp>,
     pub order: Order,
     /// SHA-256 of the lottery seed, published before the draw.
     pub lottery_commitment: Option<String>,
     /// The seed, once drawn, so anyone can check the shuffle.
     pub lottery_seed: Option<String>,
-    pub updated_at: String,
+    pub updated_at: Timestamp,
 }
 
 impl RoomBody {
-    pub fn new(s: &RoomSnapshot, recent: &Sample) -> Self {
+    pub fn new(s: &RoomSnapshot, recent: &Sample, now: Timestamp) -> Self {
         let state = if s.view.closed {
             "closed"
         } else if !s.view.open {
@@ -132,17 +120,17 @@ impl RoomBody {
             expirations: s.stats.expirations,
             abandonments: s.stats.abandonments,
             peak_admitted: s.stats.peak_admitted,
-            opens_at: s.settings.opens_at.map(rfc3339),
+            opens_at: s.settings.opens_at.map(Timestamp),
             order: s.settings.order,
             lottery_commitment: s.view.lottery_commitment.clone(),
             lottery_seed: s.view.lottery_seed.clone(),
-            updated_at: rfc3339(now_ms()),
+            updated_at: now,
         }
     }
 }
 
 fn body(state: &AppState, s: &RoomSnapshot) -> RoomBody {
-    RoomBody::new(s, &state.monitor.figures(s))
+    RoomBody::new(s, &state.monitor.figures(s), state.clock.now())
 }
 
 fn invalid(e: &ConfigError) -> ApiError {
@@ -190,7 +178,7 @@ fn table(id: &RoomId, mut map: Map<String, Value>) -> Result<RoomTable, ApiError
 // ----- rooms -------------------------------------------------------------
 
 /// `GET /admin/rooms`
-pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub async fn list(State(state): State<AppState>, _: Admin) -> Result<Json<Value>, ApiError> {
     let rooms: Vec<RoomBody> = state
         .backend
         .list_rooms()
@@ -204,9 +192,9 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError
 /// `GET /admin/rooms/{room}`
 pub async fn get_room(
     State(state): State<AppState>,
-    Path(room): Path<String>,
+    _: Admin,
+    Room(room): Room,
 ) -> Result<Json<RoomBody>, ApiError> {
-    let room = room_id(&room)?;
     let s = state.backend.room(&room).await?;
     Ok(Json(body(&state, &s)))
 }
@@ -216,10 +204,10 @@ pub async fn get_room(
 /// new room, 200 for a replaced one.
 pub async fn put_room(
     State(state): State<AppState>,
-    Path(room): Path<String>,
+    _: Admin,
+    Room(id): Room,
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
-    let id = room_id(&room)?;
     let settings = table(&id, object(&bytes)?)?
         .into_settings("")
         .map_err(|e| invalid(&e))?;
@@ -239,84 +227,42 @@ pub async fn put_room(
     Ok((status, Json(body(&state, &s))).into_response())
 }
 
-/// The keys `PATCH` accepts: a room's running settings. `id`, `order` and
-/// `opens_at` shape a room's line and need a `PUT`.
-const PATCHABLE: [&str; 9] = [
-    "capacity",
-    "paused",
-    "open_now",
-    "admit_per_minute",
-    "tick",
-    "pass_idle",
-    "arrival_grace",
-    "queue_idle",
-    "join_limit_per_minute",
-];
-
 /// `PATCH /admin/rooms/{room}`: change capacity, pause or resume, open now,
 /// the admission cap (`null` removes it), the tick, timeouts or the join
-/// limit. Applies live; lowering capacity admits nobody new until the
-/// admitted count is below it.
+/// limit. Applies live, in one step: fields left out stay as they are, so
+/// two operators changing different fields at once both get their change.
+/// Lowering capacity admits nobody new until the admitted count is below it.
 pub async fn patch_room(
     State(state): State<AppState>,
-    Path(room): Path<String>,
+    _: Admin,
+    Room(id): Room,
     bytes: Bytes,
 ) -> Result<Json<RoomBody>, ApiError> {
-    let id = room_id(&room)?;
-    let mut map = object(&bytes)?;
-    if let Some(key) = map.keys().find(|k| !PATCHABLE.contains(&k.as_str())) {
-        let message = if ["id", "order", "opens_at"].contains(&key.as_str()) {
+    let map = object(&bytes)?;
+    if let Some(key) = map.keys().find(|k| !patch::PATCHABLE.contains(&k.as_str())) {
+        let message = if patch::FIXED.contains(&key.as_str()) {
             "cannot be changed on a running room (PUT the room to replace it)".to_owned()
         } else {
-            format!("unknown field, expected one of {}", PATCHABLE.join(", "))
+            format!(
+                "unknown field, expected one of {}",
+                patch::PATCHABLE.join(", ")
+            )
         };
         return Err(invalid_field(key, message));
     }
-    let open_now = match map.remove("open_now") {
-        None | Some(Value::Bool(false)) => false,
-        Some(Value::Bool(true)) => true,
-        Some(_) => return Err(invalid_field("open_now", "must be true or false")),
-    };
-    let clear_cap = map.get("admit_per_minute") == Some(&Value::Null);
-    let touches_settings = map
-        .keys()
-        .any(|k| !["capacity", "paused"].contains(&k.as_str()));
-    let patch = table(&id, map)?;
-
+    let fields: patch::PatchBody = serde_path_to_error::deserialize(Value::Object(map))
+        .map_err(|e| invalid_field(&e.path().to_string(), e.into_inner().to_string()))?;
+    let change = fields.into_patch().map_err(|e| invalid(&e))?;
     let before = state.backend.room(&id).await?;
     state.monitor.observe(&before);
-    let current = before.settings;
-    let mut next = current.clone();
-    next.capacity = patch.capacity.unwrap_or(current.capacity);
-    next.paused = patch.paused.unwrap_or(current.paused);
-    next.tick = patch.tick.unwrap_or(current.tick);
-    next.pass_idle = patch.pass_idle.unwrap_or(current.pass_idle);
-    next.arrival_grace = patch.arrival_grace.unwrap_or(current.arrival_grace);
-    next.queue_idle = patch.queue_idle.unwrap_or(current.queue_idle);
-    next.join_limit_per_minute = patch
-        .join_limit_per_minute
-        .unwrap_or(current.join_limit_per_minute);
-    if clear_cap {
-        next.admit_per_minute = None;
-    } else if patch.admit_per_minute.is_some() {
-        next.admit_per_minute = patch.admit_per_minute;
-    }
-    validate_room(&next, "").map_err(|e| invalid(&e))?;
-
-    let change = RoomPatch {
-        capacity: patch.capacity,
-        paused: patch.paused,
-        open_now,
-        settings: touches_settings.then(|| next.clone()),
-    };
-    let s = state.backend.patch_room(&id, change).await?;
+    let s = state.backend.patch_room(&id, change.clone()).await?;
     state.monitor.observe(&s);
     tracing::info!(
         room = %id,
         capacity = s.settings.capacity,
-        previous_capacity = current.capacity,
+        previous_capacity = before.settings.capacity,
         paused = s.settings.paused,
-        open_now,
+        open_now = change.open_now,
         "admin: room changed"
     );
     Ok(Json(body(&state, &s)))
@@ -327,9 +273,9 @@ pub async fn patch_room(
 /// keep their pass until they leave.
 pub async fn delete_room(
     State(state): State<AppState>,
-    Path(room): Path<String>,
+    _: Admin,
+    Room(id): Room,
 ) -> Result<StatusCode, ApiError> {
-    let id = room_id(&room)?;
     state.monitor.observe(&state.backend.room(&id).await?);
     state.backend.close_room(&id).await?;
     if let Ok(s) = state.backend.room(&id).await {
@@ -345,10 +291,10 @@ pub async fn delete_room(
 /// and says so.
 pub async fn revoke(
     State(state): State<AppState>,
-    Path(room): Path<String>,
+    _: Admin,
+    Room(id): Room,
     bytes: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let id = room_id(&room)?;
     let mut map = object(&bytes)?;
     if let Some(key) = map.keys().find(|k| k.as_str() != "ticket") {
         return Err(invalid_field(key, "unknown field, expected ticket"));
@@ -397,24 +343,12 @@ pub async fn revoke(
                 Handoff::Retired => "retired",
             }),
         ),
-        Departure::Nothing(s) => (false, state_name(s), None),
+        Departure::Nothing(s) => (false, s.name(), None),
     };
     tracing::info!(room = %id, ticket = claim.ticket, revoked, was, "admin: ticket revoked");
     Ok(Json(
         json!({ "revoked": revoked, "was": was, "permit": permit }),
     ))
-}
-
-fn state_name(s: TicketState) -> &'static str {
-    match s {
-        TicketState::Waiting => "waiting",
-        TicketState::Admitted => "admitted",
-        TicketState::Released => "released",
-        TicketState::Left => "left",
-        TicketState::Revoked => "revoked",
-        TicketState::Expired => "expired",
-        TicketState::Abandoned => "abandoned",
-    }
 }
 
 // ----- the live stream ----------------------------------------------------
@@ -426,6 +360,7 @@ fn state_name(s: TicketState) -> &'static str {
 /// `EventSource` cannot).
 pub async fn events(
     State(state): State<AppState>,
+    _: Admin,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let mut updates = state.monitor.subscribe();
     let shutdown = state.shutdown.clone();
@@ -442,7 +377,7 @@ pub async fn events(
             let rooms: Vec<Value> = overview
                 .rooms
                 .iter()
-                .map(|(s, sample)| json!({ "room": RoomBody::new(s, sample), "sample": sample }))
+                .map(|(s, sample)| json!({ "room": RoomBody::new(s, sample, state.clock.now()), "sample": sample }))
                 .collect();
             if !rooms.is_empty() {
                 yield Ok(Event::default().event("update").data(json!({ "rooms": rooms }).to_string()));
@@ -465,7 +400,7 @@ struct Dashboard;
 /// `GET /admin`: the dashboard. The page itself holds nothing secret; it
 /// asks for the token and sends it with each call. Absent (404) when the
 /// admin API is off.
-pub async fn dashboard(State(state): State<AppState>, _headers: HeaderMap) -> Response {
+pub async fn dashboard(State(state): State<AppState>) -> Response {
     if state.settings.admin_token.is_none() {
         return require_admin(&state, &HeaderMap::new())
             .err()

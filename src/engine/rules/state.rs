@@ -1,0 +1,154 @@
+//! A ticket's life as codes and names: the engine's states, the numbers
+//! stores keep them as, and what a visitor is told.
+
+use serde::{Deserialize, Serialize};
+
+/// Where a ticket is in its life. Only `Waiting` and `Admitted` are live.
+/// The discriminants are the codes stores keep (the engine's atomics, the
+/// Redis ticket records); [`TicketState::ALL`] is the table both read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[repr(u8)]
+pub enum TicketState {
+    /// In the queue (or the pre-queue, before opening).
+    #[default]
+    Waiting = 0,
+    /// Holds a permit.
+    Admitted = 1,
+    /// Gave its permit back (finished, or left after admission).
+    Released = 2,
+    /// An operator took its permit or place away.
+    Revoked = 3,
+    /// Held a permit but went idle past `pass_idle`, or never arrived within
+    /// `arrival_grace`: the worker took the permit back.
+    Expired = 4,
+    /// Left the queue before being admitted.
+    Left = 5,
+    /// Went quiet in the queue past `queue_idle`; skipped when reached.
+    Abandoned = 6,
+}
+
+impl TicketState {
+    /// Every state, in code order.
+    pub const ALL: [TicketState; 7] = [
+        Self::Waiting,
+        Self::Admitted,
+        Self::Released,
+        Self::Revoked,
+        Self::Expired,
+        Self::Left,
+        Self::Abandoned,
+    ];
+
+    /// The number a store keeps this state as.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
+    pub fn from_code(code: u8) -> Option<Self> {
+        Self::ALL.get(usize::from(code)).copied()
+    }
+
+    /// The operator's name for the state (logs, the admin API).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Waiting => "waiting",
+            Self::Admitted => "admitted",
+            Self::Released => "released",
+            Self::Revoked => "revoked",
+            Self::Expired => "expired",
+            Self::Left => "left",
+            Self::Abandoned => "abandoned",
+        }
+    }
+
+    pub fn is_live(self) -> bool {
+        matches!(self, Self::Waiting | Self::Admitted)
+    }
+
+    /// The room counter an end in this state counts in (`RoomStats`'s
+    /// field); `None` for the live states.
+    pub const fn ended_counter(self) -> Option<&'static str> {
+        match self {
+            Self::Waiting | Self::Admitted => None,
+            Self::Released => Some("releases"),
+            Self::Revoked => Some("revocations"),
+            Self::Expired => Some("expirations"),
+            Self::Left => Some("leaves"),
+            Self::Abandoned => Some("abandonments"),
+        }
+    }
+}
+
+/// What a ticket's holder is told: the API's `status`, the event names of
+/// the stream and the page shown. Coarser than [`TicketState`]: a visitor
+/// need not know whether an operator or the worker ended the wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Waiting,
+    Admitted,
+    /// Ended without the visitor leaving: revoked, expired or abandoned.
+    Expired,
+    /// The visitor left the line or gave the permit back.
+    Left,
+    /// The room closed while the ticket was live.
+    Closed,
+}
+
+impl Status {
+    /// A ticket's status; a closed room overrides a live state.
+    pub fn of(state: TicketState, room_closed: bool) -> Self {
+        if room_closed && state.is_live() {
+            return Self::Closed;
+        }
+        match state {
+            TicketState::Waiting => Self::Waiting,
+            TicketState::Admitted => Self::Admitted,
+            TicketState::Released | TicketState::Left => Self::Left,
+            TicketState::Revoked | TicketState::Expired | TicketState::Abandoned => Self::Expired,
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Waiting => "waiting",
+            Self::Admitted => "admitted",
+            Self::Expired => "expired",
+            Self::Left => "left",
+            Self::Closed => "closed",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_names_match_serde() {
+        for s in TicketState::ALL {
+            assert_eq!(TicketState::from_code(s.code()), Some(s));
+            assert_eq!(
+                serde_json::to_value(s).unwrap(),
+                serde_json::json!(s.name())
+            );
+        }
+        assert_eq!(TicketState::from_code(7), None);
+    }
+
+    #[test]
+    fn a_closed_room_shows_closed_only_to_live_tickets() {
+        assert_eq!(Status::of(TicketState::Waiting, true), Status::Closed);
+        assert_eq!(Status::of(TicketState::Admitted, true), Status::Closed);
+        assert_eq!(Status::of(TicketState::Left, true), Status::Left);
+        assert_eq!(Status::of(TicketState::Abandoned, false), Status::Expired);
+        assert_eq!(Status::of(TicketState::Released, false), Status::Left);
+        for s in [Status::Waiting, Status::Closed, Status::Left] {
+            assert_eq!(
+                serde_json::to_value(s).unwrap(),
+                serde_json::json!(s.name())
+            );
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The body of `PATCH /admin/rooms/{room}`: each field left out, `null`,
+//! or given ([`Patch`]), read into a validated [`RoomPatch`] that the
+//! backend applies in one step. Each field is checked on its own, with the
+//! config file's rules and words, so no current value needs to be read
+//! first.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::config::{
+    ConfigError, check_admit_per_minute, check_capacity, check_tick, check_timeout, opt_duration,
+};
+use crate::engine::{Patch, RoomPatch};
+
+/// The keys `PATCH` accepts: a room's running settings. `id`, `order` and
+/// `opens_at` shape a room's line and need a `PUT`.
+pub const PATCHABLE: [&str; 9] = [
+    "capacity",
+    "paused",
+    "open_now",
+    "admit_per_minute",
+    "tick",
+    "pass_idle",
+    "arrival_grace",
+    "queue_idle",
+    "join_limit_per_minute",
+];
+
+/// Keys of a room that a running room cannot change.
+pub const FIXED: [&str; 3] = ["id", "order", "opens_at"];
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PatchBody {
+    #[serde(default)]
+    capacity: Patch<u32>,
+    #[serde(default)]
+    paused: Patch<bool>,
+    #[serde(default, deserialize_with = "open_now")]
+    open_now: Patch<bool>,
+    #[serde(default, deserialize_with = "duration")]
+    tick: Patch<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    pass_idle: Patch<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    arrival_grace: Patch<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    queue_idle: Patch<Duration>,
+    #[serde(default)]
+    join_limit_per_minute: Patch<u32>,
+    #[serde(default)]
+    admit_per_minute: Patch<u32>,
+}
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Patch<Duration>, D::Error> {
+    Ok(opt_duration::deserialize(d)?.map_or(Patch::Null, Patch::Value))
+}
+
+fn open_now<'de, D: Deserializer<'de>>(d: D) -> Result<Patch<bool>, D::Error> {
+    match serde_json::Value::deserialize(d)? {
+        serde_json::Value::Bool(b) => Ok(Patch::Value(b)),
+        serde_json::Value::Null => Ok(Patch::Null),
+        _ => Err(serde::de::Error::custom("must be true or false")),
+    }
+}
+
+/// A field that cannot be cleared: `null` is refused, rather than read as
+/// "leave it" or as "the default".
+fn required<T>(field: &str, value: Patch<T>) -> Result<Option<T>, ConfigError> {
+    match value {
+        Patch::Absent => Ok(None),
+        Patch::Null => Err(ConfigError::new(
+            field,
+            "cannot be null (leave it out to keep the current value)",
+        )),
+        Patch::Value(v) => Ok(Some(v)),
+    }
+}
+
+impl PatchBody {
+    /// The change, every field checked.
+    pub fn into_patch(self) -> Result<RoomPatch, ConfigError> {
+        let capacity = required("capacity", self.capacity)?;
+        if let Some(c) = capacity {
+            check_capacity("capacity", c)?;
+        }
+        let tick = required("tick", self.tick)?;
+        if let Some(t) = tick {
+            check_tick("tick", t)?;
+        }
+        let mut timeouts = [
+            ("pass_idle", self.pass_idle, None),
+            ("arrival_grace", self.arrival_grace, None),
+            ("queue_idle", self.queue_idle, None),
+        ];
+        for (name, value, checked) in &mut timeouts {
+            *checked = required(name, *value)?;
+            if let Some(v) = checked {
+                check_timeout(name, *v)?;
+            }
+        }
+        let [(_, _, pass_idle), (_, _, arrival_grace), (_, _, queue_idle)] = timeouts;
+        if let Patch::Value(cap) = self.admit_per_minute {
+            check_admit_per_minute("admit_per_minute", cap)?;
+        }
+        Ok(RoomPatch {
+            capacity,
+            paused: required("paused", self.paused)?,
+            open_now: matches!(self.open_now, Patch::Value(true)),
+            tick,
+            pass_idle,
+            arrival_grace,
+            queue_idle,
+            join_limit_per_minute: required("join_limit_per_minute", self.join_limit_per_minute)?,
+            admit_per_minute: self.admit_per_minute,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn patch(json: &str) -> Result<RoomPatch, String> {
+        let body: PatchBody = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        body.into_patch().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn left_out_null_and_given_are_three_things() {
+        assert_eq!(patch("{}").unwrap(), RoomPatch::default());
+        let p = patch(r#"{"capacity": 5, "tick": "250ms", "admit_per_minute": null}"#).unwrap();
+        assert_eq!(p.capacity, Some(5));
+        assert_eq!(p.tick, Some(Duration::from_millis(250)));
+        assert_eq!(p.admit_per_minute, Patch::Null);
+        assert_eq!(p.paused, None);
+        assert_eq!(
+            patch(r#"{"admit_per_minute": 60}"#)
+                .unwrap()
+                .admit_per_minute,
+            Patch::Value(60)
+        );
+        assert!(patch(r#"{"open_now": true}"#).unwrap().open_now);
+        assert!(!patch(r#"{"open_now": null}"#).unwrap().open_now);
+    }
+
+    #[test]
+    fn each_field_is_checked_with_the_config_s_words() {
+        for (json, want) in [
+            (
+                r#"{"capacity": 0}"#,
+                "capacity: must be between 1 and 1000000",
+            ),
+            (r#"{"capacity": null}"#, "capacity: cannot be null"),
+            (r#"{"tick": "1h"}"#, "tick: must be between 10ms and 1m"),
+            (r#"{"queue_idle": "0s"}"#, "queue_idle: must be more than 0"),
+            (r#"{"pass_idle": null}"#, "pass_idle: cannot be null"),
+            (
+                r#"{"admit_per_minute": 0}"#,
+                "admit_per_minute: must be at least 1",
+            ),
+            (
+                r#"{"join_limit_per_minute": null}"#,
+                "join_limit_per_minute: cannot be null",
+            ),
+        ] {
+            let err = patch(json).unwrap_err();
+            assert!(err.starts_with(want), "{json}: {err}");
+        }
+        assert!(
+            patch(r#"{"open_now": 1}"#)
+                .unwrap_err()
+                .contains("must be true or false")
+        );
+    }
+}

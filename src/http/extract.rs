@@ -1,0 +1,119 @@
+//! What handlers take from a request, checked once, here: the room named
+//! in the path (a name that cannot be a room is 404 for every route), the
+//! visitor's ticket for that room, and operators' credentials. A handler's
+//! signature then says who may call it and about what.
+
+use axum::extract::{FromRequestParts, Path, Query};
+use axum::http::request::Parts;
+use serde::Deserialize;
+
+use super::auth;
+use super::error::ApiError;
+use super::return_path::validate_return_path;
+use super::state::AppState;
+use super::ticket::{self, VisitorTicket};
+use crate::engine::RoomId;
+
+/// The room of the path (`/…/{room}…`).
+#[derive(Debug, Clone)]
+pub struct Room(pub RoomId);
+
+impl FromRequestParts<AppState> for Room {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Path(raw) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| ApiError::from(crate::engine::InvalidRoomId))?;
+        Ok(Self(RoomId::new(&raw)?))
+    }
+}
+
+/// The visitor's ticket for the room of the path (`Authorization: Bearer`,
+/// else the room cookie), verified. Without one: 401.
+#[derive(Debug, Clone)]
+pub struct Visitor {
+    pub room: RoomId,
+    pub ticket: VisitorTicket,
+}
+
+impl FromRequestParts<AppState> for Visitor {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Room(room) = Room::from_request_parts(parts, state).await?;
+        let ticket = ticket::find(state, &room, &parts.headers)?.ok_or_else(ApiError::no_ticket)?;
+        Ok(Self { room, ticket })
+    }
+}
+
+/// The visitor's ticket if the request carries a good one for the room of
+/// the path: a missing, damaged or foreign ticket reads as none, so that a
+/// broken cookie never locks a visitor out (a join starts afresh, the gate
+/// sends them to the queue).
+#[derive(Debug, Clone)]
+pub struct MaybeVisitor {
+    pub room: RoomId,
+    pub ticket: Option<VisitorTicket>,
+}
+
+impl FromRequestParts<AppState> for MaybeVisitor {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Room(room) = Room::from_request_parts(parts, state).await?;
+        let ticket = ticket::find(state, &room, &parts.headers).ok().flatten();
+        Ok(Self { room, ticket })
+    }
+}
+
+/// `?return=P` on an API route: where to send the visitor afterwards, a
+/// relative path on this site (anything else is 400, never followed).
+#[derive(Debug, Clone)]
+pub struct ReturnTo(pub Option<String>);
+
+#[derive(Deserialize)]
+struct ReturnQuery {
+    #[serde(rename = "return")]
+    return_path: Option<String>,
+}
+
+impl FromRequestParts<AppState> for ReturnTo {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Query(query) = Query::<ReturnQuery>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::bad_body(format!("The query was not understood: {e}")))?;
+        match query.return_path {
+            None => Ok(Self(None)),
+            Some(raw) => Ok(Self(Some(validate_return_path(Some(&raw))?))),
+        }
+    }
+}
+
+/// An operator: the admin token in `Authorization: Bearer`. With no token
+/// configured the admin API does not exist (404).
+#[derive(Debug, Clone, Copy)]
+pub struct Admin;
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        auth::require_admin(state, &parts.headers).map(|()| Self)
+    }
+}
+
+/// The origin's backend releasing a permit: the admin token or the
+/// release key.
+#[derive(Debug, Clone, Copy)]
+pub struct ReleaseKey;
+
+impl FromRequestParts<AppState> for ReleaseKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        auth::require_release_key(state, &parts.headers).map(|()| Self)
+    }
+}
