@@ -32,6 +32,8 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 use crate::engine::{RoomId, RoomSettings};
+use crate::webhooks::EventType;
+use crate::webhooks::signing::SigningKey;
 
 use redis::RedisKeys;
 pub use redis::{RedisTarget, SentinelTarget};
@@ -167,10 +169,14 @@ pub enum OnBackendError {
 #[derive(Clone)]
 pub struct WebhookConfig {
     pub url: String,
-    /// Signs each delivery so the receiver can check where it came from.
-    pub secret: Secret,
+    /// Signs each delivery (Standard Webhooks) so the receiver can check
+    /// where it came from.
+    pub secret: SigningKey,
+    /// The secret before a rotation: deliveries are signed with both while
+    /// the receiver moves to the new one.
+    pub previous_secret: Option<SigningKey>,
     /// The events to send; empty means every event.
-    pub events: Vec<String>,
+    pub events: Vec<EventType>,
     /// Also notify when a room's queue grows past this many waiting.
     pub queue_threshold: Option<u64>,
 }
@@ -180,6 +186,7 @@ impl fmt::Debug for WebhookConfig {
         f.debug_struct("WebhookConfig")
             .field("url", &RedactedUrl(&self.url))
             .field("secret", &self.secret)
+            .field("previous_secret", &self.previous_secret)
             .field("events", &self.events)
             .field("queue_threshold", &self.queue_threshold)
             .finish()
@@ -349,6 +356,7 @@ struct FileConfig {
 struct WebhookTable {
     url: String,
     secret: Secret,
+    previous_secret: Option<Secret>,
     #[serde(default)]
     events: Vec<String>,
     queue_threshold: Option<u64>,
@@ -557,15 +565,31 @@ fn rooms_from_tables(tables: Vec<RoomTable>) -> Result<Vec<RoomSettings>, Config
 impl WebhookTable {
     fn into_config(self, prefix: &str) -> Result<WebhookConfig, ConfigError> {
         check_http_url(&join_field(prefix, "url"), &self.url)?;
-        check_secret(&join_field(prefix, "secret"), &self.secret)?;
-        for (i, event) in self.events.iter().enumerate() {
-            if event.is_empty() || event.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                return Err(ConfigError::new(
-                    format!("{prefix}.events[{i}]"),
-                    "must be a non-empty name without spaces",
-                ));
-            }
-        }
+        let key = |field: &str, secret: &Secret| {
+            SigningKey::parse(secret).map_err(|e| ConfigError::new(join_field(prefix, field), e))
+        };
+        let secret = key("secret", &self.secret)?;
+        let previous_secret = match &self.previous_secret {
+            Some(s) => Some(key("previous_secret", s)?),
+            None => None,
+        };
+        let events = self
+            .events
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                EventType::from_name(name).ok_or_else(|| {
+                    // Event names are not secret; quote them (escaped).
+                    ConfigError::new(
+                        format!("{prefix}.events[{i}]"),
+                        format!(
+                            "unknown event {name:?}; the events are {}",
+                            EventType::names()
+                        ),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         if self.queue_threshold == Some(0) {
             return Err(ConfigError::new(
                 join_field(prefix, "queue_threshold"),
@@ -574,8 +598,9 @@ impl WebhookTable {
         }
         Ok(WebhookConfig {
             url: self.url,
-            secret: self.secret,
-            events: self.events,
+            secret,
+            previous_secret,
+            events,
             queue_threshold: self.queue_threshold,
         })
     }

@@ -100,6 +100,7 @@ fn every_commented_example_in_the_example_file_is_valid() {
     assert_eq!(c.webhooks.len(), 1);
     assert_eq!(c.webhooks[0].events.len(), 3);
     assert_eq!(c.webhooks[0].queue_threshold, Some(10_000));
+    assert!(c.webhooks[0].previous_secret.is_some());
     assert_eq!(c.rooms.len(), 2);
     assert_eq!(c.rooms[0].admit_per_minute, Some(600));
     assert_eq!(c.rooms[0].opens_at, c.rooms[1].opens_at);
@@ -347,7 +348,15 @@ fn secrets_must_be_long_enough() {
     }
     let e = err("[[webhooks]]\nurl = \"https://x.example\"\nsecret = \"short\"");
     assert!(
-        e.starts_with("test.toml: webhooks[0].secret: must be at least 32 bytes"),
+        e.starts_with("test.toml: webhooks[0].secret: must be a Standard Webhooks secret"),
+        "{e}"
+    );
+    let e = err(
+        "[[webhooks]]\nurl = \"https://x.example\"\nsecret = \"whsec_c2hvcnQ=\"\n\
+         previous_secret = \"whsec_!!\"",
+    );
+    assert!(
+        e.starts_with("test.toml: webhooks[0].secret: the key after `whsec_` must be 24 to 64"),
         "{e}"
     );
     let exactly = "a".repeat(32);
@@ -505,9 +514,13 @@ fn public_url_and_webhooks_are_checked() {
         e.starts_with("test.toml: webhooks[0].queue_threshold: must be at least 1"),
         "{e}"
     );
-    let e = err(&hook("events = [\"ok\", \"\"]"));
+    // A misspelt event would never fire: refused, naming the real ones.
+    let e = err(&hook("events = [\"room.opened\", \"room.pasued\"]"));
     assert!(
-        e.starts_with("test.toml: webhooks[0].events[1]: must be"),
+        e.starts_with(
+            "test.toml: webhooks[0].events[1]: unknown event \"room.pasued\"; \
+             the events are room.opened, room.paused,"
+        ),
         "{e}"
     );
     let e = err("[[webhooks]]\nurl = \"mailto:x@example.com\"\nsecret = \"x\"");
@@ -518,7 +531,10 @@ fn public_url_and_webhooks_are_checked() {
     let e = err("[[webhooks]]\nurl = \"https://h.example\"");
     assert!(e.contains("missing field `secret`"), "{e}");
     let c = parse(&hook("events = [\"room.opened\"]\nqueue_threshold = 5")).expect("valid");
-    assert_eq!(c.webhooks[0].events, ["room.opened"]);
+    assert_eq!(
+        c.webhooks[0].events,
+        [crate::webhooks::EventType::RoomOpened]
+    );
     assert_eq!(c.webhooks[0].queue_threshold, Some(5));
 }
 
@@ -573,4 +589,24 @@ fn line_column_counts_characters() {
     assert_eq!(line_column("ab\ncd", 4), (2, 2));
     assert_eq!(line_column("é = x", 3), (1, 3));
     assert_eq!(line_column("abc", 99), (1, 4));
+}
+
+/// A new webhook event is named where operators look for the list.
+#[test]
+fn every_webhook_event_is_documented() {
+    let example = std::fs::read_to_string(EXAMPLE).expect("the example config exists");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("the README exists");
+    for e in crate::webhooks::EventType::ALL {
+        assert!(
+            example.contains(e.name()),
+            "{} is not in {EXAMPLE}",
+            e.name()
+        );
+        assert!(
+            readme.contains(&format!("`{}`", e.name())),
+            "{} is not in README.md",
+            e.name()
+        );
+    }
 }
