@@ -19,6 +19,7 @@
 //!
 //! `config/narabu.toml` documents every key; its tests load it.
 
+mod redis;
 mod room;
 mod secret;
 mod values;
@@ -34,15 +35,15 @@ use crate::engine::{RoomId, RoomSettings};
 use crate::webhooks::EventType;
 use crate::webhooks::signing::SigningKey;
 
+use redis::RedisKeys;
+pub use redis::{RedisTarget, SentinelTarget};
 pub use room::{
     CAPACITY_MAX, CAPACITY_MIN, OPENS_AT_MAX, RoomTable, TICK_MAX, TICK_MIN, TIMEOUT_MAX,
     check_admit_per_minute, check_capacity, check_tick, check_timeout, opt_duration,
     parse_rfc3339_ms, validate_room,
 };
 pub use secret::Secret;
-use values::{
-    ProxyNet, RedactedUrl, check_http_url, check_public_url, check_redis_url, listen_address,
-};
+use values::{ProxyNet, RedactedUrl, check_http_url, check_public_url, listen_address};
 
 /// What is wrong with the configuration, and where.
 ///
@@ -112,31 +113,13 @@ fn join_field(prefix: &str, name: &str) -> String {
 }
 
 /// Where room state lives.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Backend {
     /// In process, journalled to `data_dir`: one instance.
     Embedded,
-    /// In Redis (or Redis Cluster, when `cluster_nodes` is not empty), shared
-    /// by every instance.
-    Redis {
-        url: String,
-        cluster_nodes: Vec<String>,
-    },
-}
-
-impl fmt::Debug for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Backend::Embedded => f.write_str("Embedded"),
-            Backend::Redis { url, cluster_nodes } => {
-                let nodes: Vec<_> = cluster_nodes.iter().map(|n| RedactedUrl(n)).collect();
-                f.debug_struct("Redis")
-                    .field("url", &RedactedUrl(url))
-                    .field("cluster_nodes", &nodes)
-                    .finish()
-            }
-        }
-    }
+    /// In Redis (one server, a Cluster, or a primary named by Sentinel),
+    /// shared by every instance.
+    Redis(RedisTarget),
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -292,7 +275,7 @@ impl Config {
             self.admin_token = Some(s);
         }
         if self.secret.is_none() {
-            if matches!(self.backend, Backend::Redis { .. }) {
+            if matches!(self.backend, Backend::Redis(_)) {
                 return Err(ConfigError::new(
                     "secret",
                     "required with backend = \"redis\", so that every instance signs tickets \
@@ -350,6 +333,10 @@ struct FileConfig {
     snapshot_interval: Option<std::time::Duration>,
     redis_url: Option<String>,
     redis_cluster_nodes: Vec<String>,
+    redis_sentinels: Vec<String>,
+    redis_master_name: Option<String>,
+    redis_password: Option<Secret>,
+    redis_sentinel_password: Option<Secret>,
     secret: Option<Secret>,
     previous_secret: Option<Secret>,
     admin_token: Option<Secret>,
@@ -530,38 +517,26 @@ impl FileConfig {
     }
 
     fn backend(&self) -> Result<Backend, ConfigError> {
+        let redis = RedisKeys {
+            url: self.redis_url.as_deref(),
+            cluster_nodes: &self.redis_cluster_nodes,
+            sentinels: &self.redis_sentinels,
+            master_name: self.redis_master_name.as_deref(),
+            password: self.redis_password.as_ref(),
+            sentinel_password: self.redis_sentinel_password.as_ref(),
+        };
         match self.backend {
             // A Redis setting beside the embedded backend usually means a
             // forgotten `backend = "redis"`: instances would then each run
             // their own queue, which is unfair, so it is an error.
-            BackendKind::Embedded => {
-                if self.redis_url.is_some() {
-                    return Err(ConfigError::new(
-                        "redis_url",
-                        "set, but backend is \"embedded\" (add backend = \"redis\", or remove it)",
-                    ));
-                }
-                if !self.redis_cluster_nodes.is_empty() {
-                    return Err(ConfigError::new(
-                        "redis_cluster_nodes",
-                        "set, but backend is \"embedded\" (add backend = \"redis\", or remove it)",
-                    ));
-                }
-                Ok(Backend::Embedded)
-            }
-            BackendKind::Redis => {
-                let url = self.redis_url.clone().ok_or_else(|| {
-                    ConfigError::new("redis_url", "required with backend = \"redis\"")
-                })?;
-                check_redis_url("redis_url", &url)?;
-                for (i, node) in self.redis_cluster_nodes.iter().enumerate() {
-                    check_redis_url(&format!("redis_cluster_nodes[{i}]"), node)?;
-                }
-                Ok(Backend::Redis {
-                    url,
-                    cluster_nodes: self.redis_cluster_nodes.clone(),
-                })
-            }
+            BackendKind::Embedded => match redis.first_set() {
+                Some(key) => Err(ConfigError::new(
+                    key,
+                    "set, but backend is \"embedded\" (add backend = \"redis\", or remove it)",
+                )),
+                None => Ok(Backend::Embedded),
+            },
+            BackendKind::Redis => redis.target().map(Backend::Redis),
         }
     }
 }

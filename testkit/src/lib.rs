@@ -1,6 +1,7 @@
 //! What Narabu's integration tests share, in one dev-only crate: the real
 //! server on a free loopback port over either backend (`app`), real
-//! `redis-server` processes (`redis_server`), the shipped nginx, Caddy,
+//! `redis-server` processes (`redis_server`) and replicated sets of them
+//! with Sentinel or as a Cluster (`redis_ha`), the shipped nginx, Caddy,
 //! HAProxy and Traefik configurations in front of a small origin
 //! (`proxy`), and headless Chromium through chromedriver (`browser`).
 //!
@@ -12,6 +13,7 @@
 pub mod app;
 pub mod browser;
 pub mod proxy;
+pub mod redis_ha;
 pub mod redis_server;
 
 use narabu::engine::{RoomId, RoomSettings};
