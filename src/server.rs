@@ -51,11 +51,8 @@ pub async fn backend(config: &Config) -> anyhow::Result<Arc<dyn Backend>> {
         )
         .await
         .context("loading the embedded state from the data directory")?),
-        config::Backend::Redis { url, cluster_nodes } => {
-            let options = RedisOptions {
-                cluster_nodes: cluster_nodes.clone(),
-                ..RedisOptions::new(url.clone())
-            };
+        config::Backend::Redis(target) => {
+            let options = RedisOptions::new(target.clone());
             let backend =
                 RedisBackend::connect(options, config.rooms.clone(), Arc::new(SystemClock))
                     .await

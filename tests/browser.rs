@@ -24,7 +24,7 @@ use narabu::backend::embedded::EmbeddedBackend;
 use narabu::engine::SystemClock;
 use narabu_testkit::app::{config, spawn_with};
 use narabu_testkit::browser::Driver;
-use narabu_testkit::nginx::{Nginx, spawn_origin};
+use narabu_testkit::proxy::{Kind, Proxy, spawn_origin};
 use narabu_testkit::room;
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -103,7 +103,7 @@ async fn chromium_waits_through_nginx_and_reaches_the_origin_with_and_without_ja
     let backend = EmbeddedBackend::new(vec![sale], Arc::new(SystemClock));
     let app = spawn_with(config(), backend).await;
     let origin = spawn_origin().await;
-    let nginx = Nginx::start(app.base.trim_start_matches("http://"), &origin);
+    let nginx = Proxy::start(Kind::Nginx, app.base.trim_start_matches("http://"), &origin).await;
     let shots = e2e_dir();
 
     // A first visitor holds the only permit; a second waits behind them.
@@ -284,7 +284,7 @@ async fn chromium_solves_the_proof_of_work_and_follows_an_invitation_to_the_orig
     let backend = EmbeddedBackend::new(vec![sale], Arc::new(SystemClock));
     let app = spawn_with(config(), backend).await;
     let origin = spawn_origin().await;
-    let nginx = Nginx::start(app.base.trim_start_matches("http://"), &origin);
+    let nginx = Proxy::start(Kind::Nginx, app.base.trim_start_matches("http://"), &origin).await;
     let exp = narabu::engine::Clock::now_ms(&narabu::engine::SystemClock) / 1000 + 600;
     let invite = |account: &str| {
         jsonwebtoken::encode(

@@ -25,7 +25,15 @@ pub fn router(state: AppState) -> Router {
     // visitor waits, so it is routed outside that layer.
     let short = Router::new()
         .route("/api/rooms/{room}/join", post(api::join))
-        .route("/gate/{room}", get(gate::gate))
+        // Every gate answer is one visitor's: a CDN or shared cache in front
+        // must never hand it to another.
+        .route(
+            "/gate/{room}",
+            get(gate::gate).layer(SetResponseHeaderLayer::overriding(
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("no-store"),
+            )),
+        )
         .route("/api/rooms/{room}/status", get(api::status))
         .route("/api/rooms/{room}/leave", post(api::leave))
         .route("/api/rooms/{room}/release", post(api::release))

@@ -1,16 +1,19 @@
 //! What Narabu's integration tests share, in one dev-only crate: the real
 //! server on a free loopback port over either backend (`app`), real
-//! `redis-server` processes (`redis_server`), the shipped nginx
-//! configuration in front of a small origin (`nginx`), and headless
-//! Chromium through chromedriver (`browser`).
+//! `redis-server` processes (`redis_server`) and replicated sets of them
+//! with Sentinel or as a Cluster (`redis_ha`), the shipped nginx, Caddy,
+//! HAProxy and Traefik configurations in front of a small origin
+//! (`proxy`), and headless Chromium through chromedriver (`browser`).
 //!
 //! Every process a helper starts is killed when its handle drops, however
 //! the test ends. `scripts/test` installs the programs (redis-server,
-//! nginx, chromium, chromium-driver) when a machine lacks them.
+//! nginx, caddy, haproxy, traefik, chromium, chromium-driver) when a machine
+//! lacks them.
 
 pub mod app;
 pub mod browser;
-pub mod nginx;
+pub mod proxy;
+pub mod redis_ha;
 pub mod redis_server;
 
 use narabu::engine::{RoomId, RoomSettings};

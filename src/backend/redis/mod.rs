@@ -25,6 +25,7 @@ mod batch;
 mod conn;
 mod keys;
 mod lease;
+mod primary;
 mod pubsub;
 mod reply;
 mod rooms;
@@ -45,6 +46,7 @@ use super::{
     Backend, BackendError, Ending, JoinOutcome, JoinRequest, RoomPatch, RoomSnapshot, TicketRef,
     TicketSignal,
 };
+use crate::config::RedisTarget;
 use crate::engine::rules::{self, RoomFacts};
 use crate::engine::{
     Clock, Departure, DrawRecord, Handoff, RoomId, RoomSettings, RoomView, TickReport, TicketId,
@@ -59,9 +61,8 @@ use scripts::Scripts;
 /// How to reach Redis and how this instance takes part.
 #[derive(Clone)]
 pub struct RedisOptions {
-    pub url: String,
-    /// Redis Cluster seed nodes; empty for a single Redis at `url`.
-    pub cluster_nodes: Vec<String>,
+    /// One server, a Cluster, or the primary Sentinel names.
+    pub target: RedisTarget,
     /// The worker lease: a dead worker's room is taken over within this.
     pub lease: Duration,
     /// Off in tests that drive `tick` themselves on virtual time.
@@ -71,10 +72,10 @@ pub struct RedisOptions {
 impl RedisOptions {
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(5);
 
-    pub fn new(url: impl Into<String>) -> Self {
+    /// `target` may be a URL, for one server.
+    pub fn new(target: impl Into<RedisTarget>) -> Self {
         Self {
-            url: url.into(),
-            cluster_nodes: Vec::new(),
+            target: target.into(),
             lease: Self::DEFAULT_LEASE,
             run_workers: true,
         }
@@ -83,9 +84,8 @@ impl RedisOptions {
 
 impl std::fmt::Debug for RedisOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The URL may carry a password.
         f.debug_struct("RedisOptions")
-            .field("cluster", &!self.cluster_nodes.is_empty())
+            .field("target", &self.target)
             .field("lease", &self.lease)
             .field("run_workers", &self.run_workers)
             .finish_non_exhaustive()
@@ -131,16 +131,7 @@ impl RedisBackend {
         rooms: Vec<RoomSettings>,
         clock: Arc<dyn Clock>,
     ) -> anyhow::Result<Arc<Self>> {
-        let conn = Conn::connect(&options.url, &options.cluster_nodes)
-            .await
-            .map_err(|e| anyhow::anyhow!(unavailable(&e)))?;
-        let pubsub_url = options
-            .cluster_nodes
-            .first()
-            .cloned()
-            .unwrap_or_else(|| options.url.clone());
-        let pubsub_client =
-            redis::Client::open(pubsub_url).map_err(|e| anyhow::anyhow!(unavailable(&e)))?;
+        let (conn, subscriptions) = Conn::connect(&options.target).await?;
         let backend = Arc::new_cyclic(|weak| Self {
             weak: weak.clone(),
             conn,
@@ -163,7 +154,7 @@ impl RedisBackend {
         }
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         backend.tasks.spawn(pubsub::run_subscriber(
-            pubsub_client,
+            subscriptions,
             backend.hub.clone(),
             events_tx,
             backend.shutdown.clone(),
