@@ -106,6 +106,9 @@ fn every_commented_example_in_the_example_file_is_valid() {
     assert_eq!(c.rooms[0].opens_at, c.rooms[1].opens_at);
     assert_eq!(c.rooms[1].opens_at, Some(1_796_086_800_000));
     assert_eq!(c.rooms[1].capacity, 500);
+    let access = &c.rooms[0].access;
+    assert!(access.enqueue_key.is_some() && access.enqueue_previous_key.is_some());
+    assert!(access.enqueue_public_key.is_some() && access.enqueue_previous_public_key.is_some());
     c.apply_env(env(&[]))
         .expect("the secret is set, so redis is fine");
 }

@@ -51,7 +51,7 @@ pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use departures::Departures;
 pub use event::{EventRecord, EventSink, RoomEvent};
 pub use image::{RoomImage, TicketImage};
-pub use lottery::LotterySeed;
+pub use lottery::{DrawMismatch, DrawRecord, LotterySeed};
 pub use room::{Departure, Handoff, Identity, JoinError, Joined, Room};
 pub use rules::{AdmissionRate, Eta, Status, TicketState, TicketStatus, WAIT_BUCKETS_MS};
 pub use settings::{InvalidRoomId, Order, Patch, RoomId, RoomPatch, RoomSettings};

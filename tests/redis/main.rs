@@ -6,5 +6,6 @@
 mod cluster;
 mod conformance;
 mod failover;
+mod fair;
 mod instances;
 mod measure;

@@ -2,8 +2,10 @@
 //! (`narabu:{room}:…`), so a room lives on one Redis Cluster slot, its
 //! scripts can touch all of its keys atomically, and rooms spread over the
 //! shards. Per-incarnation keys (`narabu:{room}:<epoch>:tk`, `:q`, `:pre`,
-//! `:ids`, `:adm`, `:seen`) are built inside the scripts from the prefix,
-//! so replacing a room is one atomic script that unlinks the old ones.
+//! `:ids`, `:adm`, `:seen`, `:draw`) are built inside the scripts from the
+//! prefix, so replacing a room is one atomic script that unlinks the old
+//! ones. Spent proof-of-work nonces (`narabu:{room}:pow:<nonce>`) expire by
+//! themselves with their challenge.
 
 use crate::engine::RoomId;
 
@@ -41,6 +43,11 @@ impl RoomKeys {
     pub fn prequeue(&self, epoch: &str) -> String {
         format!("{}{epoch}:pre", self.prefix)
     }
+
+    /// The drawn order of one incarnation (written by open.lua).
+    pub fn draw(&self, epoch: &str) -> String {
+        format!("{}{epoch}:draw", self.prefix)
+    }
 }
 
 #[cfg(test)]
@@ -51,7 +58,7 @@ mod tests {
     fn every_key_of_a_room_shares_its_hash_tag() {
         let k = RoomKeys::new(&RoomId::new("big-sale").unwrap());
         assert_eq!(k.prefix, "narabu:{big-sale}:");
-        for key in [&k.meta, &k.lease, &k.prequeue("42")] {
+        for key in [&k.meta, &k.lease, &k.prequeue("42"), &k.draw("42")] {
             assert!(key.starts_with("narabu:{big-sale}:"), "{key}");
         }
         // The scripts take the room id back out of the prefix.

@@ -49,8 +49,8 @@ use super::{
 use crate::config::RedisTarget;
 use crate::engine::rules::{self, RoomFacts};
 use crate::engine::{
-    Clock, Departure, Handoff, RoomId, RoomSettings, RoomView, TickReport, TicketState,
-    TicketStatus,
+    Clock, Departure, DrawRecord, Handoff, RoomId, RoomSettings, RoomView, TickReport, TicketId,
+    TicketState, TicketStatus,
 };
 use conn::{Conn, unavailable};
 pub use keys::RoomKeys;
@@ -284,6 +284,41 @@ impl Backend for RedisBackend {
         pong.map(|_| ()).map_err(|e| unavailable(&e))
     }
 
+    async fn draw(&self, room: &RoomId) -> Result<Option<DrawRecord>, BackendError> {
+        let m = self.meta(room).await?;
+        let field = |k: &str| m.get(k).filter(|v| !v.is_empty()).cloned();
+        let Some(commitment) = field("commitment") else {
+            return Ok(None);
+        };
+        if m.get("open").map(String::as_str) != Some("1") {
+            return Ok(Some(DrawRecord {
+                commitment,
+                seed: None,
+                order: None,
+            }));
+        }
+        let epoch = m.get("epoch").cloned().unwrap_or_default();
+        let list: Option<String> = self
+            .con()
+            .get(RoomKeys::new(room).draw(&epoch))
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let order = list
+            .unwrap_or_default()
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.parse()
+                    .map_err(|_| BackendError::Unavailable("bad draw record in Redis".into()))
+            })
+            .collect::<Result<Vec<TicketId>, _>>()?;
+        Ok(Some(DrawRecord {
+            commitment,
+            seed: field("seed"),
+            order: Some(order),
+        }))
+    }
+
     async fn epoch(&self, room: &RoomId) -> Result<u64, BackendError> {
         let keys = RoomKeys::new(room);
         let epoch: Option<String> = self
@@ -309,12 +344,30 @@ impl Backend for RedisBackend {
         let client = request.client.map(|c| c.to_string()).unwrap_or_default();
         let since = rules::join_window_start(now).to_string();
         let replace = if request.replace_ended { "1" } else { "0" };
+        let refuse = if request.refuse_new { "1" } else { "0" };
+        let (nonce, nonce_ttl) = request
+            .nonce
+            .map(|n| {
+                let ttl = n.until_ms.saturating_sub(now).max(1);
+                (hex::encode(n.nonce), ttl.to_string())
+            })
+            .unwrap_or_default();
         let raw = self
             .run(
                 &self.scripts.join,
                 room,
                 now,
-                &[&identity, &held_epoch, &held_id, replace, &client, &since],
+                &[
+                    &identity,
+                    &held_epoch,
+                    &held_id,
+                    replace,
+                    &client,
+                    &since,
+                    refuse,
+                    &nonce,
+                    &nonce_ttl,
+                ],
             )
             .await?;
         match decode::<reply::Join>(&raw)? {
@@ -346,6 +399,8 @@ impl Backend for RedisBackend {
                     }),
                 }
             }
+            reply::Join::Denied => Err(BackendError::AccessDenied),
+            reply::Join::Spent => Err(BackendError::NonceSpent),
             reply::Join::Closed => Err(BackendError::Closed(room.clone())),
             reply::Join::Full => Err(BackendError::Full(room.clone())),
             reply::Join::NoRoom => Err(BackendError::NoSuchRoom(room.clone())),
