@@ -496,15 +496,15 @@ async fn the_opening_draw_is_public_and_recomputable_from_sha256_alone() {
         });
     }
     let draw_url = app.url("/api/rooms/launch/draw");
-    let sealed: Value = app
-        .client
-        .get(&draw_url)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    // The draw's record, as anyone (no ticket) or a ticket's holder reads it.
+    let draw = |query: String, holder: Option<String>| {
+        let mut request = app.client.get(format!("{draw_url}{query}"));
+        if let Some(token) = holder {
+            request = request.bearer_auth(token);
+        }
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let sealed = draw(String::new(), None).await;
     let commitment = sealed["commitment"].as_str().unwrap().to_owned();
     assert_eq!(commitment.len(), 64);
     assert!(
@@ -531,15 +531,7 @@ async fn the_opening_draw_is_public_and_recomputable_from_sha256_alone() {
     ))
     .await;
     app.tick("launch").await;
-    let drawn: Value = app
-        .client
-        .get(&draw_url)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let drawn = draw(String::new(), None).await;
     assert_eq!(drawn["commitment"], commitment.as_str());
     let seed = drawn["seed"].as_str().unwrap();
     let order: Vec<u64> = drawn["order"]
@@ -558,31 +550,14 @@ async fn the_opening_draw_is_public_and_recomputable_from_sha256_alone() {
     // Each visitor finds their ticket and place; their number is it.
     let mut place_of = std::collections::HashMap::new();
     for v in &visitors {
-        let mine: Value = app
-            .client
-            .get(&draw_url)
-            .bearer_auth(&v.token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let mine = draw(String::new(), Some(v.token.clone())).await;
         let ticket = mine["ticket"].as_u64().unwrap();
         let place = mine["place"].as_u64().unwrap();
         assert_eq!(order[place as usize - 1], ticket);
         assert_eq!(app.status("launch", v).await["number"], place);
         place_of.insert(v.token.clone(), place);
     }
-    let looked_up: Value = app
-        .client
-        .get(format!("{draw_url}?ticket={}", order[4]))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let looked_up = draw(format!("?ticket={}", order[4]), None).await;
     assert_eq!(looked_up["place"], 5);
 
     // Admission follows the drawn order: capacity 1, each leave hands the
