@@ -18,7 +18,8 @@ use std::sync::Mutex;
 use tokio::sync::oneshot;
 
 use super::BackendError;
-use crate::engine::{RoomId, TicketStatus};
+use super::reply::Facts;
+use crate::engine::RoomId;
 
 /// Tickets per script call: large enough that a broadcast's reads take a
 /// few calls, small enough that one call keeps Redis busy for only a few
@@ -31,7 +32,8 @@ pub type Key = (RoomId, bool);
 pub struct Pending {
     pub epoch: u64,
     pub id: u64,
-    pub reply: oneshot::Sender<Result<TicketStatus, BackendError>>,
+    /// The ticket's facts and the room's count of waiting tickets.
+    pub reply: oneshot::Sender<Result<(Facts, u64), BackendError>>,
 }
 
 #[derive(Default)]
@@ -105,7 +107,7 @@ mod tests {
         id: u64,
     ) -> (
         Pending,
-        oneshot::Receiver<Result<TicketStatus, BackendError>>,
+        oneshot::Receiver<Result<(Facts, u64), BackendError>>,
     ) {
         let (reply, rx) = oneshot::channel();
         (
