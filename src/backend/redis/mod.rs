@@ -224,6 +224,9 @@ impl RedisBackend {
         if let Some(replica) = self.hub.replica(room) {
             return Ok(replica);
         }
+        if self.shutdown.is_cancelled() {
+            return Err(BackendError::Unavailable("shutting down".into()));
+        }
         self.ensure_follower(room);
         self.hub
             .wait_replica(room, Self::FIRST_SNAPSHOT)
@@ -237,9 +240,29 @@ impl RedisBackend {
         if let Some(facts) = self.hub.facts(room, waiting) {
             return Ok(facts);
         }
-        let mut facts = self.replica(room).await?.room_facts();
+        let mut facts = match self.replica(room).await {
+            Ok(replica) => replica.room_facts(),
+            // No follower here (this instance is stopping): the view as
+            // stored.
+            Err(e) => self.stored_view(room).await.ok_or(e)?.facts(waiting),
+        };
         facts.waiting = waiting;
         Ok(facts)
+    }
+
+    /// A room's last published view, read from Redis.
+    async fn stored_view(&self, room: &RoomId) -> Option<crate::engine::RoomView> {
+        let keys = RoomKeys::new(room);
+        let (view, version): (Option<String>, Option<u64>) = redis::cmd("HMGET")
+            .arg(&keys.meta)
+            .arg("view")
+            .arg("view_version")
+            .query_async(&mut self.con())
+            .await
+            .ok()?;
+        let mut view: crate::engine::RoomView = serde_json::from_str(&view?).ok()?;
+        view.version = version.unwrap_or(0);
+        Some(view)
     }
 
     fn status_of(facts: &Facts, room: &RoomFacts, now: u64) -> TicketStatus {
