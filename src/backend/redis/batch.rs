@@ -29,11 +29,14 @@ pub const MAX_BATCH: usize = 256;
 /// Reads of one room, with or without counting as activity.
 pub type Key = (RoomId, bool);
 
+/// A read's answer: the ticket's facts and the room's count of waiting
+/// tickets.
+pub type Answer = Result<(Facts, u64), BackendError>;
+
 pub struct Pending {
     pub epoch: u64,
     pub id: u64,
-    /// The ticket's facts and the room's count of waiting tickets.
-    pub reply: oneshot::Sender<Result<(Facts, u64), BackendError>>,
+    pub reply: oneshot::Sender<Answer>,
 }
 
 #[derive(Default)]
@@ -103,12 +106,7 @@ impl StatusBatches {
 mod tests {
     use super::*;
 
-    fn read(
-        id: u64,
-    ) -> (
-        Pending,
-        oneshot::Receiver<Result<(Facts, u64), BackendError>>,
-    ) {
+    fn read(id: u64) -> (Pending, oneshot::Receiver<Answer>) {
         let (reply, rx) = oneshot::channel();
         (
             Pending {
