@@ -54,6 +54,7 @@ macro_rules! conformance {
 }
 
 mod changes;
+pub(crate) mod feed;
 
 conformance!(
     admits_in_order_up_to_capacity,
