@@ -3,6 +3,7 @@
 
 mod hostile;
 mod nginx;
+mod streams;
 
 use std::time::{Duration, Instant};
 
