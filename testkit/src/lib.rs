@@ -1,8 +1,9 @@
 //! What Narabu's integration tests share, in one dev-only crate: the real
 //! server on a free loopback port over either backend (`app`), real
 //! `redis-server` processes (`redis_server`), the shipped nginx
-//! configuration in front of a small origin (`nginx`), and headless
-//! Chromium through chromedriver (`browser`).
+//! configuration in front of a small origin (`nginx`), headless Chromium
+//! through chromedriver (`browser`), and a TCP relay that cuts connections
+//! on demand (`relay`).
 //!
 //! Every process a helper starts is killed when its handle drops, however
 //! the test ends. `scripts/test` installs the programs (redis-server,
@@ -12,6 +13,7 @@ pub mod app;
 pub mod browser;
 pub mod nginx;
 pub mod redis_server;
+pub mod relay;
 
 use narabu::engine::{RoomId, RoomSettings};
 
