@@ -19,6 +19,7 @@
 //!
 //! `config/narabu.toml` documents every key; its tests load it.
 
+mod redis;
 mod room;
 mod secret;
 mod values;
@@ -31,16 +32,18 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 use crate::engine::{RoomId, RoomSettings};
+use crate::webhooks::EventType;
+use crate::webhooks::signing::SigningKey;
 
+use redis::RedisKeys;
+pub use redis::{RedisTarget, SentinelTarget};
 pub use room::{
     CAPACITY_MAX, CAPACITY_MIN, OPENS_AT_MAX, RoomTable, TICK_MAX, TICK_MIN, TIMEOUT_MAX,
     check_admit_per_minute, check_capacity, check_tick, check_timeout, opt_duration,
     parse_rfc3339_ms, validate_room,
 };
 pub use secret::Secret;
-use values::{
-    ProxyNet, RedactedUrl, check_http_url, check_public_url, check_redis_url, listen_address,
-};
+use values::{ProxyNet, RedactedUrl, check_http_url, check_public_url, listen_address};
 
 /// What is wrong with the configuration, and where.
 ///
@@ -110,31 +113,13 @@ fn join_field(prefix: &str, name: &str) -> String {
 }
 
 /// Where room state lives.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Backend {
     /// In process, journalled to `data_dir`: one instance.
     Embedded,
-    /// In Redis (or Redis Cluster, when `cluster_nodes` is not empty), shared
-    /// by every instance.
-    Redis {
-        url: String,
-        cluster_nodes: Vec<String>,
-    },
-}
-
-impl fmt::Debug for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Backend::Embedded => f.write_str("Embedded"),
-            Backend::Redis { url, cluster_nodes } => {
-                let nodes: Vec<_> = cluster_nodes.iter().map(|n| RedactedUrl(n)).collect();
-                f.debug_struct("Redis")
-                    .field("url", &RedactedUrl(url))
-                    .field("cluster_nodes", &nodes)
-                    .finish()
-            }
-        }
-    }
+    /// In Redis (one server, a Cluster, or a primary named by Sentinel),
+    /// shared by every instance.
+    Redis(RedisTarget),
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -184,10 +169,14 @@ pub enum OnBackendError {
 #[derive(Clone)]
 pub struct WebhookConfig {
     pub url: String,
-    /// Signs each delivery so the receiver can check where it came from.
-    pub secret: Secret,
+    /// Signs each delivery (Standard Webhooks) so the receiver can check
+    /// where it came from.
+    pub secret: SigningKey,
+    /// The secret before a rotation: deliveries are signed with both while
+    /// the receiver moves to the new one.
+    pub previous_secret: Option<SigningKey>,
     /// The events to send; empty means every event.
-    pub events: Vec<String>,
+    pub events: Vec<EventType>,
     /// Also notify when a room's queue grows past this many waiting.
     pub queue_threshold: Option<u64>,
 }
@@ -197,6 +186,7 @@ impl fmt::Debug for WebhookConfig {
         f.debug_struct("WebhookConfig")
             .field("url", &RedactedUrl(&self.url))
             .field("secret", &self.secret)
+            .field("previous_secret", &self.previous_secret)
             .field("events", &self.events)
             .field("queue_threshold", &self.queue_threshold)
             .finish()
@@ -285,7 +275,7 @@ impl Config {
             self.admin_token = Some(s);
         }
         if self.secret.is_none() {
-            if matches!(self.backend, Backend::Redis { .. }) {
+            if matches!(self.backend, Backend::Redis(_)) {
                 return Err(ConfigError::new(
                     "secret",
                     "required with backend = \"redis\", so that every instance signs tickets \
@@ -343,6 +333,10 @@ struct FileConfig {
     snapshot_interval: Option<std::time::Duration>,
     redis_url: Option<String>,
     redis_cluster_nodes: Vec<String>,
+    redis_sentinels: Vec<String>,
+    redis_master_name: Option<String>,
+    redis_password: Option<Secret>,
+    redis_sentinel_password: Option<Secret>,
     secret: Option<Secret>,
     previous_secret: Option<Secret>,
     admin_token: Option<Secret>,
@@ -362,6 +356,7 @@ struct FileConfig {
 struct WebhookTable {
     url: String,
     secret: Secret,
+    previous_secret: Option<Secret>,
     #[serde(default)]
     events: Vec<String>,
     queue_threshold: Option<u64>,
@@ -522,38 +517,26 @@ impl FileConfig {
     }
 
     fn backend(&self) -> Result<Backend, ConfigError> {
+        let redis = RedisKeys {
+            url: self.redis_url.as_deref(),
+            cluster_nodes: &self.redis_cluster_nodes,
+            sentinels: &self.redis_sentinels,
+            master_name: self.redis_master_name.as_deref(),
+            password: self.redis_password.as_ref(),
+            sentinel_password: self.redis_sentinel_password.as_ref(),
+        };
         match self.backend {
             // A Redis setting beside the embedded backend usually means a
             // forgotten `backend = "redis"`: instances would then each run
             // their own queue, which is unfair, so it is an error.
-            BackendKind::Embedded => {
-                if self.redis_url.is_some() {
-                    return Err(ConfigError::new(
-                        "redis_url",
-                        "set, but backend is \"embedded\" (add backend = \"redis\", or remove it)",
-                    ));
-                }
-                if !self.redis_cluster_nodes.is_empty() {
-                    return Err(ConfigError::new(
-                        "redis_cluster_nodes",
-                        "set, but backend is \"embedded\" (add backend = \"redis\", or remove it)",
-                    ));
-                }
-                Ok(Backend::Embedded)
-            }
-            BackendKind::Redis => {
-                let url = self.redis_url.clone().ok_or_else(|| {
-                    ConfigError::new("redis_url", "required with backend = \"redis\"")
-                })?;
-                check_redis_url("redis_url", &url)?;
-                for (i, node) in self.redis_cluster_nodes.iter().enumerate() {
-                    check_redis_url(&format!("redis_cluster_nodes[{i}]"), node)?;
-                }
-                Ok(Backend::Redis {
-                    url,
-                    cluster_nodes: self.redis_cluster_nodes.clone(),
-                })
-            }
+            BackendKind::Embedded => match redis.first_set() {
+                Some(key) => Err(ConfigError::new(
+                    key,
+                    "set, but backend is \"embedded\" (add backend = \"redis\", or remove it)",
+                )),
+                None => Ok(Backend::Embedded),
+            },
+            BackendKind::Redis => redis.target().map(Backend::Redis),
         }
     }
 }
@@ -582,15 +565,31 @@ fn rooms_from_tables(tables: Vec<RoomTable>) -> Result<Vec<RoomSettings>, Config
 impl WebhookTable {
     fn into_config(self, prefix: &str) -> Result<WebhookConfig, ConfigError> {
         check_http_url(&join_field(prefix, "url"), &self.url)?;
-        check_secret(&join_field(prefix, "secret"), &self.secret)?;
-        for (i, event) in self.events.iter().enumerate() {
-            if event.is_empty() || event.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                return Err(ConfigError::new(
-                    format!("{prefix}.events[{i}]"),
-                    "must be a non-empty name without spaces",
-                ));
-            }
-        }
+        let key = |field: &str, secret: &Secret| {
+            SigningKey::parse(secret).map_err(|e| ConfigError::new(join_field(prefix, field), e))
+        };
+        let secret = key("secret", &self.secret)?;
+        let previous_secret = match &self.previous_secret {
+            Some(s) => Some(key("previous_secret", s)?),
+            None => None,
+        };
+        let events = self
+            .events
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                EventType::from_name(name).ok_or_else(|| {
+                    // Event names are not secret; quote them (escaped).
+                    ConfigError::new(
+                        format!("{prefix}.events[{i}]"),
+                        format!(
+                            "unknown event {name:?}; the events are {}",
+                            EventType::names()
+                        ),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         if self.queue_threshold == Some(0) {
             return Err(ConfigError::new(
                 join_field(prefix, "queue_threshold"),
@@ -599,8 +598,9 @@ impl WebhookTable {
         }
         Ok(WebhookConfig {
             url: self.url,
-            secret: self.secret,
-            events: self.events,
+            secret,
+            previous_secret,
+            events,
             queue_threshold: self.queue_threshold,
         })
     }

@@ -1,4 +1,5 @@
 //! Narabu: a fair virtual waiting room.
+pub mod access;
 pub mod backend;
 pub mod config;
 pub mod engine;
@@ -9,4 +10,5 @@ pub mod monitor;
 pub mod server;
 pub mod sync;
 pub mod token;
+pub mod verify;
 pub mod webhooks;

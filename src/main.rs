@@ -29,15 +29,27 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
     },
+    /// Check a room's opening draw from its public record: the seed must
+    /// hash to the commitment, and the order must be the one the seed
+    /// gives. Exits 0 when it checks out, 1 when it does not (or cannot be
+    /// read), 3 when the room has not drawn yet.
+    VerifyDraw {
+        /// The draw record (https://HOST/api/rooms/ROOM/draw) or the room's
+        /// queue page (https://HOST/queue/ROOM).
+        url: String,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let Command::Serve {
-        config,
-        listen,
-        data_dir,
-    } = cli.command;
+    let (config, listen, data_dir) = match cli.command {
+        Command::Serve {
+            config,
+            listen,
+            data_dir,
+        } => (config, listen, data_dir),
+        Command::VerifyDraw { url } => return verify_draw(&url),
+    };
     let mut config = match &config {
         Some(path) => match Config::load(path) {
             Ok(c) => c,
@@ -96,5 +108,41 @@ fn init_logs(format: LogFormat) {
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Plain => builder.init(),
+    }
+}
+
+fn verify_draw(url: &str) -> ExitCode {
+    use narabu::verify::{Verdict, verify};
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("narabu: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(verify(url)) {
+        Ok(Verdict::Verified(draw)) => {
+            let n = draw.order.as_ref().map_or(0, Vec::len);
+            println!("room {}: the draw checks out", draw.room);
+            println!("  commitment  {} = SHA-256(seed)", draw.commitment);
+            println!("  seed        {}", draw.seed.unwrap_or_default());
+            println!("  order       {n} tickets, exactly as the seed orders them");
+            ExitCode::SUCCESS
+        }
+        Ok(Verdict::NotDrawn(draw)) => {
+            println!(
+                "room {}: not drawn yet; the commitment is {}",
+                draw.room, draw.commitment
+            );
+            ExitCode::from(3)
+        }
+        Ok(Verdict::Mismatch(draw, why)) => {
+            println!("room {}: the draw does NOT check out: {why}", draw.room);
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("narabu: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }

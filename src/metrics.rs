@@ -46,6 +46,18 @@ pub struct WebhookLabels {
     pub result: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RoomLabels {
+    pub room: String,
+}
+
+/// A refused access check: the room and why.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabels {
+    pub room: String,
+    pub reason: &'static str,
+}
+
 /// The counters the service keeps itself.
 #[derive(Debug)]
 pub struct Metrics {
@@ -54,6 +66,11 @@ pub struct Metrics {
     http_duration: Family<HttpLabels, Histogram>,
     webhook_deliveries: Family<WebhookLabels, Counter>,
     webhook_attempt_failures: Counter,
+    challenges_issued: Family<RoomLabels, Counter>,
+    challenges_solved: Family<RoomLabels, Counter>,
+    challenges_refused: Family<RefusalLabels, Counter>,
+    enqueue_accepted: Family<RoomLabels, Counter>,
+    enqueue_refused: Family<RefusalLabels, Counter>,
     /// axum's matched path (`/gate/{room}`) to its label (`/gate/:room`).
     /// Keys are the router's declared routes, a fixed set, so the leaked
     /// labels are bounded; a hit takes a read lock and no allocation.
@@ -100,8 +117,53 @@ impl Metrics {
             "Webhook attempts that failed (each retry counts)",
             webhook_attempt_failures.clone(),
         );
+        fn family<L>(registry: &mut Registry, name: &str, help: &str) -> Family<L, Counter>
+        where
+            L: Clone
+                + std::hash::Hash
+                + Eq
+                + EncodeLabelSet
+                + std::fmt::Debug
+                + Send
+                + Sync
+                + 'static,
+        {
+            let family = Family::<L, Counter>::default();
+            registry.register(name, help, family.clone());
+            family
+        }
+        let challenges_issued = family(
+            &mut registry,
+            "challenges_issued",
+            "Proof-of-work challenges handed out, by room",
+        );
+        let challenges_solved = family(
+            &mut registry,
+            "challenges_solved",
+            "Proof-of-work solutions accepted (each admits one join), by room",
+        );
+        let challenges_refused = family(
+            &mut registry,
+            "challenges_refused",
+            "Joins refused for their proof of work, by room and reason (missing, malformed, forged, other_room, expired, too_easy, wrong, spent)",
+        );
+        let enqueue_accepted = family(
+            &mut registry,
+            "enqueue_tokens_accepted",
+            "Enqueue tokens accepted, by room",
+        );
+        let enqueue_refused = family(
+            &mut registry,
+            "enqueue_tokens_refused",
+            "Enqueue tokens refused, by room and reason (missing, malformed, algorithm, bad_signature, expired, not_yet_valid, wrong_room, missing_claim, bad_claim)",
+        );
         Self {
             registry,
+            challenges_issued,
+            challenges_solved,
+            challenges_refused,
+            enqueue_accepted,
+            enqueue_refused,
             http_requests,
             http_duration,
             webhook_deliveries,
@@ -142,6 +204,44 @@ impl Metrics {
 
     pub fn webhook_attempt_failed(&self) {
         self.webhook_attempt_failures.inc();
+    }
+
+    fn room_count(family: &Family<RoomLabels, Counter>, room: &str) {
+        family
+            .get_or_create(&RoomLabels {
+                room: room.to_owned(),
+            })
+            .inc();
+    }
+
+    fn refusal_count(family: &Family<RefusalLabels, Counter>, room: &str, reason: &'static str) {
+        family
+            .get_or_create(&RefusalLabels {
+                room: room.to_owned(),
+                reason,
+            })
+            .inc();
+    }
+
+    pub fn challenge_issued(&self, room: &str) {
+        Self::room_count(&self.challenges_issued, room);
+    }
+
+    pub fn challenge_solved(&self, room: &str) {
+        Self::room_count(&self.challenges_solved, room);
+    }
+
+    /// A join refused for its proof of work (`missing` when it had none).
+    pub fn challenge_refused(&self, room: &str, reason: &'static str) {
+        Self::refusal_count(&self.challenges_refused, room, reason);
+    }
+
+    pub fn enqueue_accepted(&self, room: &str) {
+        Self::room_count(&self.enqueue_accepted, room);
+    }
+
+    pub fn enqueue_refused(&self, room: &str, reason: &'static str) {
+        Self::refusal_count(&self.enqueue_refused, room, reason);
     }
 
     /// The whole page: the service's own counters, then every room's.

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::{Backend, RoomSnapshot};
 use crate::engine::{RoomId, Timestamp, WaitSnapshot};
 use crate::sync::lock;
-use crate::webhooks::{WebhookEvent, Webhooks};
+use crate::webhooks::{EventType, WebhookEvent, Webhooks};
 
 /// One sample a second, fifteen minutes of them.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);
@@ -222,7 +222,7 @@ impl Monitor {
             closed: s.view.closed,
             capacity: s.settings.capacity,
         };
-        let mut events: Vec<(&'static str, serde_json::Value)> = Vec::new();
+        let mut events: Vec<(EventType, serde_json::Value)> = Vec::new();
         if let Some(before) = &h.last
             && before.epoch == now.epoch
             && before.version > now.version
@@ -233,32 +233,32 @@ impl Monitor {
             // First sight, or a new incarnation: nothing changed yet.
             Some(before) if before.epoch == now.epoch => {
                 if !before.open && now.open {
-                    events.push(("room.opened", json!({})));
+                    events.push((EventType::RoomOpened, json!({})));
                 }
                 if before.paused != now.paused {
-                    let name = if now.paused {
-                        "room.paused"
+                    let kind = if now.paused {
+                        EventType::RoomPaused
                     } else {
-                        "room.resumed"
+                        EventType::RoomResumed
                     };
-                    events.push((name, json!({})));
+                    events.push((kind, json!({})));
                 }
                 if before.capacity != now.capacity {
                     events.push((
-                        "room.capacity_changed",
+                        EventType::RoomCapacityChanged,
                         json!({ "previous_capacity": before.capacity }),
                     ));
                 }
                 if !before.closed && now.closed {
-                    events.push(("room.closed", json!({})));
+                    events.push((EventType::RoomClosed, json!({})));
                 }
             }
             _ => {}
         }
         h.last = Some(now);
-        for (name, extra) in events {
+        for (kind, extra) in events {
             self.webhooks
-                .send(&event(name, s, extra, self.now_ms()), None);
+                .send(&event(kind, s, extra, self.now_ms()), None);
         }
         for (target, threshold) in self.webhooks.thresholds() {
             let above = h.above.entry(target).or_insert(false);
@@ -266,7 +266,7 @@ impl Monitor {
             if !*above && waiting > threshold {
                 *above = true;
                 let e = event(
-                    "queue.threshold",
+                    EventType::QueueThreshold,
                     s,
                     json!({ "threshold": threshold }),
                     self.now_ms(),
@@ -279,12 +279,7 @@ impl Monitor {
     }
 }
 
-fn event(
-    name: &'static str,
-    s: &RoomSnapshot,
-    extra: serde_json::Value,
-    now_ms: u64,
-) -> WebhookEvent {
+fn event(kind: EventType, s: &RoomSnapshot, extra: serde_json::Value, now_ms: u64) -> WebhookEvent {
     let mut data = json!({
         "capacity": s.settings.capacity,
         "waiting": s.view.waiting,
@@ -300,9 +295,9 @@ fn event(
     rand::fill(&mut id);
     WebhookEvent {
         id: hex::encode(id),
-        event: name,
+        kind,
         room: s.settings.id.to_string(),
-        at: Timestamp(now_ms).to_string(),
+        timestamp: Timestamp(now_ms).to_string(),
         data,
     }
 }

@@ -19,11 +19,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
+use crate::access::ChallengeKeys;
 use crate::backend::Backend;
 use crate::backend::embedded::{EmbeddedBackend, Persistence};
 use crate::backend::redis::{RedisBackend, RedisOptions};
 use crate::config::{self, Config};
 use crate::engine::SystemClock;
+use crate::http::access::AccessBook;
 use crate::http::limits::StreamLimiter;
 use crate::http::router::router;
 use crate::http::state::{AppState, HttpSettings, Shared};
@@ -48,11 +50,8 @@ pub async fn backend(config: &Config) -> anyhow::Result<Arc<dyn Backend>> {
         )
         .await
         .context("loading the embedded state from the data directory")?),
-        config::Backend::Redis { url, cluster_nodes } => {
-            let options = RedisOptions {
-                cluster_nodes: cluster_nodes.clone(),
-                ..RedisOptions::new(url.clone())
-            };
+        config::Backend::Redis(target) => {
+            let options = RedisOptions::new(target.clone());
             let backend =
                 RedisBackend::connect(options, config.rooms.clone(), Arc::new(SystemClock))
                     .await
@@ -89,8 +88,12 @@ pub async fn serve(
     let webhooks = Webhooks::start(config.webhooks.clone(), metrics.clone(), stop.clone());
     let monitor = Monitor::new(backend.clone(), webhooks);
     monitor.start(stop.clone());
+    let access = Arc::new(AccessBook::default());
+    follow_rooms(&monitor, access.clone(), stop.clone(), backend.clock());
     let state = AppState::new(Shared {
         clock: backend.clock(),
+        access,
+        challenges: Arc::new(ChallengeKeys::from_keyring(&keys)),
         streams: StreamLimiter::new(config.max_streams_per_address),
         fanout: Arc::default(),
         metrics,
@@ -117,6 +120,30 @@ pub async fn serve(
 /// Headers must arrive within this, or the connection is closed: a
 /// slowloris client trickling header bytes would otherwise hold a socket
 /// (and one of the process's 20,000 files) for as long as it likes.
+/// Feeds every room's sample to the access book each second, so rules
+/// changed on another instance apply here and the join rate is known.
+fn follow_rooms(
+    monitor: &Monitor,
+    access: Arc<AccessBook>,
+    stop: CancellationToken,
+    clock: Arc<dyn crate::engine::Clock>,
+) {
+    let mut overview = monitor.subscribe();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                changed = overview.changed() => if changed.is_err() { return },
+            }
+            let rooms = overview.borrow_and_update().clone();
+            let now = clock.now_ms();
+            for (snapshot, _) in &rooms.rooms {
+                access.observe(snapshot, now);
+            }
+        }
+    });
+}
+
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long shutdown waits for in-flight requests once streams have ended.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);

@@ -72,6 +72,8 @@ pub struct PassClaim {
 /// passed off as the other.
 const PASS_CONTEXT: &[u8] = b"narabu pass v1\0";
 const PASS_HEADER_LEN: usize = 1 + 8 + 8 + 8;
+/// The context of [`Keyring::derive`]: no ticket or pass MAC starts with it.
+const DERIVE_CONTEXT: &[u8] = b"narabu derived key v1\0";
 
 /// Why the key file could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -201,6 +203,21 @@ impl Keyring {
             current: keyed(key),
             previous: None,
         })
+    }
+
+    /// Key material for another use of the same secret (proof-of-work
+    /// challenges), from the current key and the previous one: HMAC-SHA256
+    /// of each key over a derivation context and `purpose`. A key derived
+    /// for one purpose signs nothing that another purpose, or a ticket,
+    /// would accept, and cannot be turned back into the secret.
+    pub fn derive(&self, purpose: &str) -> ([u8; 32], Option<[u8; 32]>) {
+        let derive = |key: &HmacSha256| -> [u8; 32] {
+            mac_in(key, DERIVE_CONTEXT, purpose.as_bytes())
+                .finalize()
+                .into_bytes()
+                .into()
+        };
+        (derive(&self.current), self.previous.as_ref().map(derive))
     }
 
     /// The token for a claim, signed with the current key.

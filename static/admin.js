@@ -169,7 +169,8 @@
     ["revocations", "Revocations"],
     ["abandonments", "Abandonments"],
     ["tray", "Tray / held"],
-    ["lottery", "Lottery"]
+    ["lottery", "Lottery"],
+    ["access", "Access"]
   ];
 
   var CHARTS = [
@@ -281,6 +282,14 @@
     var proof = b.lottery_seed ? "seed " + b.lottery_seed : (b.lottery_commitment ? "commit " + b.lottery_commitment : "");
     lottery.textContent = proof ? proof.slice(0, 19) + "…" : (b.order === "fifo" ? "off (fifo)" : "–");
     lottery.title = proof;
+    var access = b.access || {};
+    var rules = [];
+    if (access.challenge === "pow") {
+      var bits = access.pow_difficulty_now || access.pow_difficulty;
+      rules.push("proof of work, " + bits + " bits");
+    }
+    if (access.enqueue === "token") { rules.push("invite only"); }
+    set("access", rules.length ? rules.join(" · ") : "open to all");
     var badge = $("state-" + r.id);
     badge.textContent = b.state;
     badge.className = "badge " + b.state;

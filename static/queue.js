@@ -10,7 +10,9 @@
   "use strict";
 
   var root = document.getElementById("queue");
-  if (!root) return;
+  // Without a ticket yet (a proof of work to solve first) there is nothing
+  // to follow: static/pow.js joins, then reloads the page.
+  if (!root || root.dataset.powToken) return;
   var data = root.dataset;
   var lang = document.documentElement.lang || data.lang || "en";
 

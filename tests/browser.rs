@@ -5,16 +5,17 @@
 //! permit leaves. A second browser with JavaScript turned off makes the
 //! same trip on the page's `<noscript>` meta refresh alone. axe-core, run
 //! inside the waiting page, finds no serious or critical accessibility
-//! violations.
+//! violations. A third browser follows an invitation to a presale room
+//! that asks a proof of work, which the page solves in a Web Worker.
 //!
-//!
-//! A third trip cuts the page's event stream (a relay between Chromium and
+//! A fourth trip cuts the page's event stream (a relay between Chromium and
 //! Narabu drops the connection): the browser's own EventSource reconnects
 //! with `Last-Event-ID`, and the admission that came while it was away
 //! carries the visitor on at once.
 //!
 //! Screenshots for a person to look at go to `target/e2e/`: `queue-waiting`
-//! (and `-dark`), `origin-reached`, `nojs-queue-waiting`, `nojs-origin-reached`.
+//! (and `-dark`), `origin-reached`, `nojs-queue-waiting`, `nojs-origin-reached`,
+//! `pow-queue-waiting`, `pow-origin-reached`.
 //!
 //! axe-core comes from the npm registry, installed under `target/e2e/node`
 //! the first time (never committed).
@@ -28,7 +29,7 @@ use narabu::backend::embedded::EmbeddedBackend;
 use narabu::engine::SystemClock;
 use narabu_testkit::app::{config, spawn_with};
 use narabu_testkit::browser::Driver;
-use narabu_testkit::nginx::{Nginx, spawn_origin};
+use narabu_testkit::proxy::{Kind, Proxy, spawn_origin};
 use narabu_testkit::relay::Relay;
 use narabu_testkit::room;
 use reqwest::StatusCode;
@@ -108,7 +109,7 @@ async fn chromium_waits_through_nginx_and_reaches_the_origin_with_and_without_ja
     let backend = EmbeddedBackend::new(vec![sale], Arc::new(SystemClock));
     let app = spawn_with(config(), backend).await;
     let origin = spawn_origin().await;
-    let nginx = Nginx::start(app.base.trim_start_matches("http://"), &origin);
+    let nginx = Proxy::start(Kind::Nginx, app.base.trim_start_matches("http://"), &origin).await;
     let shots = e2e_dir();
 
     // A first visitor holds the only permit; a second waits behind them.
@@ -262,6 +263,134 @@ async fn chromium_waits_through_nginx_and_reaches_the_origin_with_and_without_ja
     assert_screenshot(&shots.join("nojs-origin-reached.png"));
 
     plain.quit().await;
+    browser.quit().await;
+    drop(nginx);
+    app.stop().await;
+}
+
+/// An invite-only room that also asks a proof of work, as a presale would
+/// be set up: the origin's invitation link goes through nginx to the
+/// queue page, which solves the challenge in a Web Worker with WebCrypto,
+/// joins with the solution and the invitation, drops the invitation from
+/// the address, waits, and carries the visitor to the origin page once
+/// admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_solves_the_proof_of_work_and_follows_an_invitation_to_the_origin() {
+    use narabu::access::{ChallengeMode, EnqueueMode, SharedKey};
+    use serde_json::json;
+    const KEY: &str = "browser-test-shared-key-browser-test-01";
+    const BITS: u8 = 14;
+    let mut sale = room("sale", 1);
+    sale.tick = Duration::from_millis(200);
+    sale.access.challenge = ChallengeMode::Pow;
+    sale.access.pow_difficulty = BITS;
+    sale.access.pow_difficulty_max = BITS;
+    sale.access.enqueue = EnqueueMode::Token;
+    sale.access.enqueue_key = Some(SharedKey::new(KEY));
+    let backend = EmbeddedBackend::new(vec![sale], Arc::new(SystemClock));
+    let app = spawn_with(config(), backend).await;
+    let origin = spawn_origin().await;
+    let nginx = Proxy::start(Kind::Nginx, app.base.trim_start_matches("http://"), &origin).await;
+    let exp = narabu::engine::Clock::now_ms(&narabu::engine::SystemClock) / 1000 + 600;
+    let invite = |account: &str| {
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::default(),
+            &json!({"aud": "sale", "sub": account, "exp": exp}),
+            &jsonwebtoken::EncodingKey::from_secret(KEY.as_bytes()),
+        )
+        .unwrap()
+    };
+
+    // Another fan's app holds the only permit, so the browser will wait.
+    let client = reqwest::Client::new();
+    let join = |body: Value| {
+        client
+            .post(app.url("/api/rooms/sale/join"))
+            .json(&body)
+            .send()
+    };
+    let refused: Value = join(json!({"enqueue_token": invite("fan-0")}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let challenge = refused["challenge"]["token"].as_str().unwrap().to_owned();
+    let counter = narabu::access::pow::solve(&challenge, BITS);
+    let first: Value = join(json!({
+        "enqueue_token": invite("fan-0"), "challenge": challenge, "counter": counter
+    }))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let first = first["ticket"].as_str().unwrap().to_owned();
+
+    let browser = Driver::start().await;
+    browser
+        .goto(&format!(
+            "{}/queue/sale?return=%2Ftickets&enqueue_token={}",
+            nginx.base,
+            invite("fan-1")
+        ))
+        .await;
+    // Solved, joined, and reloaded as an ordinary waiting page whose
+    // address no longer carries the invitation.
+    browser
+        .wait_until_within(
+            "the page has a ticket and waits at position 1",
+            "return !document.getElementById('pow') && \
+             document.getElementById('position').textContent === '1'",
+            Duration::from_secs(60),
+        )
+        .await;
+    assert_eq!(
+        browser.current_url().await,
+        format!("{}/queue/sale?return=%2Ftickets&lang=en", nginx.base)
+    );
+    browser
+        .screenshot(&e2e_dir().join("pow-queue-waiting.png"))
+        .await;
+
+    let left = client
+        .post(app.url("/api/rooms/sale/leave"))
+        .bearer_auth(&first)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(left.status(), StatusCode::NO_CONTENT);
+    browser
+        .wait_until_within(
+            "the browser reaches the origin page",
+            "return location.pathname === '/tickets' && \
+             document.body.innerText.indexOf('origin page /tickets') >= 0",
+            Duration::from_secs(30),
+        )
+        .await;
+    browser
+        .screenshot(&e2e_dir().join("pow-origin-reached.png"))
+        .await;
+
+    // Two accounts, two tickets, each from a solved join.
+    let s = app
+        .backend
+        .room(&narabu::engine::RoomId::new("sale").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(s.stats.joins, 2);
+    let metrics = client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"narabu_challenges_solved_total{room="sale"} 2"#),
+        "{metrics}"
+    );
     browser.quit().await;
     drop(nginx);
     app.stop().await;

@@ -29,8 +29,8 @@ use super::{
 };
 use crate::config::Durability;
 use crate::engine::{
-    Clock, Departure, EventSink, JoinError, Joined, Room, RoomEvent, RoomId, RoomSettings,
-    TickReport, TicketId, TicketState, TicketStatus,
+    Clock, Departure, DrawRecord, EventSink, JoinError, Joined, Room, RoomEvent, RoomId,
+    RoomSettings, TickReport, TicketId, TicketState, TicketStatus,
 };
 use crate::sync::{read, write};
 
@@ -47,6 +47,10 @@ pub struct EmbeddedBackend {
     snapshot_lock: tokio::sync::Mutex<()>,
     /// Recent new tickets per (room, client address), for the join limit.
     joins: JoinLog,
+    /// Proof-of-work nonces already used. Kept in memory only: a restart
+    /// forgets them, so a solution could be used once more within its
+    /// five minutes after one.
+    spent: super::spent::SpentNonces,
 }
 
 /// Forwards one room's events to the journal, and remembers which record
@@ -154,6 +158,7 @@ impl EmbeddedBackend {
             journal,
             snapshot_lock: tokio::sync::Mutex::new(()),
             joins: JoinLog::default(),
+            spent: super::spent::SpentNonces::default(),
         })
     }
 
@@ -500,6 +505,10 @@ impl Backend for EmbeddedBackend {
         Ok(self.get(room)?.epoch())
     }
 
+    async fn draw(&self, room: &RoomId) -> Result<Option<DrawRecord>, BackendError> {
+        Ok(self.get(room)?.draw_record())
+    }
+
     async fn join(&self, id: &RoomId, request: JoinRequest) -> Result<JoinOutcome, BackendError> {
         let room = self.get(id)?;
         if let Some(held) = request.held
@@ -515,23 +524,36 @@ impl Backend for EmbeddedBackend {
             return Err(BackendError::Closed(id.clone()));
         }
         let known = request.identity.and_then(|i| room.ticket_of(i));
+        if known.is_none() && request.refuse_new {
+            return Err(BackendError::AccessDenied);
+        }
         let limit = match (known, request.client) {
             (None, Some(client)) => Some((client, room.settings().join_limit_per_minute)),
             _ => None,
         };
-        let (joined, appended) = journal::recording(|| match limit {
-            Some((client, limit)) => {
-                let now = self.clock.now_ms();
-                self.joins
-                    .admit(id, client, limit, now, || room.join(request.identity))
-                    .map_err(|retry_after| BackendError::JoinLimited { limit, retry_after })
+        // A new ticket spends the join's proof-of-work nonce first, so a
+        // solution replayed at the same moment makes no second ticket.
+        let now = self.clock.now_ms();
+        let issue = || {
+            if known.is_none()
+                && let Some(spend) = request.nonce
+                && !self.spent.spend(spend.nonce, spend.until_ms, now)
+            {
+                return Err(BackendError::NonceSpent);
             }
-            None => Ok(room.join(request.identity)),
+            room.join(request.identity).map_err(|e| match e {
+                JoinError::Closed => BackendError::Closed(id.clone()),
+                JoinError::Full => BackendError::Full(id.clone()),
+            })
+        };
+        let (joined, appended) = journal::recording(|| match limit {
+            Some((client, limit)) => self
+                .joins
+                .admit(id, client, limit, now, issue)
+                .map_err(|retry_after| BackendError::JoinLimited { limit, retry_after }),
+            None => Ok(issue()),
         });
-        let Joined { ticket, is_new, .. } = joined?.map_err(|e| match e {
-            JoinError::Closed => BackendError::Closed(id.clone()),
-            JoinError::Full => BackendError::Full(id.clone()),
-        })?;
+        let Joined { ticket, is_new, .. } = joined??;
         // A new join's record was appended on this thread before `join`
         // returned; a repeated one may be another thread's, still on its
         // way to disk, so that waits for everything appended so far.

@@ -21,6 +21,7 @@ pub mod feed;
 pub mod join_log;
 pub mod journal;
 pub mod redis;
+mod spent;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -31,8 +32,8 @@ use tokio::sync::Notify;
 
 pub use crate::engine::RoomPatch;
 use crate::engine::{
-    Clock, Departure, Identity, PermitLedger, RoomId, RoomSettings, RoomStats, RoomView,
-    TickReport, TicketStatus,
+    Clock, Departure, DrawRecord, Identity, PermitLedger, RoomId, RoomSettings, RoomStats,
+    RoomView, TickReport, TicketStatus,
 };
 use feed::{Follow, RoomFeed, TicketRead};
 
@@ -58,6 +59,23 @@ pub struct JoinRequest {
     /// The address the per-address join limit counts, already reduced to
     /// what is counted (an IPv6 address to its /64); `None` is not limited.
     pub client: Option<IpAddr>,
+    /// The room's access rules found something missing or wrong (no proof
+    /// of work, no enqueue token): a join that would make a new ticket is
+    /// refused with [`BackendError::AccessDenied`], while a carried live
+    /// ticket is still answered.
+    pub refuse_new: bool,
+    /// A verified proof-of-work solution: a new ticket spends its nonce,
+    /// atomically with being issued, so one solution makes one ticket on
+    /// every instance ([`BackendError::NonceSpent`] for a second).
+    pub nonce: Option<NonceSpend>,
+}
+
+/// A proof-of-work nonce to remember until its challenge expires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NonceSpend {
+    pub nonce: [u8; 16],
+    /// Unix ms.
+    pub until_ms: u64,
 }
 
 impl JoinRequest {
@@ -114,6 +132,13 @@ pub enum BackendError {
     Full(RoomId),
     #[error("unknown ticket")]
     NoSuchTicket,
+    /// The join lacks what the room asks of a new ticket (see
+    /// [`JoinRequest::refuse_new`]).
+    #[error("this room asks more of a new ticket")]
+    AccessDenied,
+    /// The join's proof-of-work solution was used before.
+    #[error("this proof of work has been used already")]
+    NonceSpent,
     /// The client address made `limit` new tickets in the last minute.
     #[error("too many new tickets from this address: at most {limit} a minute")]
     JoinLimited { limit: u32, retry_after: Duration },
@@ -197,6 +222,9 @@ pub trait Backend: Send + Sync + 'static {
         ticket: TicketRef,
         how: Ending,
     ) -> Result<Departure, BackendError>;
+
+    /// The opening draw as published: `None` for a room without one.
+    async fn draw(&self, room: &RoomId) -> Result<Option<DrawRecord>, BackendError>;
 
     /// Run one worker turn of a room now. Workers call it every tick; tests
     /// call it on virtual time with workers off.

@@ -14,6 +14,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
 use super::{ConfigError, join_field};
+use crate::access::{AccessSettings, ChallengeMode, EnqueueMode, SharedKey};
 use crate::engine::{Order, RoomId, RoomSettings};
 
 /// Smallest and largest room: one permit up to a million (a bigger room is
@@ -82,6 +83,27 @@ pub struct RoomTable {
     pub order: Option<Order>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
+    // Access: proof of work and enqueue tokens (crate::access).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub challenge: Option<ChallengeMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pow_difficulty: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pow_difficulty_max: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pow_rise_per_second: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enqueue: Option<EnqueueMode>,
+    /// Shared keys are write-only: never written back out (the admin API
+    /// shows whether one is set, not what it is).
+    #[serde(default, skip_serializing)]
+    pub enqueue_key: Option<SharedKey>,
+    #[serde(default, skip_serializing)]
+    pub enqueue_previous_key: Option<SharedKey>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enqueue_public_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enqueue_previous_public_key: Option<String>,
 }
 
 impl RoomTable {
@@ -99,6 +121,15 @@ impl RoomTable {
             opens_at: None,
             order: None,
             paused: None,
+            challenge: None,
+            pow_difficulty: None,
+            pow_difficulty_max: None,
+            pow_rise_per_second: None,
+            enqueue: None,
+            enqueue_key: None,
+            enqueue_previous_key: None,
+            enqueue_public_key: None,
+            enqueue_previous_public_key: None,
         }
     }
 
@@ -106,7 +137,7 @@ impl RoomTable {
     /// `{field_prefix}.{key}` (e.g. `rooms[1].capacity`), or just `{key}`
     /// when the prefix is empty, as it is for an admin API body.
     pub fn into_settings(self, field_prefix: &str) -> Result<RoomSettings, ConfigError> {
-        let mut s = RoomSettings::new(self.id);
+        let mut s = RoomSettings::new(self.id.clone());
         if let Some(v) = self.capacity {
             s.capacity = v;
         }
@@ -133,13 +164,60 @@ impl RoomTable {
         if let Some(v) = self.paused {
             s.paused = v;
         }
+        self.fill_access(&mut s.access);
         validate_room(&s, field_prefix)?;
         Ok(s)
     }
 }
 
+impl RoomTable {
+    /// The access keys of this table over `a`. A new difficulty without a
+    /// maximum keeps a fixed difficulty fixed, and a rising one rising.
+    pub fn fill_access(&self, a: &mut AccessSettings) {
+        if let Some(v) = self.challenge {
+            a.challenge = v;
+        }
+        if let Some(v) = self.pow_difficulty {
+            a.pow_difficulty_max = if a.pow_difficulty_max == a.pow_difficulty {
+                v
+            } else {
+                a.pow_difficulty_max.max(v)
+            };
+            a.pow_difficulty = v;
+        }
+        if let Some(v) = self.pow_difficulty_max {
+            a.pow_difficulty_max = v;
+        }
+        if let Some(v) = self.pow_rise_per_second {
+            a.pow_rise_per_second = v;
+        }
+        if let Some(v) = self.enqueue {
+            a.enqueue = v;
+        }
+        for (to, from) in [
+            (&mut a.enqueue_key, &self.enqueue_key),
+            (&mut a.enqueue_previous_key, &self.enqueue_previous_key),
+        ] {
+            if from.is_some() {
+                to.clone_from(from);
+            }
+        }
+        for (to, from) in [
+            (&mut a.enqueue_public_key, &self.enqueue_public_key),
+            (
+                &mut a.enqueue_previous_public_key,
+                &self.enqueue_previous_public_key,
+            ),
+        ] {
+            if from.is_some() {
+                to.clone_from(from);
+            }
+        }
+    }
+}
+
 /// Every key written out, so that a table made from a room's settings
-/// describes it completely.
+/// describes it completely, except shared keys (write-only).
 impl From<&RoomSettings> for RoomTable {
     fn from(s: &RoomSettings) -> Self {
         Self {
@@ -154,6 +232,15 @@ impl From<&RoomSettings> for RoomTable {
             opens_at: s.opens_at,
             order: Some(s.order),
             paused: Some(s.paused),
+            challenge: Some(s.access.challenge),
+            pow_difficulty: Some(s.access.pow_difficulty),
+            pow_difficulty_max: Some(s.access.pow_difficulty_max),
+            pow_rise_per_second: Some(s.access.pow_rise_per_second),
+            enqueue: Some(s.access.enqueue),
+            enqueue_key: None,
+            enqueue_previous_key: None,
+            enqueue_public_key: s.access.enqueue_public_key.clone(),
+            enqueue_previous_public_key: s.access.enqueue_previous_public_key.clone(),
         }
     }
 }
@@ -173,6 +260,9 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
     if let Some(cap) = s.admit_per_minute {
         check_admit_per_minute(&field("admit_per_minute"), cap)?;
     }
+    s.access
+        .validate()
+        .map_err(|(key, message)| ConfigError::new(field(key), message))?;
     if let Some(at) = s.opens_at
         && at > OPENS_AT_MAX
     {
@@ -593,5 +683,77 @@ opens_at = "2026-12-01T01:00:00Z""#,
 
         let bare = serde_json::to_string(&RoomTable::new(id("x"))).expect("serializes");
         assert_eq!(bare, r#"{"id":"x"}"#);
+    }
+
+    #[test]
+    fn access_keys_are_read_checked_and_shared_keys_never_written_back() {
+        let t = from_toml(
+            r#"
+            id = "presale"
+            challenge = "pow"
+            pow_difficulty = 12
+            pow_difficulty_max = 18
+            pow_rise_per_second = 200
+            enqueue = "token"
+            enqueue_key = "a-shared-key-a-shared-key-a-shared-key"
+            "#,
+        )
+        .expect("a table with access keys");
+        let s = t.into_settings("rooms[0]").expect("valid");
+        assert_eq!(s.access.challenge, ChallengeMode::Pow);
+        assert_eq!(
+            (s.access.pow_difficulty, s.access.pow_difficulty_max),
+            (12, 18)
+        );
+        assert_eq!(s.access.pow_rise_per_second, 200);
+        assert_eq!(s.access.enqueue, EnqueueMode::Token);
+        let json = serde_json::to_string(&RoomTable::from(&s)).expect("serializes");
+        assert!(!json.contains("a-shared-key"), "{json}");
+        assert!(json.contains(r#""challenge":"pow""#), "{json}");
+
+        // A difficulty alone is fixed.
+        let fixed = from_toml("id = \"a\"\npow_difficulty = 20")
+            .unwrap()
+            .into_settings("")
+            .unwrap();
+        assert_eq!(fixed.access.pow_difficulty_max, 20);
+
+        for (text, field, words) in [
+            (
+                "pow_difficulty = 0",
+                "rooms[0].pow_difficulty",
+                "between 1 and 32",
+            ),
+            (
+                "pow_difficulty = 20\npow_difficulty_max = 19",
+                "rooms[0].pow_difficulty_max",
+                "between pow_difficulty (20) and 32",
+            ),
+            (
+                "enqueue = \"token\"",
+                "rooms[0].enqueue",
+                "needs enqueue_key",
+            ),
+            (
+                "enqueue_key = \"short\"",
+                "rooms[0].enqueue_key",
+                "at least 32 bytes",
+            ),
+            (
+                "enqueue_public_key = \"not a pem\"",
+                "rooms[0].enqueue_public_key",
+                "Ed25519 public key in PEM",
+            ),
+        ] {
+            let e = from_toml(&format!("id = \"a\"\n{text}"))
+                .unwrap()
+                .into_settings("rooms[0]")
+                .unwrap_err();
+            let shown = e.to_string();
+            assert!(shown.starts_with(field), "{text}: {shown}");
+            assert!(shown.contains(words), "{text}: {shown}");
+            assert!(!shown.contains("short\""), "the key is not echoed: {shown}");
+        }
+        assert!(from_toml("id = \"a\"\nchallenge = \"captcha\"").is_err());
     }
 }

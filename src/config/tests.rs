@@ -54,7 +54,7 @@ fn default_is_the_no_argument_setup() {
     let c = Config::default();
     assert_eq!(c.listen, "127.0.0.1:8080".parse().expect("an address"));
     assert_eq!(c.data_dir, PathBuf::from("./narabu-data"));
-    assert_eq!(c.backend, Backend::Embedded);
+    assert!(matches!(c.backend, Backend::Embedded));
     assert!(c.secret.is_none() && c.previous_secret.is_none() && c.admin_token.is_none());
     assert!(!c.cookie_secure);
     assert!(c.trusted_proxies.is_empty());
@@ -87,11 +87,12 @@ fn every_commented_example_in_the_example_file_is_valid() {
     let mut c = Config::from_toml_str(&text, "narabu.toml (uncommented)")
         .unwrap_or_else(|e| panic!("{e}\n{text}"));
     match &c.backend {
-        Backend::Redis { url, cluster_nodes } => {
-            assert_eq!(url, "redis://127.0.0.1:6379");
-            assert_eq!(cluster_nodes.len(), 2);
+        // redis_url beside the cluster's seed nodes is one more seed.
+        Backend::Redis(RedisTarget::Cluster { nodes }) => {
+            assert_eq!(nodes[0], "redis://127.0.0.1:6379");
+            assert_eq!(nodes.len(), 3);
         }
-        Backend::Embedded => panic!("expected the redis backend"),
+        other => panic!("expected a Redis Cluster, got {other:?}"),
     }
     assert!(c.secret.is_some() && c.previous_secret.is_some() && c.admin_token.is_some());
     assert_eq!(c.trusted_proxies.len(), 3);
@@ -99,11 +100,15 @@ fn every_commented_example_in_the_example_file_is_valid() {
     assert_eq!(c.webhooks.len(), 1);
     assert_eq!(c.webhooks[0].events.len(), 3);
     assert_eq!(c.webhooks[0].queue_threshold, Some(10_000));
+    assert!(c.webhooks[0].previous_secret.is_some());
     assert_eq!(c.rooms.len(), 2);
     assert_eq!(c.rooms[0].admit_per_minute, Some(600));
     assert_eq!(c.rooms[0].opens_at, c.rooms[1].opens_at);
     assert_eq!(c.rooms[1].opens_at, Some(1_796_086_800_000));
     assert_eq!(c.rooms[1].capacity, 500);
+    let access = &c.rooms[0].access;
+    assert!(access.enqueue_key.is_some() && access.enqueue_previous_key.is_some());
+    assert!(access.enqueue_public_key.is_some() && access.enqueue_previous_public_key.is_some());
     c.apply_env(env(&[]))
         .expect("the secret is set, so redis is fine");
 }
@@ -143,13 +148,17 @@ order = "fifo"
     .expect("a full config");
     assert_eq!(c.listen.port(), 9000);
     assert_eq!(c.data_dir, PathBuf::from("/var/lib/narabu"));
-    assert_eq!(
-        c.backend,
-        Backend::Redis {
-            url: "rediss://:pw@redis.internal:6380/0".into(),
-            cluster_nodes: vec!["redis://a:6379".into(), "redis://b:6379".into()],
-        }
-    );
+    match &c.backend {
+        Backend::Redis(RedisTarget::Cluster { nodes }) => assert_eq!(
+            nodes,
+            &[
+                "rediss://:pw@redis.internal:6380/0",
+                "redis://a:6379",
+                "redis://b:6379"
+            ]
+        ),
+        other => panic!("expected a Redis Cluster, got {other:?}"),
+    }
     assert_eq!(c.secret.as_ref().map(Secret::expose), Some(SECRET_A));
     assert_eq!(
         c.previous_secret.as_ref().map(Secret::expose),
@@ -279,7 +288,10 @@ fn rooms_need_unique_ids_and_at_least_one() {
 #[test]
 fn backend_settings_must_agree() {
     let e = err("backend = \"redis\"");
-    assert_eq!(e, "test.toml: redis_url: required with backend = \"redis\"");
+    assert!(
+        e.starts_with("test.toml: redis_url: required with backend = \"redis\""),
+        "{e}"
+    );
     let e = err("redis_url = \"redis://127.0.0.1\"");
     assert!(
         e.starts_with("test.toml: redis_url: set, but backend is \"embedded\""),
@@ -339,7 +351,15 @@ fn secrets_must_be_long_enough() {
     }
     let e = err("[[webhooks]]\nurl = \"https://x.example\"\nsecret = \"short\"");
     assert!(
-        e.starts_with("test.toml: webhooks[0].secret: must be at least 32 bytes"),
+        e.starts_with("test.toml: webhooks[0].secret: must be a Standard Webhooks secret"),
+        "{e}"
+    );
+    let e = err(
+        "[[webhooks]]\nurl = \"https://x.example\"\nsecret = \"whsec_c2hvcnQ=\"\n\
+         previous_secret = \"whsec_!!\"",
+    );
+    assert!(
+        e.starts_with("test.toml: webhooks[0].secret: the key after `whsec_` must be 24 to 64"),
         "{e}"
     );
     let exactly = "a".repeat(32);
@@ -497,9 +517,13 @@ fn public_url_and_webhooks_are_checked() {
         e.starts_with("test.toml: webhooks[0].queue_threshold: must be at least 1"),
         "{e}"
     );
-    let e = err(&hook("events = [\"ok\", \"\"]"));
+    // A misspelt event would never fire: refused, naming the real ones.
+    let e = err(&hook("events = [\"room.opened\", \"room.pasued\"]"));
     assert!(
-        e.starts_with("test.toml: webhooks[0].events[1]: must be"),
+        e.starts_with(
+            "test.toml: webhooks[0].events[1]: unknown event \"room.pasued\"; \
+             the events are room.opened, room.paused,"
+        ),
         "{e}"
     );
     let e = err("[[webhooks]]\nurl = \"mailto:x@example.com\"\nsecret = \"x\"");
@@ -510,7 +534,10 @@ fn public_url_and_webhooks_are_checked() {
     let e = err("[[webhooks]]\nurl = \"https://h.example\"");
     assert!(e.contains("missing field `secret`"), "{e}");
     let c = parse(&hook("events = [\"room.opened\"]\nqueue_threshold = 5")).expect("valid");
-    assert_eq!(c.webhooks[0].events, ["room.opened"]);
+    assert_eq!(
+        c.webhooks[0].events,
+        [crate::webhooks::EventType::RoomOpened]
+    );
     assert_eq!(c.webhooks[0].queue_threshold, Some(5));
 }
 
@@ -565,4 +592,24 @@ fn line_column_counts_characters() {
     assert_eq!(line_column("ab\ncd", 4), (2, 2));
     assert_eq!(line_column("é = x", 3), (1, 3));
     assert_eq!(line_column("abc", 99), (1, 4));
+}
+
+/// A new webhook event is named where operators look for the list.
+#[test]
+fn every_webhook_event_is_documented() {
+    let example = std::fs::read_to_string(EXAMPLE).expect("the example config exists");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("the README exists");
+    for e in crate::webhooks::EventType::ALL {
+        assert!(
+            example.contains(e.name()),
+            "{} is not in {EXAMPLE}",
+            e.name()
+        );
+        assert!(
+            readme.contains(&format!("`{}`", e.name())),
+            "{} is not in README.md",
+            e.name()
+        );
+    }
 }

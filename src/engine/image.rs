@@ -81,6 +81,8 @@ pub struct RoomImage {
     pub tickets: Vec<TicketImage>,
     /// Queue index → ticket id; `u32::MAX` where the ticket is unknown.
     pub queue: Vec<TicketId>,
+    /// How many queue slots the opening placed (the draw's length).
+    pub drawn: Option<u32>,
 }
 
 /// How far along its life a state is: events never move a ticket back.
@@ -180,6 +182,7 @@ impl RoomImage {
                 for (k, &id) in order.iter().enumerate() {
                     self.place(id, k as u32);
                 }
+                self.drawn = Some(order.len() as u32);
             }
             RoomEvent::Settings(s) => self.settings = s.clone(),
             RoomEvent::Closed => self.closed = true,
@@ -233,6 +236,7 @@ impl Room {
             peak_admitted: self.peak_admitted.load(Ordering::Relaxed),
             tickets,
             queue,
+            drawn: self.drawn.get().copied(),
         }
     }
 
@@ -254,6 +258,7 @@ impl Room {
             peak_admitted,
             mut tickets,
             queue,
+            drawn,
         } = image;
         let mut queue = queue;
         // Queue slots whose ticket is unknown get a placeholder that has
@@ -288,6 +293,9 @@ impl Room {
             sink,
         );
         room.load(tickets, queue, closed, handoffs, peak_admitted);
+        if let Some(n) = drawn {
+            let _ = room.drawn.set(n);
+        }
         room
     }
 

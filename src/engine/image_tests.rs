@@ -164,6 +164,10 @@ fn the_lottery_draw_survives_before_and_after_opening() {
     let replayed = Room::restore(replay(first, &rec.since(0)), Arc::new(clock.clone()), None);
     assert_same(&room, &replayed);
     assert_eq!(replayed.view().lottery_seed, room.view().lottery_seed);
+    assert_eq!(replayed.draw_record(), room.draw_record());
+    let from_image = Room::restore(room.image(), Arc::new(clock.clone()), None);
+    assert_eq!(from_image.draw_record(), room.draw_record());
+    assert_eq!(room.draw_record().unwrap().order.unwrap().len(), 30);
 }
 
 #[test]

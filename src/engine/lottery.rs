@@ -10,9 +10,13 @@
 //! the seed, the list of pre-queue ticket ids and `sha256sum` can recompute
 //! it; nobody, including the operator, could pick a seed after seeing who
 //! joined without breaking the published commitment.
+//!
+//! [`DrawRecord`] is what a room publishes of its draw, for anyone to check
+//! with [`LotterySeed::verify`] (or with `sha256sum`: the README shows how).
 
 use sha2::{Digest, Sha256};
 
+use super::room::Room;
 use super::ticket::TicketId;
 
 /// The secret drawn when the room is created, revealed at opening.
@@ -54,6 +58,91 @@ impl LotterySeed {
             ids.iter().map(|&id| (self.draw_key(id), id)).collect();
         keyed.sort_unstable();
         keyed.into_iter().map(|(_, id)| id).collect()
+    }
+}
+
+/// What a room publishes of its opening draw: the commitment from the
+/// start, then the seed and the order it gave.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DrawRecord {
+    /// SHA-256 of the seed, hex.
+    pub commitment: String,
+    /// The seed, hex, once the room has opened.
+    pub seed: Option<String>,
+    /// The pre-queue's ticket ids in drawn order, once the room has opened.
+    pub order: Option<Vec<TicketId>>,
+}
+
+/// Why a published draw does not check out.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DrawMismatch {
+    #[error("the seed is not 64 hex digits")]
+    BadSeed,
+    #[error("SHA-256 of the seed is {actual}, not the published commitment {published}")]
+    Commitment { published: String, actual: String },
+    #[error("the published order lists a ticket twice")]
+    Duplicate,
+    #[error(
+        "place {place}: the seed puts ticket {expected} there, the published order ticket {published}"
+    )]
+    Order {
+        place: usize,
+        expected: TicketId,
+        published: TicketId,
+    },
+}
+
+impl DrawRecord {
+    /// Recomputes the order from the seed and the ids it lists, and checks
+    /// the commitment. `Ok` for a draw that has not happened yet, as long
+    /// as it has a commitment.
+    pub fn verify(&self) -> Result<(), DrawMismatch> {
+        let (Some(seed), Some(order)) = (&self.seed, &self.order) else {
+            return Ok(());
+        };
+        let seed = hex::decode(seed)
+            .ok()
+            .and_then(|b| <[u8; 32]>::try_from(b).ok())
+            .map(LotterySeed)
+            .ok_or(DrawMismatch::BadSeed)?;
+        if seed.commitment() != self.commitment.to_ascii_lowercase() {
+            return Err(DrawMismatch::Commitment {
+                published: self.commitment.clone(),
+                actual: seed.commitment(),
+            });
+        }
+        let mut ids = order.clone();
+        ids.sort_unstable();
+        if ids.windows(2).any(|w| w[0] == w[1]) {
+            return Err(DrawMismatch::Duplicate);
+        }
+        let expected = seed.draw(&ids);
+        match expected.iter().zip(order).position(|(e, p)| e != p) {
+            None => Ok(()),
+            Some(i) => Err(DrawMismatch::Order {
+                place: i + 1,
+                expected: expected[i],
+                published: order[i],
+            }),
+        }
+    }
+}
+
+impl Room {
+    /// The room's draw as published: `None` for a room without one
+    /// (`order = "fifo"`, or open from the start).
+    pub fn draw_record(&self) -> Option<DrawRecord> {
+        let seed = self.lottery.as_ref()?;
+        let order: Option<Vec<TicketId>> = self.drawn.get().map(|&n| {
+            (0..n as usize)
+                .filter_map(|i| self.queue.get(i).copied())
+                .collect()
+        });
+        Some(DrawRecord {
+            commitment: seed.commitment(),
+            seed: order.as_ref().map(|_| seed.to_hex()),
+            order,
+        })
     }
 }
 
@@ -99,5 +188,42 @@ mod tests {
             })
             .count();
         assert!((70..=130).contains(&first_half), "{first_half}");
+    }
+
+    #[test]
+    fn a_published_draw_checks_out_and_any_edit_does_not() {
+        let seed = LotterySeed([3; 32]);
+        let ids: Vec<TicketId> = (0..50).collect();
+        let good = DrawRecord {
+            commitment: seed.commitment(),
+            seed: Some(seed.to_hex()),
+            order: Some(seed.draw(&ids)),
+        };
+        assert_eq!(good.verify(), Ok(()));
+        let before = DrawRecord {
+            seed: None,
+            order: None,
+            ..good.clone()
+        };
+        assert_eq!(before.verify(), Ok(()));
+
+        let mut swapped = good.clone();
+        swapped.order.as_mut().unwrap().swap(3, 4);
+        assert!(matches!(
+            swapped.verify(),
+            Err(DrawMismatch::Order { place: 4, .. })
+        ));
+        let mut other_seed = good.clone();
+        other_seed.seed = Some(LotterySeed([4; 32]).to_hex());
+        assert!(matches!(
+            other_seed.verify(),
+            Err(DrawMismatch::Commitment { .. })
+        ));
+        let mut twice = good.clone();
+        twice.order.as_mut().unwrap()[0] = good.order.as_ref().unwrap()[1];
+        assert_eq!(twice.verify(), Err(DrawMismatch::Duplicate));
+        let mut bad = good;
+        bad.seed = Some("zz".into());
+        assert_eq!(bad.verify(), Err(DrawMismatch::BadSeed));
     }
 }

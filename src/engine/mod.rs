@@ -56,7 +56,7 @@ pub use departures::Departures;
 pub use event::{EventRecord, EventSink, RoomEvent};
 pub use image::{RoomImage, TicketImage};
 pub use lane::LaneIndex;
-pub use lottery::LotterySeed;
+pub use lottery::{DrawMismatch, DrawRecord, LotterySeed};
 pub use room::{Departure, Handoff, Identity, JoinError, Joined, Room};
 pub use rules::{AdmissionRate, Eta, Status, TicketState, TicketStatus, WAIT_BUCKETS_MS};
 pub use settings::{InvalidRoomId, Order, Patch, RoomId, RoomPatch, RoomSettings};

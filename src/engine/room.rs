@@ -16,7 +16,7 @@
 //! in order is what makes admission follow queue order exactly.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use crossbeam_queue::SegQueue;
 use dashmap::DashMap;
@@ -191,6 +191,9 @@ pub struct Room {
     /// and the draw must see a complete list.
     pub(crate) prequeue: Mutex<Option<Vec<TicketId>>>,
     pub(crate) lottery: Option<LotterySeed>,
+    /// How many tickets the opening placed (the first queue slots): set
+    /// once, at the draw.
+    pub(crate) drawn: OnceLock<u32>,
 
     pub(crate) tray: AtomicU64,
     pub(crate) debt: AtomicU64,
@@ -278,6 +281,7 @@ impl Room {
             identities: DashMap::new(),
             prequeue: Mutex::new(prequeue),
             lottery,
+            drawn: OnceLock::new(),
             tray: AtomicU64::new(0),
             debt: AtomicU64::new(0),
             admitted: AtomicU64::new(0),

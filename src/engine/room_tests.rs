@@ -230,6 +230,12 @@ fn a_scheduled_room_draws_its_pre_queue_at_opening() {
     let (room, clock) = room_with(1, |s| s.opens_at = Some(T0 + 60_000));
     let early: Vec<_> = join_n(&room, 50);
     let commitment = room.view().lottery_commitment.clone().unwrap();
+    let sealed = room.draw_record().unwrap();
+    assert_eq!(
+        (sealed.seed, sealed.order),
+        (None, None),
+        "nothing before opening"
+    );
     assert_eq!(room.view().lottery_seed, None);
     assert!(
         early
@@ -260,6 +266,12 @@ fn a_scheduled_room_draws_its_pre_queue_at_opening() {
     by_number.sort_by_key(|&id| room.status(id).unwrap().number.unwrap());
     assert_eq!(by_number, expected);
     assert_ne!(expected, early, "50 early joiners should be shuffled");
+    // The published record is exactly that order, and checks out.
+    let record = room.draw_record().unwrap();
+    assert_eq!(record.commitment, commitment);
+    assert_eq!(record.seed.as_deref(), Some(seed_hex.as_str()));
+    assert_eq!(record.order.as_ref(), Some(&expected));
+    assert_eq!(record.verify(), Ok(()));
 
     // The first drawn ticket that did not leave was admitted.
     let first = *expected.iter().find(|&&id| id != early[3]).unwrap();
@@ -283,6 +295,7 @@ fn a_fifo_room_keeps_arrival_order_and_can_be_opened_early() {
         .map(|&id| room.status(id).unwrap().number.unwrap())
         .collect();
     assert_eq!(numbers, vec![1, 2, 3, 4, 5]);
+    assert_eq!(room.draw_record(), None, "a fifo room has no draw");
     assert_eq!(room.tick().admitted, ids[..2].to_vec());
 }
 

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::access::{AccessPatch, AccessSettings};
+
 /// A room's name: `[a-z0-9][a-z0-9-]{0,63}`. It appears in URLs, cookie names
 /// and Redis keys, so nothing else may get in.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -103,6 +105,11 @@ pub struct RoomSettings {
     pub order: Order,
     /// Admission stopped by an operator; joins still queue.
     pub paused: bool,
+    /// What a join must show (proof of work, an enqueue token). The engine
+    /// keeps these with the rest for the backends to store; the HTTP
+    /// layer checks them before a join reaches the engine. Boxed: they are
+    /// larger than everything else here and rarely read.
+    pub access: Box<AccessSettings>,
 }
 
 impl RoomSettings {
@@ -122,6 +129,7 @@ impl RoomSettings {
             opens_at: None,
             order: Order::Lottery,
             paused: false,
+            access: Box::default(),
         }
     }
 }
@@ -165,6 +173,8 @@ pub struct RoomPatch {
     pub join_limit_per_minute: Option<u32>,
     /// `Null` removes the cap.
     pub admit_per_minute: Patch<u32>,
+    /// Proof of work and enqueue tokens, rule by rule.
+    pub access: AccessPatch,
 }
 
 impl RoomPatch {
@@ -197,6 +207,7 @@ impl RoomPatch {
             Patch::Null => s.admit_per_minute = None,
             Patch::Value(v) => s.admit_per_minute = Some(v),
         }
+        self.access.apply_to(&mut s.access);
     }
 }
 

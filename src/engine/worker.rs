@@ -201,6 +201,7 @@ impl Room {
         for &id in &order {
             self.enqueue(id);
         }
+        let _ = self.drawn.set(order.len() as u32);
         self.emit(RoomEvent::Opened {
             order: &order,
             at: self.clock.now_ms(),

@@ -10,13 +10,15 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::access::{self, Proof};
 use super::error::ApiError;
 use super::extract::{MaybeVisitor, ReleaseKey, Room, Visitor};
 use super::limits::ClientIp;
 use super::return_path::validate_return_path;
 use super::state::AppState;
 use super::ticket::{self, VisitorTicket};
-use crate::backend::{JoinRequest, TicketRef};
+use crate::access::PowError;
+use crate::backend::{BackendError, JoinRequest, TicketRef};
 use crate::engine::{Departure, Identity, RoomId, TicketStatus};
 
 /// A join's answer: the ticket's token and its status (the same body as
@@ -28,15 +30,12 @@ struct JoinBody<'a> {
     status: &'a TicketStatus,
 }
 
-/// The body a join may carry: nothing yet, but unknown keys are refused so
-/// that a client relying on a future option finds out.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct JoinFields {}
-
-fn parse_join_body(body: &Bytes) -> Result<JoinFields, ApiError> {
+/// The body a join may carry: a proof of work and an enqueue token, for
+/// rooms that ask for them ([`Proof`]). Unknown keys are refused so that a
+/// client relying on a future option finds out.
+fn parse_join_body(body: &Bytes) -> Result<Proof, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(JoinFields::default());
+        return Ok(Proof::default());
     }
     let value: serde_json::Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_body(format!("The body is not valid JSON: {e}")))?;
@@ -45,7 +44,7 @@ fn parse_join_body(body: &Bytes) -> Result<JoinFields, ApiError> {
             "The body must be a JSON object (or empty).",
         ));
     }
-    serde_json::from_value::<JoinFields>(value).map_err(|e| {
+    serde_json::from_value::<Proof>(value).map_err(|e| {
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_field",
@@ -90,10 +89,12 @@ pub struct Joined {
 }
 
 /// Join idempotently, in one call to the backend: the visitor's live
-/// ticket (cookie or Bearer) is kept; an `Idempotency-Key` maps to one
-/// ticket; otherwise a new ticket, which counts against the client
-/// address's join limit. With `replace_ended` off, an ended ticket is
-/// answered as it is rather than replaced.
+/// ticket (cookie or Bearer) is kept; otherwise the room's access rules
+/// are checked ([`access::clear`]) and an enqueue token's account or an
+/// `Idempotency-Key` maps to one ticket; otherwise a new ticket, which
+/// counts against the client address's join limit and spends the join's
+/// proof of work. With `replace_ended` off, an ended ticket is answered as
+/// it is rather than replaced.
 pub async fn join_room(
     state: &AppState,
     room: &RoomId,
@@ -101,14 +102,45 @@ pub async fn join_room(
     headers: &HeaderMap,
     client: ClientIp,
     replace_ended: bool,
+    proof: &Proof,
 ) -> Result<Joined, ApiError> {
+    let policy = state
+        .access
+        .policy(state.backend.as_ref(), room, state.clock.now_ms())
+        .await?;
+    // What the rules find missing only matters if a new ticket is made:
+    // a visitor who holds a live ticket keeps it without showing anything.
+    let (cleared, refusal) = match access::clear(state, room, &policy, proof) {
+        Ok(cleared) => (cleared, None),
+        Err(refusal) => (access::Cleared::default(), Some(refusal)),
+    };
+    let identity = match cleared.identity {
+        Some(account) => Some(account),
+        None => idempotency_identity(room, headers)?,
+    };
     let request = JoinRequest {
         held: held.as_ref().map(|v| v.ticket),
         replace_ended,
-        identity: idempotency_identity(room, headers)?,
+        identity,
         client: Some(client.key()),
+        refuse_new: refusal.is_some(),
+        nonce: cleared.nonce(),
     };
-    let outcome = state.backend.join(room, request).await?;
+    let outcome = match state.backend.join(room, request).await {
+        Ok(outcome) => outcome,
+        Err(BackendError::AccessDenied) => {
+            let refusal = refusal.unwrap_or(access::Refusal::Pow(None));
+            return Err(access::refuse(state, room, &policy, refusal));
+        }
+        Err(BackendError::NonceSpent) => {
+            let spent = access::Refusal::Pow(Some(PowError::Spent));
+            return Err(access::refuse(state, room, &policy, spent));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if outcome.is_new {
+        access::admitted(state, room, &cleared);
+    }
     let token = match held {
         Some(v) if v.ticket == outcome.ticket => v.token,
         _ => ticket::sign(state, room, outcome.ticket),
@@ -136,8 +168,8 @@ pub async fn join(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let _fields = parse_join_body(&body)?;
-    let joined = join_room(&state, &room, ticket, &headers, client, true).await?;
+    let proof = parse_join_body(&body)?;
+    let joined = join_room(&state, &room, ticket, &headers, client, true, &proof).await?;
     let code = if joined.is_new {
         StatusCode::CREATED
     } else {

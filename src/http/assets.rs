@@ -28,6 +28,16 @@ const FILES: &[Asset] = &[
         body: include_bytes!("../../static/queue.js"),
     },
     Asset {
+        name: "pow.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../static/pow.js"),
+    },
+    Asset {
+        name: "pow-worker.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../static/pow-worker.js"),
+    },
+    Asset {
         name: "narabu.css",
         content_type: "text/css; charset=utf-8",
         body: include_bytes!("../../static/narabu.css"),

@@ -18,12 +18,17 @@ pub struct ApiError {
     pub message: String,
     /// Seconds for a `Retry-After` header (503, 429).
     pub retry_after: Option<u32>,
+    /// More fields beside `error` and `message` (a refused join's fresh
+    /// challenge, the reason a token was refused).
+    pub details: Option<Box<serde_json::Map<String, serde_json::Value>>>,
 }
 
 #[derive(Serialize)]
 struct Body<'a> {
     error: &'a str,
     message: &'a str,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    details: Option<&'a serde_json::Map<String, serde_json::Value>>,
 }
 
 impl ApiError {
@@ -33,7 +38,18 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after: None,
+            details: None,
         }
+    }
+
+    /// Adds a field to the body (`error` and `message` cannot be replaced).
+    pub fn with(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
+        if key != "error" && key != "message" {
+            self.details
+                .get_or_insert_default()
+                .insert(key.to_owned(), value.into());
+        }
+        self
     }
 
     pub fn retry_after(mut self, secs: u32) -> Self {
@@ -86,6 +102,11 @@ impl From<BackendError> for ApiError {
                 )
                 .retry_after(secs)
             }
+            // The join answers these with the room's own refusal (a fresh
+            // challenge, the token's reason); elsewhere they are generic.
+            BackendError::AccessDenied | BackendError::NonceSpent => {
+                Self::new(StatusCode::FORBIDDEN, "access_denied", message)
+            }
             BackendError::NoSuchTicket => Self::new(
                 StatusCode::UNAUTHORIZED,
                 "unknown_ticket",
@@ -129,6 +150,7 @@ impl IntoResponse for ApiError {
             Json(Body {
                 error: self.code,
                 message: &self.message,
+                details: self.details.as_deref(),
             }),
         )
             .into_response();

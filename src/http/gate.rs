@@ -3,7 +3,8 @@
 //! ext_authz over HTTP): 204 lets the request through and renews the pass;
 //! 401 sends the visitor to the queue. Whatever the input, the answer is
 //! one of those (or 404 for a room that does not exist), never a 5xx that
-//! would turn into an error page at the proxy.
+//! would turn into an error page at the proxy. The router marks every
+//! answer `Cache-Control: no-store`.
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -56,10 +57,7 @@ fn refuse(state: &AppState, room: &RoomId, headers: &HeaderMap, redirect: bool) 
     } else {
         (
             StatusCode::UNAUTHORIZED,
-            [
-                (header::HeaderName::from_static("x-narabu-queue"), value),
-                (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
-            ],
+            [(header::HeaderName::from_static("x-narabu-queue"), value)],
         )
             .into_response()
     }

@@ -233,6 +233,26 @@ pub struct Strings {
     pub unavailable_body: &'static str,
     /// Accessible name of the language switcher.
     pub language: &'static str,
+    pub fair: FairStrings,
+}
+
+/// Phrases of fair access: the browser's proof of work, invitations, and
+/// the opening draw's commitment.
+#[derive(Debug)]
+pub struct FairStrings {
+    pub pow_title: &'static str,
+    pub pow_body: &'static str,
+    /// `{percent}`: how far the puzzle probably is.
+    pub pow_progress: &'static str,
+    pub pow_noscript: &'static str,
+    pub pow_failed: &'static str,
+    pub invite_title: &'static str,
+    pub invite_body: &'static str,
+    pub invite_invalid_body: &'static str,
+    /// Label of the draw's commitment (a SHA-256 in hex).
+    pub draw_commitment: &'static str,
+    /// The link to the draw's public record.
+    pub draw_check: &'static str,
 }
 
 const MINUTE: u64 = 60;

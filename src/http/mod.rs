@@ -4,6 +4,8 @@
 //! - `admin`, `metrics`: operators' JSON API, live stream, dashboard and
 //!   the Prometheus page
 //! - `api`: join, status, leave, release (visitors' apps and the origin)
+//! - `access`: what a new join must show (proof of work, an enqueue token)
+//!   and the challenge endpoint; `draw`: the opening draw's public record
 //! - `events`: the Server-Sent Events stream a waiting page follows
 //! - `fanout`: room-view changes relayed to those streams, paced
 //! - `gate`: what a reverse proxy asks on every protected request
@@ -19,10 +21,12 @@
 //! - `visitor`, `pages`, `i18n`, `assets`: the queue page in three
 //!   languages and its embedded script and styles
 
+pub mod access;
 pub mod admin;
 pub mod api;
 pub mod assets;
 pub mod auth;
+pub mod draw;
 pub mod edge;
 pub mod error;
 pub mod events;

@@ -42,6 +42,28 @@ pub struct QueuePage {
     pub events_url: String,
     pub status_url: String,
     pub leave_url: String,
+    /// Set while the browser must solve a proof of work to get a ticket.
+    pub pow: Option<PowForm>,
+    /// Before a scheduled opening with a draw: its commitment, and where
+    /// anyone can read the draw's record.
+    pub draw: Option<DrawLink>,
+}
+
+/// What the page's script needs to solve a challenge and join.
+#[derive(Debug)]
+pub struct PowForm {
+    pub token: String,
+    pub difficulty: u8,
+    pub join_url: String,
+    /// This page's address without the enqueue token, to reload once joined.
+    pub page_url: String,
+    pub enqueue_token: Option<String>,
+}
+
+#[derive(Debug)]
+pub struct DrawLink {
+    pub commitment: String,
+    pub url: String,
 }
 
 impl QueuePage {
@@ -273,6 +295,8 @@ mod tests {
             events_url: "/api/rooms/sale/events".into(),
             status_url: "/api/rooms/sale/status".into(),
             leave_url: "/api/rooms/sale/leave".into(),
+            pow: None,
+            draw: None,
         }
     }
 

@@ -13,7 +13,7 @@ use tower_http::timeout::TimeoutLayer;
 use super::edge::EdgeLayer;
 use super::error::ApiError;
 use super::state::AppState;
-use super::{admin, api, assets, events, gate, health, metrics, visitor};
+use super::{access, admin, api, assets, draw, events, gate, health, metrics, visitor};
 
 /// Request bodies are tiny JSON objects; anything bigger is refused (413).
 const BODY_LIMIT: usize = 16 * 1024;
@@ -25,10 +25,20 @@ pub fn router(state: AppState) -> Router {
     // visitor waits, so it is routed outside that layer.
     let short = Router::new()
         .route("/api/rooms/{room}/join", post(api::join))
-        .route("/gate/{room}", get(gate::gate))
+        // Every gate answer is one visitor's: a CDN or shared cache in front
+        // must never hand it to another.
+        .route(
+            "/gate/{room}",
+            get(gate::gate).layer(SetResponseHeaderLayer::overriding(
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("no-store"),
+            )),
+        )
         .route("/api/rooms/{room}/status", get(api::status))
         .route("/api/rooms/{room}/leave", post(api::leave))
         .route("/api/rooms/{room}/release", post(api::release))
+        .route("/api/rooms/{room}/challenge", get(access::challenge))
+        .route("/api/rooms/{room}/draw", get(draw::draw))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::metrics))

@@ -48,6 +48,11 @@ pub struct Shared {
     pub streams: Arc<super::limits::StreamLimiter>,
     /// Rooms' changes relayed to the streams a group at a time.
     pub fanout: Arc<super::fanout::Fanout>,
+    /// Each room's access rules, compiled, and its challenge difficulty.
+    pub access: Arc<super::access::AccessBook>,
+    /// Signs and checks proof-of-work challenges (a key derived from the
+    /// ticket key for this use only).
+    pub challenges: Arc<crate::access::ChallengeKeys>,
 }
 
 /// The parts of the configuration the HTTP layer reads.

@@ -11,15 +11,16 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
+use super::access::Proof;
 use super::api;
 use super::error::ApiError;
 use super::extract::MaybeVisitor;
 use super::i18n::Lang;
 use super::limits::ClientIp;
-use super::pages::{self, ClosedPage, ClosedReason, ErrorPage, QueuePage};
+use super::pages::{self, ClosedPage, ClosedReason, DrawLink, ErrorPage, PowForm, QueuePage};
 use super::return_path::validate_return_path;
 use super::state::AppState;
-use crate::engine::{RoomId, TicketState, TicketStatus};
+use crate::engine::{RoomId, TicketState, TicketStatus, Timestamp};
 
 #[derive(Debug, Default, Deserialize)]
 pub struct QueueQuery {
@@ -28,6 +29,9 @@ pub struct QueueQuery {
     lang: Option<String>,
     /// Start a new ticket even if the cookie holds an ended one.
     rejoin: Option<String>,
+    /// The origin's invitation to an invite-only room; dropped from the
+    /// address once used.
+    enqueue_token: Option<String>,
 }
 
 fn query_string(pairs: &[(&str, &str)]) -> String {
@@ -86,7 +90,12 @@ pub async fn queue(
     // replaced: the visitor should know they lost their place and why.
     // `?rejoin=1` really starts a new one.
     let rejoin = query.rejoin.is_some();
-    let joined = match api::join_room(&state, &room, ticket, &headers, client, rejoin).await {
+    let proof = Proof {
+        enqueue_token: query.enqueue_token.clone(),
+        ..Proof::default()
+    };
+    let joined = match api::join_room(&state, &room, ticket, &headers, client, rejoin, &proof).await
+    {
         Ok(joined) => joined,
         Err(e) if e.code == "room_closed" => {
             return pages::html(
@@ -100,6 +109,20 @@ pub async fn queue(
                 },
             );
         }
+        Err(e) if e.code.starts_with("challenge_") => {
+            let page_url = page_url(&room, &return_path, lang);
+            let now = state.clock.now();
+            return pow_page(
+                now,
+                lang,
+                &room,
+                &e,
+                return_path,
+                page_url,
+                proof.enqueue_token,
+            );
+        }
+        Err(e) if e.code.starts_with("enqueue_token_") => return invite_page(lang, &e),
         Err(e) => return page_for_error(lang, &e),
     };
     if !joined.status.state.is_live() || joined.status.closed {
@@ -109,8 +132,95 @@ pub async fn queue(
     if joined.status.state == TicketState::Admitted {
         return ([cookie], Redirect::to(&return_path)).into_response();
     }
-    let page = queue_page(lang, &room, joined.status, return_path);
+    if proof.enqueue_token.is_some() {
+        // The invitation did its work: the cookie holds the ticket now, and
+        // the address (history, a shared screenshot) should not keep it.
+        let clean = page_url(&room, &return_path, lang);
+        return ([cookie], Redirect::to(&clean)).into_response();
+    }
+    let before_draw = joined.status.number.is_none();
+    let mut page = queue_page(lang, &room, joined.status, return_path);
+    if before_draw && let Ok(snapshot) = state.backend.room(&room).await {
+        page.draw = snapshot.view.lottery_commitment.map(|commitment| DrawLink {
+            commitment,
+            url: format!("/api/rooms/{room}/draw"),
+        });
+    }
     ([cookie], pages::html(StatusCode::OK, &page)).into_response()
+}
+
+/// The queue page's own address, without an enqueue token.
+fn page_url(room: &RoomId, return_path: &str, lang: Lang) -> String {
+    format!(
+        "/queue/{room}?{}",
+        query_string(&[("return", return_path), ("lang", lang.code())])
+    )
+}
+
+/// The queue page before a ticket: its script solves the challenge the
+/// join was refused with, then joins.
+fn pow_page(
+    now: Timestamp,
+    lang: Lang,
+    room: &RoomId,
+    refusal: &ApiError,
+    return_path: String,
+    page_url: String,
+    enqueue_token: Option<String>,
+) -> Response {
+    let challenge = refusal
+        .details
+        .as_ref()
+        .and_then(|d| d.get("challenge"))
+        .and_then(|c| Some((c.get("token")?.as_str()?, c.get("difficulty")?.as_u64()?)));
+    let Some((token, difficulty)) = challenge else {
+        return page_for_error(lang, refusal);
+    };
+    // No ticket yet: nothing about the line to show.
+    let none = TicketStatus {
+        id: 0,
+        state: TicketState::Waiting,
+        number: None,
+        position: None,
+        ahead: None,
+        eta: None,
+        progress: 0.0,
+        queue_length: 0,
+        paused: false,
+        closed: false,
+        joined_at: now,
+        admitted_at: None,
+        pass_expires_at: None,
+        opens_at: None,
+        at: now,
+    };
+    let mut page = queue_page(lang, room, none, return_path);
+    page.pow = Some(PowForm {
+        token: token.to_owned(),
+        difficulty: u8::try_from(difficulty).unwrap_or(u8::MAX),
+        join_url: format!("/api/rooms/{room}/join"),
+        page_url,
+        enqueue_token,
+    });
+    pages::html(StatusCode::OK, &page)
+}
+
+/// An invite-only room reached without a (valid) invitation.
+fn invite_page(lang: Lang, refusal: &ApiError) -> Response {
+    let t = lang.strings();
+    let message = if refusal.status == StatusCode::UNAUTHORIZED {
+        t.fair.invite_body
+    } else {
+        t.fair.invite_invalid_body
+    };
+    let page = ErrorPage {
+        lang,
+        t,
+        status: StatusCode::FORBIDDEN.as_u16(),
+        title: t.fair.invite_title.into(),
+        message: message.into(),
+    };
+    pages::html(StatusCode::FORBIDDEN, &page)
 }
 
 fn ended_page(lang: Lang, room: &RoomId, status: &TicketStatus, rejoin_url: String) -> Response {
@@ -157,5 +267,7 @@ fn queue_page(lang: Lang, room: &RoomId, status: TicketStatus, return_path: Stri
         status_url: format!("/api/rooms/{room}/status"),
         leave_url: format!("/api/rooms/{room}/leave"),
         return_path,
+        pow: None,
+        draw: None,
     }
 }

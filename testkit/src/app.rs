@@ -16,7 +16,7 @@ use futures_util::{Stream, StreamExt};
 use narabu::backend::Backend;
 use narabu::backend::embedded::EmbeddedBackend;
 use narabu::backend::redis::{RedisBackend, RedisOptions};
-use narabu::config::{Config, Secret};
+use narabu::config::{Backend as ConfigBackend, Config, OnBackendError, RedisTarget, Secret};
 use narabu::engine::{RoomId, RoomSettings, SystemClock};
 
 use crate::redis_server::RedisServer;
@@ -61,6 +61,30 @@ pub async fn spawn_app(rooms: Vec<RoomSettings>) -> TestApp {
     }
     let backend = EmbeddedBackend::without_workers(rooms, Arc::new(SystemClock));
     spawn_with(config(), backend).await
+}
+
+/// An instance as several run in production: on Redis at `target`, its
+/// rooms' workers running, elected with a `lease`.
+pub async fn spawn_on_redis(
+    target: RedisTarget,
+    rooms: Vec<RoomSettings>,
+    lease: Duration,
+    on_backend_error: OnBackendError,
+) -> TestApp {
+    let options = RedisOptions {
+        lease,
+        ..RedisOptions::new(target.clone())
+    };
+    let backend = RedisBackend::connect(options, rooms.clone(), Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let config = Config {
+        backend: ConfigBackend::Redis(target),
+        rooms,
+        on_backend_error,
+        ..config()
+    };
+    spawn_with(config, backend).await
 }
 
 pub async fn spawn_with(config: Config, backend: Arc<dyn Backend>) -> TestApp {
@@ -135,8 +159,10 @@ impl TestApp {
             .send()
             .await
             .unwrap();
-        assert_eq!(response.status(), StatusCode::OK);
-        response.json().await.unwrap()
+        let status = response.status();
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body
     }
 
     pub async fn leave(&self, room: &str, v: &Visitor) -> StatusCode {

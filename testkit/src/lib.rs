@@ -1,17 +1,20 @@
 //! What Narabu's integration tests share, in one dev-only crate: the real
 //! server on a free loopback port over either backend (`app`), real
-//! `redis-server` processes (`redis_server`), the shipped nginx
-//! configuration in front of a small origin (`nginx`), headless Chromium
-//! through chromedriver (`browser`), and a TCP relay that cuts connections
-//! on demand (`relay`).
+//! `redis-server` processes (`redis_server`) and replicated sets of them
+//! with Sentinel or as a Cluster (`redis_ha`), the shipped nginx, Caddy,
+//! HAProxy and Traefik configurations in front of a small origin
+//! (`proxy`), headless Chromium through chromedriver (`browser`), and a
+//! TCP relay that cuts connections on demand (`relay`).
 //!
 //! Every process a helper starts is killed when its handle drops, however
 //! the test ends. `scripts/test` installs the programs (redis-server,
-//! nginx, chromium, chromium-driver) when a machine lacks them.
+//! nginx, caddy, haproxy, traefik, chromium, chromium-driver) when a machine
+//! lacks them.
 
 pub mod app;
 pub mod browser;
-pub mod nginx;
+pub mod proxy;
+pub mod redis_ha;
 pub mod redis_server;
 pub mod relay;
 

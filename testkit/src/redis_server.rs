@@ -16,6 +16,8 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
     child: Option<Child>,
     persistent: bool,
+    /// What kind of node it is (cluster node, replica), on every launch.
+    role: Vec<String>,
 }
 
 pub fn free_port() -> u16 {
@@ -38,49 +40,62 @@ impl RedisServer {
     }
 
     async fn start_with(persistent: bool) -> Self {
+        Self::start_as(free_port(), persistent, Vec::new()).await
+    }
+
+    async fn start_as(port: u16, persistent: bool, role: Vec<String>) -> Self {
         let mut server = Self {
-            port: free_port(),
+            port,
             dir: tempfile::tempdir().unwrap(),
             child: None,
             persistent,
+            role,
         };
         server.launch(&[]).await;
         server
     }
 
-    /// A Redis Cluster node (not yet part of a cluster). Its bus port,
-    /// port + 10000, must be free too.
-    pub async fn start_cluster_node() -> Self {
+    /// A replica of the server on `primary_port`, persistent like it.
+    pub async fn start_replica_of(primary_port: u16) -> Self {
+        let role = vec![
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            primary_port.to_string(),
+        ];
+        Self::start_as(free_port(), true, role).await
+    }
+
+    /// A Redis Cluster node (not yet part of a cluster) that calls a peer
+    /// down after `node_timeout_ms`, with an append-only file. Its bus
+    /// port, port + 10000, must be free too.
+    pub async fn start_cluster_node(node_timeout_ms: u64) -> Self {
         let port = loop {
             let p = free_port();
             if p < 55_000 && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
                 break p;
             }
         };
-        let mut server = Self {
-            port,
-            dir: tempfile::tempdir().unwrap(),
-            child: None,
-            persistent: false,
-        };
-        server
-            .launch(&[
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-            ])
-            .await;
-        server
+        let role = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            &node_timeout_ms.to_string(),
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        Self::start_as(port, true, role).await
     }
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// Start the process (again), with `extra` arguments.
     pub async fn launch(&mut self, extra: &[&str]) {
         let port = self.port.to_string();
-        let mut args = vec![
+        let mut args: Vec<&str> = vec![
             "--port",
             &port,
             "--bind",
@@ -97,6 +112,7 @@ impl RedisServer {
         } else {
             args.extend(["--appendonly", "no"]);
         }
+        args.extend(self.role.iter().map(String::as_str));
         args.extend(extra);
         let child = Command::new("redis-server")
             .args(&args)

@@ -4,6 +4,7 @@
 
 mod churn;
 mod metrics;
+mod standard_webhooks;
 mod webhooks;
 
 use std::sync::Arc;

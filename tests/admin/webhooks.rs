@@ -1,19 +1,25 @@
-//! Webhooks reach a receiver on loopback, signed with HMAC-SHA256 of the
-//! body, and are retried when the receiver fails.
+//! Webhooks reach a receiver on loopback, signed as Standard Webhooks, and
+//! are retried when the receiver fails. Here the signatures are checked by
+//! the test's own HMAC; `standard_webhooks.rs` checks them with the
+//! reference library.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use hmac::{Hmac, Mac};
 use narabu::backend::embedded::EmbeddedBackend;
 use narabu::config::{Config, Secret, WebhookConfig};
 use narabu::engine::SystemClock;
+use narabu::webhooks::EventType;
+use narabu::webhooks::signing::SigningKey;
 use serde_json::{Value, json};
 use sha2::Sha256;
 
@@ -21,7 +27,11 @@ use super::admin;
 use narabu_testkit::app::{config, spawn_with};
 use narabu_testkit::room;
 
-const HOOK_SECRET: &str = "hook-secret-hook-secret-hook-secret-01";
+/// A Standard Webhooks secret: the key is the base64 after `whsec_`.
+const HOOK_SECRET: &str = "whsec_aG9vay1zZWNyZXQtaG9vay1zZWNyZXQtaG9vay0wMQ==";
+const HOOK_KEY: &[u8] = b"hook-secret-hook-secret-hook-01";
+/// A plain secret, as configured before Standard Webhooks: the key is the
+/// string itself, and the old header comes too.
 const CLOSED_ONLY_SECRET: &str = "second-secret-second-secret-second-02";
 
 /// One attempt: path, delivery id, event, body, whether the signature held.
@@ -40,14 +50,6 @@ async fn receive(
     body: Bytes,
 ) -> StatusCode {
     let path = uri.path().to_owned();
-    let secret = if path == "/hook" {
-        HOOK_SECRET
-    } else {
-        CLOSED_ONLY_SECRET
-    };
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
-    mac.update(&body);
-    let expected = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
     let header = |n: &str| {
         headers
             .get(n)
@@ -55,10 +57,40 @@ async fn receive(
             .unwrap_or("")
             .to_owned()
     };
-    let valid = header("x-narabu-signature") == expected;
-    let delivery = header("x-narabu-delivery");
-    let event = header("x-narabu-event");
+    let mac = |key: &[u8], parts: &[&[u8]]| {
+        let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap();
+        for part in parts {
+            mac.update(part);
+        }
+        mac.finalize().into_bytes()
+    };
+    let (key, legacy) = if path == "/hook" {
+        (HOOK_KEY, false)
+    } else {
+        (CLOSED_ONLY_SECRET.as_bytes(), true)
+    };
+    let delivery = header("webhook-id");
+    let timestamp = header("webhook-timestamp");
+    let signed = mac(
+        key,
+        &[delivery.as_bytes(), b".", timestamp.as_bytes(), b".", &body],
+    );
+    let expected = format!("v1,{}", STANDARD.encode(signed));
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let fresh = timestamp.parse::<u64>().is_ok_and(|t| t.abs_diff(now) <= 5);
+    let mut valid = fresh && header("webhook-signature") == expected;
+    // A plain secret: the old header comes too, and only then.
+    let old = format!("sha256={}", hex::encode(mac(key, &[&body])));
+    if legacy {
+        valid &= header("x-narabu-signature") == old && header("x-narabu-delivery") == delivery;
+    } else {
+        valid &= !headers.contains_key("x-narabu-signature");
+    }
     let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let event = value["type"].as_str().unwrap_or("").to_owned();
     let mut attempts = r.attempts.lock().unwrap();
     // Fail the first attempt of every delivery to the main hook.
     let first = !attempts.iter().any(|a| a.0 == path && a.1 == delivery);
@@ -100,14 +132,16 @@ async fn webhooks_are_signed_retried_and_filtered() {
         webhooks: vec![
             WebhookConfig {
                 url: format!("http://{addr}/hook"),
-                secret: Secret::new(HOOK_SECRET),
+                secret: SigningKey::parse(&Secret::new(HOOK_SECRET)).unwrap(),
+                previous_secret: None,
                 events: Vec::new(),
                 queue_threshold: Some(3),
             },
             WebhookConfig {
                 url: format!("http://{addr}/closed-only"),
-                secret: Secret::new(CLOSED_ONLY_SECRET),
-                events: vec!["room.closed".into()],
+                secret: SigningKey::parse(&Secret::new(CLOSED_ONLY_SECRET)).unwrap(),
+                previous_secret: None,
+                events: vec![EventType::RoomClosed],
                 queue_threshold: None,
             },
         ],
@@ -137,10 +171,15 @@ async fn webhooks_are_signed_retried_and_filtered() {
         assert_eq!(paused[0].1, paused[1].1, "a retry keeps its delivery id");
         assert_eq!(paused[0].3, paused[1].3, "and its body");
         let body = &paused[0].3;
-        assert_eq!(body["event"], "room.paused");
+        assert_eq!(body["type"], "room.paused");
         assert_eq!(body["room"], "sale");
         assert_eq!(body["data"]["paused"], true);
-        assert!(body["id"].is_string() && body["at"].is_string());
+        assert_eq!(body["id"].as_str(), Some(paused[0].1.as_str()));
+        assert!(body["timestamp"].is_string());
+        assert!(
+            body.get("event").is_none(),
+            "old names only for plain secrets"
+        );
         assert!(attempts.iter().all(|a| a.4), "every signature is valid");
     }
 
@@ -197,6 +236,9 @@ async fn webhooks_are_signed_retried_and_filtered() {
         ["room.closed"],
         "the filter holds"
     );
+    let legacy = attempts.iter().find(|a| a.0 == "/closed-only").unwrap();
+    assert_eq!(legacy.3["event"], "room.closed", "the old names are kept");
+    assert_eq!(legacy.3["at"], legacy.3["timestamp"]);
     assert!(attempts.iter().all(|a| a.4), "every signature is valid");
 
     // Failed attempts and deliveries are counted.

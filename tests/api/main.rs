@@ -1,8 +1,9 @@
 //! Integration tests: the real server on 127.0.0.1:0, a real HTTP client
 //! and a real SSE client.
 
+mod fair;
 mod hostile;
-mod nginx;
+mod proxies;
 mod streams;
 
 use std::time::{Duration, Instant};
@@ -178,6 +179,39 @@ async fn the_gate_lets_admitted_passes_through_and_sends_others_to_the_queue() {
         app.gate("Bad_Room", None).await.status(),
         StatusCode::NOT_FOUND
     );
+    app.stop().await;
+}
+
+/// Each gate answer is about one visitor's cookie: a CDN or shared cache in
+/// front must never keep one and hand it to the next visitor.
+#[tokio::test]
+async fn no_gate_answer_may_be_cached() {
+    let app = spawn_app(vec![room("sale", 1)]).await;
+    let admitted = app.join("sale").await;
+    let waiting = app.join("sale").await;
+    app.tick("sale").await;
+    let redirect = app
+        .client
+        .get(app.url("/gate/sale?redirect=1"))
+        .header("cookie", format!("narabu_sale={}", waiting.token))
+        .send()
+        .await
+        .unwrap();
+    let answers = [
+        (app.gate("sale", Some(&admitted.token)).await, 204),
+        (app.gate("sale", Some(&waiting.token)).await, 401),
+        (app.gate("sale", None).await, 401),
+        (redirect, 302),
+        (app.gate("nope", None).await, 404),
+    ];
+    for (answer, status) in answers {
+        assert_eq!(answer.status().as_u16(), status);
+        assert_eq!(
+            answer.headers()["cache-control"],
+            "no-store",
+            "the {status} answer"
+        );
+    }
     app.stop().await;
 }
 

@@ -3,7 +3,6 @@
 //! tags) take joins, admit through their workers and hand off, with the
 //! admission pushed over pub/sub from whichever node the room lives on.
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,50 +10,13 @@ use narabu::backend::redis::{RedisBackend, RedisOptions};
 use narabu::backend::{Backend, JoinRequest};
 use narabu::engine::{Departure, Handoff, RoomId, SystemClock, TicketState};
 
-use narabu_testkit::redis_server::RedisServer;
+use narabu_testkit::redis_ha::RedisCluster;
 use narabu_testkit::room;
-
-async fn cluster_ok(port: u16) -> bool {
-    let Ok(mut c) = redis::Client::open(format!("redis://127.0.0.1:{port}"))
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-    else {
-        return false;
-    };
-    let info: redis::RedisResult<String> =
-        redis::cmd("CLUSTER").arg("INFO").query_async(&mut c).await;
-    info.is_ok_and(|i| i.contains("cluster_state:ok"))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rooms_spread_over_a_three_master_cluster_admit_and_hand_off() {
-    let mut nodes = Vec::new();
-    for _ in 0..3 {
-        nodes.push(RedisServer::start_cluster_node().await);
-    }
-    let addrs: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port))
-        .collect();
-    let created = Command::new("redis-cli")
-        .args(["--cluster", "create"])
-        .args(&addrs)
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .output()
-        .expect("redis-cli is installed with redis-server");
-    assert!(
-        created.status.success(),
-        "{}",
-        String::from_utf8_lossy(&created.stdout)
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for n in &nodes {
-        while !cluster_ok(n.port).await {
-            assert!(Instant::now() < deadline, "the cluster did not form");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    let cluster = RedisCluster::start(3, 0).await;
+    let nodes = &cluster.nodes;
 
     let ids: Vec<String> = (0..6).map(|i| format!("room-{i}")).collect();
     let rooms: Vec<_> = ids
@@ -66,9 +28,8 @@ async fn rooms_spread_over_a_three_master_cluster_admit_and_hand_off() {
         })
         .collect();
     let options = RedisOptions {
-        cluster_nodes: nodes.iter().map(RedisServer::url).collect(),
         lease: Duration::from_secs(2),
-        ..RedisOptions::new(nodes[0].url())
+        ..RedisOptions::new(cluster.target())
     };
     let backend = RedisBackend::connect(options, rooms, Arc::new(SystemClock))
         .await
@@ -76,7 +37,7 @@ async fn rooms_spread_over_a_three_master_cluster_admit_and_hand_off() {
 
     // The rooms' keys landed on more than one master.
     let mut used = 0;
-    for n in &nodes {
+    for n in nodes {
         let mut c = n.client().await;
         let size: i64 = redis::cmd("DBSIZE").query_async(&mut c).await.unwrap();
         used += usize::from(size > 0);

@@ -54,10 +54,7 @@ impl Instance {
         let config = Config {
             secret: Some(Secret::new(SECRET)),
             admin_token: Some(Secret::new(ADMIN)),
-            backend: BackendConfig::Redis {
-                url: redis.url(),
-                cluster_nodes: Vec::new(),
-            },
+            backend: BackendConfig::Redis(redis.url().into()),
             rooms,
             on_backend_error,
             ..Config::default()

@@ -27,7 +27,7 @@ use redis::streams::{StreamReadOptions, StreamReadReply};
 use tokio::time::Instant;
 
 use super::RedisBackend;
-use super::conn::{Conn, unavailable};
+use super::conn::{Blocking, unavailable};
 use super::keys::RoomKeys;
 use super::log::{Change, Entry, Event};
 use super::replica::{Line, Replica};
@@ -199,17 +199,11 @@ impl RedisBackend {
 
 /// The follower task: until shutdown.
 async fn run_follower(me: Weak<RedisBackend>, room: RoomId) {
-    let Some((stop, url, nodes)) = me.upgrade().map(|b| {
-        (
-            b.shutdown.clone(),
-            b.options.url.clone(),
-            b.options.cluster_nodes.clone(),
-        )
-    }) else {
+    let Some(stop) = me.upgrade().map(|b| b.shutdown.clone()) else {
         return;
     };
     let log = RoomKeys::new(&room).log;
-    let mut conn: Option<Conn> = None;
+    let mut conn: Option<Blocking> = None;
     let mut at: Option<Position> = None;
     // After a reload that was not for a gap: where its snapshot stood.
     let mut reloaded_to: Option<String> = None;
@@ -246,7 +240,7 @@ async fn run_follower(me: Weak<RedisBackend>, room: RoomId) {
             continue;
         };
         if conn.is_none() {
-            match Conn::connect(&url, &nodes).await {
+            match backend.conn.blocking(&backend.options.target).await {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
                     tracing::debug!(room = %room, kind = ?e.kind(), "follower: cannot connect");

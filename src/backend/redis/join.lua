@@ -2,7 +2,11 @@
 -- ARGV[4], ARGV[5] = the epoch and id of the ticket the visitor carries,
 -- or ''; ARGV[6] = '1' to issue a new ticket when that one has ended ('0'
 -- answers with it); ARGV[7] = the client address the join limit counts, or
--- ''; ARGV[8] = the start of the join window (rules::join_window_start).
+-- ''; ARGV[8] = the start of the join window (rules::join_window_start);
+-- ARGV[9] = '1' when the room's access rules refuse this join a new ticket
+-- (it lacks a proof of work or an enqueue token); ARGV[10], ARGV[11] = the
+-- proof-of-work nonce (hex) a new ticket spends and how long to remember
+-- it (ms), or ''.
 --
 -- A carried live ticket is kept (and counts as a sign of life); a known
 -- identity gets its ticket back; only a join that makes a new ticket counts
@@ -10,6 +14,7 @@
 --
 -- Returns {r = 'ok', id, new, epoch, t = facts, w = waiting}
 --       | {r = 'limited', n = joins in the window, oldest, limit}
+--       | {r = 'denied'} | {r = 'spent'}
 --       | {r = 'closed'} | {r = 'full'} | {r = 'noroom'}
 if not room({'closed', 'open', 'issued', 'waiting', 'join_limit'}) then
   return reply({r = 'noroom'})
@@ -36,6 +41,7 @@ if identity ~= '' then
   if existing then return answer(load_ticket(existing), false) end
 end
 if n('issued') >= MAX_TICKETS then return reply({r = 'full'}) end
+if ARGV[9] == '1' then return reply({r = 'denied'}) end
 
 -- The join limit, a bounded insert into the address's log: counted
 -- untrimmed first (a log under the limit is under it whatever has aged
@@ -51,6 +57,15 @@ if limit > 0 and ARGV[7] ~= '' then
       local oldest = redis.call('ZRANGE', log, 0, 0, 'WITHSCORES')
       return reply({r = 'limited', n = count, oldest = tonumber(oldest[2]), limit = limit})
     end
+  end
+end
+
+-- One solution, one new ticket: the nonce is remembered (add-if-absent,
+-- expiring with its challenge) in the same step that issues the ticket,
+-- on the room's slot, so a replay on any instance finds it.
+if ARGV[10] ~= '' then
+  if not redis.call('SET', P .. 'pow:' .. ARGV[10], '1', 'NX', 'PX', ARGV[11]) then
+    return reply({r = 'spent'})
   end
 end
 

@@ -31,6 +31,7 @@ mod follower;
 mod keys;
 mod lease;
 mod log;
+mod primary;
 mod pubsub;
 mod replica;
 mod reply;
@@ -53,9 +54,11 @@ use super::{
     Backend, BackendError, Ending, JoinOutcome, JoinRequest, RoomPatch, RoomSnapshot, TicketRef,
     TicketSignal,
 };
+use crate::config::RedisTarget;
 use crate::engine::rules::{self, RoomFacts};
 use crate::engine::{
-    Clock, Departure, Handoff, RoomId, RoomSettings, TickReport, TicketState, TicketStatus,
+    Clock, Departure, DrawRecord, Handoff, RoomId, RoomSettings, TickReport, TicketId, TicketState,
+    TicketStatus,
 };
 use conn::{Conn, unavailable};
 pub use keys::RoomKeys;
@@ -66,9 +69,8 @@ use scripts::Scripts;
 /// How to reach Redis and how this instance takes part.
 #[derive(Clone)]
 pub struct RedisOptions {
-    pub url: String,
-    /// Redis Cluster seed nodes; empty for a single Redis at `url`.
-    pub cluster_nodes: Vec<String>,
+    /// One server, a Cluster, or the primary Sentinel names.
+    pub target: RedisTarget,
     /// The worker lease: a dead worker's room is taken over within this.
     pub lease: Duration,
     /// Off in tests that drive `tick` themselves on virtual time.
@@ -78,10 +80,10 @@ pub struct RedisOptions {
 impl RedisOptions {
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(5);
 
-    pub fn new(url: impl Into<String>) -> Self {
+    /// `target` may be a URL, for one server.
+    pub fn new(target: impl Into<RedisTarget>) -> Self {
         Self {
-            url: url.into(),
-            cluster_nodes: Vec::new(),
+            target: target.into(),
             lease: Self::DEFAULT_LEASE,
             run_workers: true,
         }
@@ -90,9 +92,8 @@ impl RedisOptions {
 
 impl std::fmt::Debug for RedisOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The URL may carry a password.
         f.debug_struct("RedisOptions")
-            .field("cluster", &!self.cluster_nodes.is_empty())
+            .field("target", &self.target)
             .field("lease", &self.lease)
             .field("run_workers", &self.run_workers)
             .finish_non_exhaustive()
@@ -142,16 +143,7 @@ impl RedisBackend {
         rooms: Vec<RoomSettings>,
         clock: Arc<dyn Clock>,
     ) -> anyhow::Result<Arc<Self>> {
-        let conn = Conn::connect(&options.url, &options.cluster_nodes)
-            .await
-            .map_err(|e| anyhow::anyhow!(unavailable(&e)))?;
-        let pubsub_url = options
-            .cluster_nodes
-            .first()
-            .cloned()
-            .unwrap_or_else(|| options.url.clone());
-        let pubsub_client =
-            redis::Client::open(pubsub_url).map_err(|e| anyhow::anyhow!(unavailable(&e)))?;
+        let (conn, subscriptions) = Conn::connect(&options.target).await?;
         let backend = Arc::new_cyclic(|weak| Self {
             weak: weak.clone(),
             conn,
@@ -176,7 +168,7 @@ impl RedisBackend {
         }
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         backend.tasks.spawn(pubsub::run_subscriber(
-            pubsub_client,
+            subscriptions,
             backend.hub.clone(),
             events_tx,
             backend.shutdown.clone(),
@@ -370,6 +362,41 @@ impl Backend for RedisBackend {
         pong.map(|_| ()).map_err(|e| unavailable(&e))
     }
 
+    async fn draw(&self, room: &RoomId) -> Result<Option<DrawRecord>, BackendError> {
+        let m = self.meta(room).await?;
+        let field = |k: &str| m.get(k).filter(|v| !v.is_empty()).cloned();
+        let Some(commitment) = field("commitment") else {
+            return Ok(None);
+        };
+        if m.get("open").map(String::as_str) != Some("1") {
+            return Ok(Some(DrawRecord {
+                commitment,
+                seed: None,
+                order: None,
+            }));
+        }
+        let epoch = m.get("epoch").cloned().unwrap_or_default();
+        let list: Option<String> = self
+            .con()
+            .get(RoomKeys::new(room).draw(&epoch))
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let order = list
+            .unwrap_or_default()
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.parse()
+                    .map_err(|_| BackendError::Unavailable("bad draw record in Redis".into()))
+            })
+            .collect::<Result<Vec<TicketId>, _>>()?;
+        Ok(Some(DrawRecord {
+            commitment,
+            seed: field("seed"),
+            order: Some(order),
+        }))
+    }
+
     async fn epoch(&self, room: &RoomId) -> Result<u64, BackendError> {
         let keys = RoomKeys::new(room);
         let epoch: Option<String> = self
@@ -395,12 +422,30 @@ impl Backend for RedisBackend {
         let client = request.client.map(|c| c.to_string()).unwrap_or_default();
         let since = rules::join_window_start(now).to_string();
         let replace = if request.replace_ended { "1" } else { "0" };
+        let refuse = if request.refuse_new { "1" } else { "0" };
+        let (nonce, nonce_ttl) = request
+            .nonce
+            .map(|n| {
+                let ttl = n.until_ms.saturating_sub(now).max(1);
+                (hex::encode(n.nonce), ttl.to_string())
+            })
+            .unwrap_or_default();
         let raw = self
             .run(
                 &self.scripts.join,
                 room,
                 now,
-                &[&identity, &held_epoch, &held_id, replace, &client, &since],
+                &[
+                    &identity,
+                    &held_epoch,
+                    &held_id,
+                    replace,
+                    &client,
+                    &since,
+                    refuse,
+                    &nonce,
+                    &nonce_ttl,
+                ],
             )
             .await?;
         match decode::<reply::Join>(&raw)? {
@@ -432,6 +477,8 @@ impl Backend for RedisBackend {
                     }),
                 }
             }
+            reply::Join::Denied => Err(BackendError::AccessDenied),
+            reply::Join::Spent => Err(BackendError::NonceSpent),
             reply::Join::Closed => Err(BackendError::Closed(room.clone())),
             reply::Join::Full => Err(BackendError::Full(room.clone())),
             reply::Join::NoRoom => Err(BackendError::NoSuchRoom(room.clone())),

@@ -5,7 +5,9 @@
 -- Redis' Lua has no SHA-256; tickets that joined the pre-queue after the
 -- caller read it arrived after opens_at and queue behind the draw, in
 -- arrival order. Queue indices go from 0 in that order, so every ticket
--- issued before opening has one below every ticket issued after.
+-- issued before opening has one below every ticket issued after. The drawn
+-- order is kept (`<epoch>:draw`, ids joined by commas) as the draw's
+-- public record.
 -- Logged as one 'o' event: followers reload the line from a snapshot.
 -- Returns {r = 'ok', view = {...}} | {r = 'already'} | {r = 'noroom'}
 if not room({'open'}) then return reply({r = 'noroom'}) end
@@ -31,7 +33,12 @@ local function place(sid)
   end
   save_ticket(t)
 end
-for i = 1, drawn do place(ARGV[4 + i]) end
+local record = {}
+for i = 1, drawn do
+  place(ARGV[4 + i])
+  record[i] = ARGV[4 + i]
+end
+redis.call('SET', K('draw'), table.concat(record, ','))
 for _, sid in ipairs(pre) do place(sid) end
 redis.call('DEL', K('pre'))
 set('open', '1')

@@ -19,6 +19,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::batch::StatusBatches;
+use super::conn::Subscriptions;
 use super::keys::CHANNEL;
 use super::replica::Replica;
 use crate::backend::feed::RoomFeed;
@@ -167,18 +168,20 @@ impl Hub {
 }
 
 /// Keep one subscription open for the life of the backend, reconnecting
-/// after Redis goes away.
+/// after Redis goes away, and moving to the new primary after a Sentinel
+/// failover.
 pub async fn run_subscriber(
-    client: redis::Client,
+    subscriptions: Subscriptions,
     hub: Arc<Hub>,
     events: mpsc::UnboundedSender<HubEvent>,
     stop: CancellationToken,
 ) {
     let mut first = true;
+    let mut switches = subscriptions.switches();
     loop {
         let connected = tokio::select! {
             () = stop.cancelled() => return,
-            c = client.get_async_pubsub() => c,
+            c = subscriptions.connect() => c,
         };
         match connected {
             Ok(mut pubsub) => {
@@ -187,10 +190,14 @@ pub async fn run_subscriber(
                         let _ = events.send(HubEvent::Resubscribed);
                     }
                     first = false;
+                    if let Some(s) = switches.as_mut() {
+                        s.mark_unchanged();
+                    }
                     let mut messages = pubsub.on_message();
                     loop {
                         tokio::select! {
                             () = stop.cancelled() => return,
+                            () = switched(&mut switches) => break,
                             msg = messages.next() => match msg {
                                 Some(msg) => {
                                     if let Ok(payload) = msg.get_payload::<String>() {
@@ -211,6 +218,16 @@ pub async fn run_subscriber(
             () = tokio::time::sleep(Duration::from_millis(250)) => {}
         }
     }
+}
+
+/// Completes when the node to subscribe to changed; never without one.
+async fn switched(switches: &mut Option<watch::Receiver<u64>>) {
+    if let Some(s) = switches
+        && s.changed().await.is_ok()
+    {
+        return;
+    }
+    std::future::pending().await
 }
 
 #[cfg(test)]

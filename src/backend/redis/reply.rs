@@ -89,6 +89,10 @@ pub enum Join {
         oldest: u64,
         limit: u32,
     },
+    /// A new ticket needs what the join lacks (`JoinRequest::refuse_new`).
+    Denied,
+    /// The join's proof-of-work nonce was spent before.
+    Spent,
     Closed,
     Full,
     NoRoom,

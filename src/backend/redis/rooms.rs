@@ -17,6 +17,7 @@ use super::keys::{self, RoomKeys};
 use super::pubsub::HubEvent;
 use super::reply::{self, Timeouts, ViewFields, decode};
 use super::{RedisBackend, RoomSnapshot, conn::unavailable};
+use crate::access::AccessSettings;
 use crate::backend::BackendError;
 use crate::engine::rules::{AdmissionRate, AdmitCap, Visible};
 use crate::engine::{
@@ -72,6 +73,13 @@ impl RedisBackend {
         for (k, v) in cap_fields(settings.admit_per_minute) {
             fields[k] = v.into();
         }
+        fields["access"] = settings
+            .access
+            .fields()
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.into()))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
         let now = self.now();
         let raw = self
             .run(
@@ -133,6 +141,9 @@ impl RedisBackend {
             for (k, v) in cap_fields(cap) {
                 put(k, v);
             }
+        }
+        for (k, v) in patch.access.fields() {
+            put(k, v);
         }
         let fields = serde_json::Value::Object(fields).to_string();
         let raw = self
@@ -255,6 +266,7 @@ impl RedisBackend {
             Order::Lottery
         };
         settings.paused = num("paused") == 1;
+        *settings.access = AccessSettings::from_fields(|k| f.0.get(k).map(String::as_str));
         let mut view = f.view();
         view.version = num("view_version");
         let mut waits = WaitSnapshot::default();

@@ -29,6 +29,7 @@ use futures_util::Stream;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+use super::access::AccessBook;
 use super::auth::require_admin;
 use super::error::ApiError;
 use super::extract::{Admin, Room};
@@ -81,11 +82,14 @@ pub struct RoomBody {
     pub lottery_commitment: Option<String>,
     /// The seed, once drawn, so anyone can check the shuffle.
     pub lottery_seed: Option<String>,
+    /// Proof of work and enqueue tokens: the modes, the difficulty asked
+    /// now, and which keys are set (never the keys themselves).
+    pub access: Value,
     pub updated_at: Timestamp,
 }
 
 impl RoomBody {
-    pub fn new(s: &RoomSnapshot, recent: &Sample, now: Timestamp) -> Self {
+    pub fn new(s: &RoomSnapshot, recent: &Sample, now: Timestamp, access: &AccessBook) -> Self {
         let state = if s.view.closed {
             "closed"
         } else if !s.view.open {
@@ -124,13 +128,19 @@ impl RoomBody {
             order: s.settings.order,
             lottery_commitment: s.view.lottery_commitment.clone(),
             lottery_seed: s.view.lottery_seed.clone(),
+            access: super::access::summary(access, s),
             updated_at: now,
         }
     }
 }
 
 fn body(state: &AppState, s: &RoomSnapshot) -> RoomBody {
-    RoomBody::new(s, &state.monitor.figures(s), state.clock.now())
+    RoomBody::new(
+        s,
+        &state.monitor.figures(s),
+        state.clock.now(),
+        &state.access,
+    )
 }
 
 fn invalid(e: &ConfigError) -> ApiError {
@@ -218,6 +228,7 @@ pub async fn put_room(
     };
     let s = state.backend.put_room(settings).await?;
     state.monitor.observe(&s);
+    state.access.observe(&s, state.clock.now_ms());
     tracing::info!(room = %id, capacity = s.settings.capacity, replaced = existed, "admin: room put");
     let status = if existed {
         StatusCode::OK
@@ -228,9 +239,10 @@ pub async fn put_room(
 }
 
 /// `PATCH /admin/rooms/{room}`: change capacity, pause or resume, open now,
-/// the admission cap (`null` removes it), the tick, timeouts or the join
-/// limit. Applies live, in one step: fields left out stay as they are, so
-/// two operators changing different fields at once both get their change.
+/// the admission cap (`null` removes it), the tick, timeouts, the join
+/// limit, or the access rules (`null` retires a previous enqueue key).
+/// Applies live, in one step: fields left out stay as they are, so two
+/// operators changing different fields at once both get their change.
 /// Lowering capacity admits nobody new until the admitted count is below it.
 pub async fn patch_room(
     State(state): State<AppState>,
@@ -252,11 +264,13 @@ pub async fn patch_room(
     }
     let fields: patch::PatchBody = serde_path_to_error::deserialize(Value::Object(map))
         .map_err(|e| invalid_field(&e.path().to_string(), e.into_inner().to_string()))?;
-    let change = fields.into_patch().map_err(|e| invalid(&e))?;
+    let mut change = fields.into_patch().map_err(|e| invalid(&e))?;
     let before = state.backend.room(&id).await?;
     state.monitor.observe(&before);
+    patch::check_access(&mut change, &before.settings).map_err(|e| invalid(&e))?;
     let s = state.backend.patch_room(&id, change.clone()).await?;
     state.monitor.observe(&s);
+    state.access.observe(&s, state.clock.now_ms());
     tracing::info!(
         room = %id,
         capacity = s.settings.capacity,
@@ -377,7 +391,7 @@ pub async fn events(
             let rooms: Vec<Value> = overview
                 .rooms
                 .iter()
-                .map(|(s, sample)| json!({ "room": RoomBody::new(s, sample, state.clock.now()), "sample": sample }))
+                .map(|(s, sample)| json!({ "room": RoomBody::new(s, sample, state.clock.now(), &state.access), "sample": sample }))
                 .collect();
             if !rooms.is_empty() {
                 yield Ok(Event::default().event("update").data(json!({ "rooms": rooms }).to_string()));

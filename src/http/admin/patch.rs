@@ -8,14 +8,15 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+use crate::access::{AccessPatch, ChallengeMode, EnqueueMode, SharedKey};
 use crate::config::{
     ConfigError, check_admit_per_minute, check_capacity, check_tick, check_timeout, opt_duration,
 };
-use crate::engine::{Patch, RoomPatch};
+use crate::engine::{Patch, RoomPatch, RoomSettings};
 
 /// The keys `PATCH` accepts: a room's running settings. `id`, `order` and
 /// `opens_at` shape a room's line and need a `PUT`.
-pub const PATCHABLE: [&str; 9] = [
+pub const PATCHABLE: [&str; 18] = [
     "capacity",
     "paused",
     "open_now",
@@ -25,6 +26,15 @@ pub const PATCHABLE: [&str; 9] = [
     "arrival_grace",
     "queue_idle",
     "join_limit_per_minute",
+    "challenge",
+    "pow_difficulty",
+    "pow_difficulty_max",
+    "pow_rise_per_second",
+    "enqueue",
+    "enqueue_key",
+    "enqueue_previous_key",
+    "enqueue_public_key",
+    "enqueue_previous_public_key",
 ];
 
 /// Keys of a room that a running room cannot change.
@@ -51,6 +61,24 @@ pub struct PatchBody {
     join_limit_per_minute: Patch<u32>,
     #[serde(default)]
     admit_per_minute: Patch<u32>,
+    #[serde(default)]
+    challenge: Patch<ChallengeMode>,
+    #[serde(default)]
+    pow_difficulty: Patch<u8>,
+    #[serde(default)]
+    pow_difficulty_max: Patch<u8>,
+    #[serde(default)]
+    pow_rise_per_second: Patch<u32>,
+    #[serde(default)]
+    enqueue: Patch<EnqueueMode>,
+    #[serde(default)]
+    enqueue_key: Patch<SharedKey>,
+    #[serde(default)]
+    enqueue_previous_key: Patch<SharedKey>,
+    #[serde(default)]
+    enqueue_public_key: Patch<String>,
+    #[serde(default)]
+    enqueue_previous_public_key: Patch<String>,
 }
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Patch<Duration>, D::Error> {
@@ -114,8 +142,45 @@ impl PatchBody {
             queue_idle,
             join_limit_per_minute: required("join_limit_per_minute", self.join_limit_per_minute)?,
             admit_per_minute: self.admit_per_minute,
+            access: AccessPatch {
+                challenge: required("challenge", self.challenge)?,
+                pow_difficulty: required("pow_difficulty", self.pow_difficulty)?,
+                pow_difficulty_max: required("pow_difficulty_max", self.pow_difficulty_max)?,
+                pow_rise_per_second: required("pow_rise_per_second", self.pow_rise_per_second)?,
+                enqueue: required("enqueue", self.enqueue)?,
+                enqueue_key: self.enqueue_key,
+                enqueue_previous_key: self.enqueue_previous_key,
+                enqueue_public_key: self.enqueue_public_key,
+                enqueue_previous_public_key: self.enqueue_previous_public_key,
+            },
         })
     }
+}
+
+/// The access rules a patch leaves must hold together (a maximum not below
+/// the difficulty, a key for invite-only, a previous key only beside a
+/// current one), checked against the room as it is. A new difficulty
+/// without a maximum keeps a fixed difficulty fixed (the maximum follows
+/// it) and a rising one rising.
+pub fn check_access(patch: &mut RoomPatch, current: &RoomSettings) -> Result<(), ConfigError> {
+    let a = &mut patch.access;
+    if a.is_empty() {
+        return Ok(());
+    }
+    let now = &current.access;
+    if let Some(d) = a.pow_difficulty
+        && a.pow_difficulty_max.is_none()
+    {
+        a.pow_difficulty_max = Some(if now.pow_difficulty_max == now.pow_difficulty {
+            d
+        } else {
+            now.pow_difficulty_max.max(d)
+        });
+    }
+    let mut next = (**now).clone();
+    a.apply_to(&mut next);
+    next.validate()
+        .map_err(|(field, message)| ConfigError::new(field, message))
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! English, the fallback for every visitor whose language Narabu does not
 //! speak: plain words, short sentences.
 
-use super::{EtaUnit, Strings};
+use super::{EtaUnit, FairStrings, Strings};
 
 pub(super) static EN: Strings = Strings {
     waiting_room: "Waiting room",
@@ -68,4 +68,16 @@ pub(super) static EN: Strings = Strings {
     unavailable_title: "The waiting room is busy",
     unavailable_body: "Please try again in a moment.",
     language: "Language",
+    fair: FairStrings {
+        pow_title: "Checking your browser",
+        pow_body: "Before you get a ticket, your browser solves a small puzzle. It takes a few seconds and keeps bots from crowding the line.",
+        pow_progress: "Working… {percent}%",
+        pow_noscript: "This sale asks your browser to solve a small puzzle before it hands out a ticket, which needs JavaScript. Please turn JavaScript on and reload the page.",
+        pow_failed: "We couldn't get you a ticket just now. Please reload the page to try again.",
+        invite_title: "This sale is by invitation",
+        invite_body: "Please open the link the site sent you to join the line.",
+        invite_invalid_body: "Your invitation link is not valid or has expired. Please go back to the site for a new one.",
+        draw_commitment: "Draw commitment (SHA-256 of the secret seed):",
+        draw_check: "Check the draw",
+    },
 };

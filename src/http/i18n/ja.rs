@@ -1,7 +1,7 @@
 //! Japanese, written as a Japanese ticket site would speak to its visitors
 //! (整理番号, polite です/ます), with full-width punctuation.
 
-use super::{EtaUnit, Strings};
+use super::{EtaUnit, FairStrings, Strings};
 
 pub(super) static JA: Strings = Strings {
     waiting_room: "順番待ち",
@@ -68,4 +68,16 @@ pub(super) static JA: Strings = Strings {
     unavailable_title: "ただいま混み合っています",
     unavailable_body: "しばらくしてから、もう一度お試しください。",
     language: "言語",
+    fair: FairStrings {
+        pow_title: "ブラウザを確認しています",
+        pow_body: "整理券をお渡しする前に、ブラウザが小さな計算問題を解きます。数秒で終わり、ボットによる列の占有を防ぎます。",
+        pow_progress: "計算中… {percent}%",
+        pow_noscript: "この販売では整理券の発行前にブラウザで小さな計算問題を解く必要があり、JavaScript が必要です。JavaScript を有効にしてページを再読み込みしてください。",
+        pow_failed: "ただいま整理券をお渡しできませんでした。ページを再読み込みしてもう一度お試しください。",
+        invite_title: "この販売は招待制です",
+        invite_body: "サイトから届いたリンクを開いて列にお並びください。",
+        invite_invalid_body: "招待リンクが無効か、有効期限が切れています。サイトに戻って新しいリンクを受け取ってください。",
+        draw_commitment: "抽選のコミットメント（秘密のシードの SHA-256）：",
+        draw_check: "抽選を検証する",
+    },
 };

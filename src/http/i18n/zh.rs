@@ -1,7 +1,7 @@
 //! Simplified Chinese, in the wording Chinese ticket sites use (排队号码,
 //! 开售), with full-width punctuation.
 
-use super::{EtaUnit, Strings};
+use super::{EtaUnit, FairStrings, Strings};
 
 pub(super) static ZH: Strings = Strings {
     waiting_room: "排队等候",
@@ -68,4 +68,16 @@ pub(super) static ZH: Strings = Strings {
     unavailable_title: "当前访问人数较多",
     unavailable_body: "请稍后再试。",
     language: "语言",
+    fair: FairStrings {
+        pow_title: "正在验证您的浏览器",
+        pow_body: "发放号码前，您的浏览器会先解一道小计算题。只需几秒钟，可防止机器人挤占队伍。",
+        pow_progress: "计算中… {percent}%",
+        pow_noscript: "本次销售需要浏览器在发放号码前解一道小计算题，这需要 JavaScript。请启用 JavaScript 后重新加载页面。",
+        pow_failed: "暂时无法为您发放号码，请重新加载页面再试。",
+        invite_title: "本次销售仅限受邀用户",
+        invite_body: "请打开网站发给您的链接进入队列。",
+        invite_invalid_body: "您的邀请链接无效或已过期，请返回网站获取新的链接。",
+        draw_commitment: "抽签承诺（秘密种子的 SHA-256）：",
+        draw_check: "验证抽签",
+    },
 };

@@ -1,18 +1,21 @@
-//! The quick start as a visitor lives it: a real nginx running the shipped
-//! `config/nginx.conf` (only its addresses rewritten) in front of a small
-//! origin, with Narabu as its gate. The visitor asks for a protected page,
-//! is sent to the queue, waits, and reaches the origin page once a permit
-//! frees up, with the admission pushed through nginx's proxy as it happens.
+//! The quick start as a visitor lives it, behind each proxy Narabu ships a
+//! configuration for: a real nginx (`config/nginx.conf`), Caddy
+//! (`config/Caddyfile`), HAProxy (`config/haproxy.cfg`) and Traefik
+//! (`config/traefik.yml`), only their addresses rewritten, in front of a small origin, with Narabu as their
+//! gate. The same visit runs behind each: the visitor asks for a protected
+//! page, is sent to the queue, waits, and reaches the origin page once a
+//! permit frees up, with the admission pushed through the proxy as it
+//! happens; after leaving, the queue again.
 
 use std::time::Duration;
 
 use eventsource_stream::Eventsource;
 use reqwest::StatusCode;
-use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use reqwest::header::{CACHE_CONTROL, COOKIE, LOCATION, SET_COOKIE};
 use serde_json::Value;
 
 use narabu_testkit::app::{next_event, spawn_app};
-use narabu_testkit::nginx::{Nginx, spawn_origin};
+use narabu_testkit::proxy::{Kind, Proxy, spawn_origin};
 use narabu_testkit::room;
 
 /// A browser's view of one visitor: its room cookie, once it has one.
@@ -36,11 +39,13 @@ impl Browser<'_> {
         response
     }
 
-    /// Ask for a protected page; follow a refusal to the queue page.
+    /// Ask for a protected page; a refusal answers with the queue page's
+    /// path, which no cache may keep.
     async fn visit(&mut self, path: &str) -> (StatusCode, String) {
         let response = self.get(path).await;
         let status = response.status();
         if status == StatusCode::FOUND {
+            assert_eq!(response.headers()[CACHE_CONTROL], "no-store");
             // nginx makes the queue URL absolute, on its own host.
             let location = response.headers()[LOCATION].to_str().unwrap();
             let path = location.strip_prefix(self.base).unwrap_or(location);
@@ -52,9 +57,28 @@ impl Browser<'_> {
 
 #[tokio::test]
 async fn nginx_auth_request_queues_visitors_and_lets_them_through_in_turn() {
+    visit_through(Kind::Nginx).await;
+}
+
+#[tokio::test]
+async fn caddy_forward_auth_queues_visitors_and_lets_them_through_in_turn() {
+    visit_through(Kind::Caddy).await;
+}
+
+#[tokio::test]
+async fn haproxy_lua_gate_queues_visitors_and_lets_them_through_in_turn() {
+    visit_through(Kind::Haproxy).await;
+}
+
+#[tokio::test]
+async fn traefik_forward_auth_queues_visitors_and_lets_them_through_in_turn() {
+    visit_through(Kind::Traefik).await;
+}
+
+async fn visit_through(kind: Kind) {
     let app = spawn_app(vec![room("sale", 1)]).await;
     let origin = spawn_origin().await;
-    let nginx = Nginx::start(app.base.trim_start_matches("http://"), &origin);
+    let proxy = Proxy::start(kind, app.base.trim_start_matches("http://"), &origin).await;
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -64,14 +88,14 @@ async fn nginx_auth_request_queues_visitors_and_lets_them_through_in_turn() {
     // remembering where they were going.
     let mut first = Browser {
         client: &client,
-        base: &nginx.base,
+        base: &proxy.base,
         cookie: None,
     };
     let (status, queue) = first.visit("/tickets?seat=a1").await;
     assert_eq!(status, StatusCode::FOUND);
     assert_eq!(queue, "/queue/sale?return=%2Ftickets%3Fseat%3Da1");
 
-    // The queue page, through nginx, gives the visitor a ticket.
+    // The queue page, through the proxy, gives the visitor a ticket.
     let page = first.get(&queue).await;
     assert_eq!(page.status(), StatusCode::OK);
     assert!(first.cookie.as_deref().unwrap().starts_with("narabu_sale="));
@@ -80,7 +104,7 @@ async fn nginx_auth_request_queues_visitors_and_lets_them_through_in_turn() {
     // A second visitor queues behind.
     let mut second = Browser {
         client: &client,
-        base: &nginx.base,
+        base: &proxy.base,
         cookie: None,
     };
     let (_, queue2) = second.visit("/tickets").await;
@@ -98,12 +122,12 @@ async fn nginx_auth_request_queues_visitors_and_lets_them_through_in_turn() {
     // A forged cookie is sent to the queue, not to the origin.
     let mut forger = Browser {
         client: &client,
-        base: &nginx.base,
+        base: &proxy.base,
         cookie: Some("narabu_sale=forged.token".to_owned()),
     };
     assert_eq!(forger.visit("/tickets").await.0, StatusCode::FOUND);
 
-    // The second visitor follows the event stream through nginx. When the
+    // The second visitor follows the event stream through the proxy. When the
     // first leaves, the permit is handed over at once (no tick runs), and
     // the admission comes through the proxy unbuffered.
     let events = second.get("/api/rooms/sale/events").await;
@@ -115,7 +139,7 @@ async fn nginx_auth_request_queues_visitors_and_lets_them_through_in_turn() {
     assert_eq!(waiting["position"], 1);
 
     let left = client
-        .post(format!("{}/api/rooms/sale/leave", nginx.base))
+        .post(format!("{}/api/rooms/sale/leave", proxy.base))
         .header(COOKIE, first.cookie.clone().unwrap())
         .send()
         .await
@@ -141,6 +165,6 @@ async fn nginx_auth_request_queues_visitors_and_lets_them_through_in_turn() {
     assert_eq!(first.visit("/tickets").await.0, StatusCode::FOUND);
 
     drop(stream);
-    drop(nginx);
+    drop(proxy);
     app.stop().await;
 }

@@ -1,0 +1,72 @@
+-- Narabu's gate for HAProxy: the `lua.narabu-gate` action asks Narabu's
+-- `GET /gate/{room}` about each request to the protected site, as nginx's
+-- auth_request does, with the HTTP client built into HAProxy (2.5 and
+-- later): nothing to install beyond HAProxy itself.
+--
+--   global
+--       lua-load /etc/haproxy/narabu.lua
+--   frontend site
+--       http-request lua.narabu-gate http://127.0.0.1:8080/gate/sale
+--
+-- It sets, for the rules after it (config/haproxy.cfg shows them):
+--   txn.narabu_admitted  the gate answered 204: let the request through
+--   txn.narabu_queue     the gate answered 401: redirect here (the queue
+--                        page, with the original URI as its return path)
+--   txn.narabu_pass      the signed pass cookie the gate sets while
+--                        on_backend_error = "open": hand it to the browser
+-- Neither of the first two is set when Narabu cannot be asked or answers
+-- anything else (an unknown room): haproxy.cfg refuses the request then.
+
+-- A header's values in order. HAProxy's request header tables count from
+-- 0, its HTTP client's from 1: sort whatever numbers there are.
+local function values(list)
+    local keys = {}
+    for k in pairs(list or {}) do
+        if type(k) == "number" then
+            keys[#keys + 1] = k
+        end
+    end
+    table.sort(keys)
+    local out = {}
+    for i, k in ipairs(keys) do
+        out[i] = list[k]
+    end
+    return out
+end
+
+core.register_action("narabu-gate", { "http-req" }, function(txn, gate)
+    local incoming = txn.http:req_get_headers()
+    local headers = { ["x-original-uri"] = { txn.sf:pathq() } }
+    -- The visitor's ticket: the room cookie, or a bearer token from an app.
+    local cookies = values(incoming["cookie"])
+    if #cookies > 0 then
+        headers["cookie"] = { table.concat(cookies, "; ") }
+    end
+    local authorization = values(incoming["authorization"])[1]
+    if authorization then
+        headers["authorization"] = { authorization }
+    end
+
+    local ok, answer = pcall(function()
+        return core.httpclient():get({ url = gate, headers = headers, timeout = 5000 })
+    end)
+    if not ok or answer == nil then
+        core.Warning("narabu-gate: cannot ask " .. gate)
+        return
+    end
+    local answered = answer.headers or {}
+    if answer.status == 204 then
+        txn:set_var("txn.narabu_admitted", true)
+        local pass = values(answered["set-cookie"])[1]
+        if pass then
+            txn:set_var("txn.narabu_pass", pass)
+        end
+    elseif answer.status == 401 then
+        local queue = values(answered["x-narabu-queue"])[1]
+        if queue then
+            txn:set_var("txn.narabu_queue", queue)
+        end
+    else
+        core.Warning("narabu-gate: " .. gate .. " answered " .. tostring(answer.status))
+    end
+end, 1)
