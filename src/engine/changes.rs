@@ -7,8 +7,10 @@
 //! per room) moves the counter [`COALESCE`] after the first mark, so every
 //! mark inside that window shares one wave of the room's streams, and a
 //! leave reaches everyone behind it within tens of milliseconds instead of
-//! at the worker's next tick. A change that must show at once (a published
-//! room view) is [`Changes::bump`]ed. Streams follow the counter with
+//! at the worker's next tick. While the line keeps moving, its waves come
+//! at most every [`WAVE_GAP`]: a stream shows at most one position a second
+//! anyway, and each wave wakes every stream of the room. A change that must
+//! show at once (a published room view) is [`Changes::bump`]ed. Streams follow the counter with
 //! [`Changes::subscribe`] and recount their positions from the room's
 //! position index when it moves; the counter's value means nothing else.
 
@@ -21,6 +23,9 @@ use tokio::sync::{Notify, watch};
 /// Short next to what a visitor notices (and to the one-second cadence of a
 /// stream's position events), long next to a burst of hand-offs.
 pub const COALESCE: Duration = Duration::from_millis(20);
+
+/// The least time between two coalesced moves.
+pub const WAVE_GAP: Duration = Duration::from_millis(250);
 
 /// The change counter of one room (or of one instance's replica of it).
 #[derive(Debug)]
@@ -68,11 +73,15 @@ impl Changes {
     /// The coalescer: forever, wait for a mark, let the window pass, move
     /// the counter. Run it as a task for as long as the room lives.
     pub async fn coalesce(&self) {
+        let mut last: Option<tokio::time::Instant> = None;
         loop {
             self.wake.notified().await;
-            tokio::time::sleep(COALESCE).await;
+            let now = tokio::time::Instant::now();
+            let gap_ends = last.map_or(now, |at| at + WAVE_GAP);
+            tokio::time::sleep_until(gap_ends.max(now + COALESCE)).await;
             if self.dirty.swap(false, Ordering::AcqRel) {
                 self.tx.send_modify(|v| *v += 1);
+                last = Some(tokio::time::Instant::now());
             }
         }
     }
@@ -109,7 +118,31 @@ mod tests {
         changes.mark();
         changes.bump();
         assert_eq!(*rx.borrow_and_update(), 2);
-        tokio::time::sleep(COALESCE * 3).await;
+        tokio::time::sleep(WAVE_GAP).await;
         assert!(!rx.has_changed().unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_line_that_keeps_moving_moves_the_counter_at_most_every_gap() {
+        let changes = std::sync::Arc::new(Changes::new());
+        let mut rx = changes.subscribe();
+        let runner = changes.clone();
+        tokio::spawn(async move { runner.coalesce().await });
+        tokio::task::yield_now().await;
+        let start = tokio::time::Instant::now();
+        let mut moves = Vec::new();
+        // A departure every 10 ms for a second.
+        for _ in 0..100 {
+            changes.mark();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            if rx.has_changed().unwrap() {
+                rx.borrow_and_update();
+                moves.push(start.elapsed());
+            }
+        }
+        // The first within the window; the rest a gap apart at least.
+        assert!(moves[0] <= COALESCE + Duration::from_millis(10), "{moves:?}");
+        assert!(moves.windows(2).all(|w| w[1] - w[0] >= WAVE_GAP), "{moves:?}");
+        assert!((4..=5).contains(&moves.len()), "{moves:?}");
     }
 }

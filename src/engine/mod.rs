@@ -50,7 +50,7 @@ mod room_tests;
 #[cfg(test)]
 mod stress_tests;
 
-pub use changes::{COALESCE, Changes};
+pub use changes::{COALESCE, Changes, WAVE_GAP};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use departures::Departures;
 pub use event::{EventRecord, EventSink, RoomEvent};
