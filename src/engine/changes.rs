@@ -141,8 +141,14 @@ mod tests {
             }
         }
         // The first within the window; the rest a gap apart at least.
-        assert!(moves[0] <= COALESCE + Duration::from_millis(10), "{moves:?}");
-        assert!(moves.windows(2).all(|w| w[1] - w[0] >= WAVE_GAP), "{moves:?}");
+        assert!(
+            moves[0] <= COALESCE + Duration::from_millis(10),
+            "{moves:?}"
+        );
+        assert!(
+            moves.windows(2).all(|w| w[1] - w[0] >= WAVE_GAP),
+            "{moves:?}"
+        );
         assert!((4..=5).contains(&moves.len()), "{moves:?}");
     }
 }
