@@ -1,6 +1,6 @@
 //! Start-up and shutdown: build the backend from the validated config,
-//! serve the router on a listener, run the heartbeat, and on shutdown stop
-//! accepting, end every event stream and let the workers finish their tick.
+//! serve the router on a listener, and on shutdown stop accepting, end
+//! every event stream and let the workers finish their tick.
 //!
 //! `run` takes a bound listener so tests can serve on `127.0.0.1:0`.
 
@@ -15,7 +15,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder as AutoBuilder;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
@@ -85,23 +84,6 @@ pub async fn serve(
         tracing::info!("no admin token configured: the admin API is off");
     }
     let stop = CancellationToken::new();
-    let (beat_tx, heartbeat) = watch::channel(0u64);
-    let beat_every = settings.keep_alive;
-    let beat_stop = stop.clone();
-    tokio::spawn(async move {
-        let mut interval = tokio::time::interval(beat_every);
-        interval.tick().await;
-        let mut n = 0u64;
-        loop {
-            tokio::select! {
-                () = beat_stop.cancelled() => return,
-                _ = interval.tick() => {
-                    n += 1;
-                    beat_tx.send_replace(n);
-                }
-            }
-        }
-    });
     let metrics = Arc::new(Metrics::new());
     let webhooks = Webhooks::start(config.webhooks.clone(), metrics.clone(), stop.clone());
     let monitor = Monitor::new(backend.clone(), webhooks);
@@ -120,7 +102,6 @@ pub async fn serve(
         keys: Arc::new(keys),
         settings,
         shutdown: stop.clone(),
-        heartbeat,
     });
     let app = router(state);
     tracing::info!(

@@ -8,6 +8,11 @@
 //! violations. A third browser follows an invitation to a presale room
 //! that asks a proof of work, which the page solves in a Web Worker.
 //!
+//! A fourth trip cuts the page's event stream (a relay between Chromium and
+//! Narabu drops the connection): the browser's own EventSource reconnects
+//! with `Last-Event-ID`, and the admission that came while it was away
+//! carries the visitor on at once.
+//!
 //! Screenshots for a person to look at go to `target/e2e/`: `queue-waiting`
 //! (and `-dark`), `origin-reached`, `nojs-queue-waiting`, `nojs-origin-reached`,
 //! `pow-queue-waiting`, `pow-origin-reached`.
@@ -25,6 +30,7 @@ use narabu::engine::SystemClock;
 use narabu_testkit::app::{config, spawn_with};
 use narabu_testkit::browser::Driver;
 use narabu_testkit::proxy::{Kind, Proxy, spawn_origin};
+use narabu_testkit::relay::Relay;
 use narabu_testkit::room;
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -387,5 +393,83 @@ async fn chromium_solves_the_proof_of_work_and_follows_an_invitation_to_the_orig
     );
     browser.quit().await;
     drop(nginx);
+    app.stop().await;
+}
+
+/// Whether the server has answered an event stream (its request counter).
+async fn events_answered(app: &narabu_testkit::app::TestApp) -> bool {
+    let metrics = app.client.get(app.url("/metrics")).send().await.unwrap();
+    let text = metrics.text().await.unwrap();
+    text.lines().any(|l| {
+        l.starts_with("narabu_http_requests_total{")
+            && l.contains("route=\"/api/rooms/:room/events\"")
+            && l.contains("status=\"200\"")
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_stream_reconnects_and_gets_the_admission_it_missed() {
+    // Nothing ticks here but the test: only the hand-off admits.
+    let backend = EmbeddedBackend::without_workers(vec![room("sale", 1)], Arc::new(SystemClock));
+    let app = spawn_with(config(), backend).await;
+    let holder = app.join("sale").await;
+    app.tick("sale").await;
+    assert_eq!(app.status("sale", &holder).await["status"], "admitted");
+    let server = app.base.trim_start_matches("http://").parse().unwrap();
+    let relay = Relay::start(server).await;
+    let browser = Driver::start().await;
+    browser
+        .goto(&format!("http://{}/queue/sale?return=%2Fdone", relay.addr))
+        .await;
+    browser
+        .wait_until(
+            "the page shows position 1",
+            "return document.getElementById('position').textContent === '1'",
+        )
+        .await;
+    // The page's stream is open (the server answered it).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !events_answered(&app).await {
+        assert!(
+            Instant::now() < deadline,
+            "the page opened its event stream"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The network drops the stream; the page notices.
+    relay.cut();
+    browser
+        .wait_until(
+            "the page marks itself stale",
+            "return document.getElementById('queue').classList.contains('is-stale')",
+        )
+        .await;
+    // Meanwhile the holder leaves: the permit goes to the browser's ticket.
+    assert_eq!(app.leave("sale", &holder).await, StatusCode::NO_CONTENT);
+    relay.reopen();
+    // EventSource reconnects by itself after the stream's `retry:` (3 s),
+    // and the admission it missed sends it on.
+    browser
+        .wait_until_within(
+            "the browser goes on to its return path",
+            "return location.pathname === '/done'",
+            Duration::from_secs(15),
+        )
+        .await;
+    // The relay saw the reconnection (a connection of its own, made after
+    // the cut) name the last event the page had: ahead 0.
+    let reconnected: Vec<String> = relay
+        .heads()
+        .into_iter()
+        .filter(|h| h.starts_with("GET /api/rooms/sale/events"))
+        .collect();
+    assert!(
+        reconnected
+            .iter()
+            .any(|h| h.to_ascii_lowercase().contains("\r\nlast-event-id: 0\r\n")),
+        "the reconnection names the last event it had: {reconnected:?}"
+    );
+    browser.quit().await;
     app.stop().await;
 }

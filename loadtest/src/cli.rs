@@ -162,6 +162,10 @@ pub struct StreamsArgs {
     /// Wait at most this long (s) for a second without position events before timing the fan-out.
     #[arg(long, default_value_t = 30.0)]
     pub quiet_max_seconds: f64,
+    /// The instances' Redis (redis://127.0.0.1:PORT), to read its CPU and
+    /// command counts around the fan-out's wave.
+    #[arg(long, value_parser = crate::probe::parse_redis_url)]
+    pub redis: Option<String>,
 }
 
 impl Common {

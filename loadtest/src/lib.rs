@@ -13,6 +13,7 @@ pub mod baseline;
 pub mod cli;
 pub mod hammer;
 pub mod http;
+pub mod probe;
 pub mod progress;
 pub mod report;
 pub mod scenario;

@@ -185,6 +185,7 @@ async fn streams_in_process_time_fan_out_and_hand_offs() {
         handoffs: 10,
         handoff_gap_ms: 5,
         quiet_max_seconds: 2.0,
+        redis: None,
     };
     let report = streams::run(&args).await.unwrap();
     let f = &report.figures;
@@ -195,6 +196,53 @@ async fn streams_in_process_time_fan_out_and_hand_offs() {
     assert_eq!(f["handoff"]["count"], 10, "{}", report.table());
     assert_eq!(f["handoff_timeouts"], 0);
     assert!(f["memory_per_stream_kib"].is_number());
+    // The wave cost this process some CPU, measured per stream it updated.
+    assert!(
+        f["cpu_us_per_update"].as_f64().unwrap() > 0.0,
+        "{}",
+        report.table()
+    );
+    server.stop().await;
+}
+
+/// On Redis, the wave is also measured on Redis's side: its CPU and the
+/// commands run, among them the instance's read of the room's log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_on_redis_report_redis_cost_per_change() {
+    let redis = narabu_testkit::redis_server::RedisServer::start().await;
+    let rooms = vec![room("streams", 1)];
+    let backend: Arc<dyn Backend> = narabu::backend::redis::RedisBackend::connect(
+        narabu::backend::redis::RedisOptions::new(redis.url()),
+        rooms.clone(),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    let server = serve_on(rooms, backend).await;
+    let args = StreamsArgs {
+        common: common(server.target, "streams"),
+        streams: 30,
+        workers: Some(0),
+        server_pids: vec![std::process::id()],
+        capacity: 1,
+        prefill: 10,
+        handoffs: 3,
+        handoff_gap_ms: 5,
+        quiet_max_seconds: 2.0,
+        redis: Some(redis.url()),
+    };
+    let report = streams::run(&args).await.unwrap();
+    let f = &report.figures;
+    assert!(report.invariants_held, "{}", report.table());
+    assert_eq!(f["fanout_delivered"], 29, "{}", report.table());
+    let wave = &f["redis_wave"];
+    assert!(wave["evalsha"].as_u64().unwrap() >= 1, "the leave: {wave}");
+    assert!(
+        wave["xread"].as_u64().unwrap() >= 1,
+        "the follower's read: {wave}"
+    );
+    assert!(wave["cpu_ms"].as_f64().unwrap() >= 0.0, "{wave}");
+    assert!(report.table().contains("Redis during the wave"));
     server.stop().await;
 }
 
@@ -217,6 +265,7 @@ async fn streams_spread_over_two_instances_and_hand_off_across_them() {
         handoffs: 8,
         handoff_gap_ms: 5,
         quiet_max_seconds: 2.0,
+        redis: None,
     };
     let report = streams::run(&args).await.unwrap();
     let f = &report.figures;

@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::feed::{Placement, RoomFeed, TicketRead};
 use super::join_log::JoinLog;
 use super::journal::{self, Journal, JournalError, Record};
 use super::{
@@ -29,7 +30,7 @@ use super::{
 use crate::config::Durability;
 use crate::engine::{
     Clock, Departure, DrawRecord, EventSink, JoinError, Joined, Room, RoomEvent, RoomId,
-    RoomSettings, RoomView, TickReport, TicketId, TicketState, TicketStatus,
+    RoomSettings, TickReport, TicketId, TicketState, TicketStatus,
 };
 use crate::sync::{read, write};
 
@@ -362,6 +363,15 @@ impl EmbeddedBackend {
         if self.run_workers {
             self.workers.spawn(run_worker(room.clone(), stop.clone()));
         }
+        // Even without workers (virtual-time tests drive the ticks), a
+        // departure reaches the room's streams within the window.
+        let (coalesced, until) = (room.clone(), self.shutdown.clone());
+        self.workers.spawn(async move {
+            tokio::select! {
+                () = until.cancelled() => {}
+                () = coalesced.changes().coalesce() => {}
+            }
+        });
         let previous = write(&self.rooms).insert(room.id().clone(), RoomSlot { room, sink, stop });
         if let Some(old) = previous {
             old.stop.cancel();
@@ -425,6 +435,32 @@ impl EmbeddedBackend {
             stats: room.stats(),
             ledger: room.ledger(),
         }
+    }
+}
+
+/// The engine's room is its own feed: its streams count from its own
+/// position index and follow its own change counter.
+struct EngineFeed(Arc<Room>);
+
+impl RoomFeed for EngineFeed {
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.0.changes().subscribe()
+    }
+
+    fn room_facts(&self) -> crate::engine::rules::RoomFacts {
+        self.0.facts()
+    }
+
+    fn ahead(&self, lane: u8, qi: u64) -> Option<u64> {
+        self.0.lane(lane)?.ahead(u32::try_from(qi).ok()?)
+    }
+
+    fn placement(&self, ticket: u64) -> Option<Placement> {
+        let (qi, initial_ahead) = self.0.placement(TicketId::try_from(ticket).ok()?)?;
+        Some(Placement {
+            qi: u64::from(qi),
+            initial_ahead: u64::from(initial_ahead),
+        })
     }
 }
 
@@ -565,8 +601,19 @@ impl Backend for EmbeddedBackend {
         Ok(self.get(id)?.tick())
     }
 
-    async fn watch_room(&self, id: &RoomId) -> Result<watch::Receiver<RoomView>, BackendError> {
-        Ok(self.get(id)?.subscribe_view())
+    async fn feed(&self, id: &RoomId) -> Result<Arc<dyn RoomFeed>, BackendError> {
+        Ok(Arc::new(EngineFeed(self.get(id)?)))
+    }
+
+    async fn read_ticket(&self, id: &RoomId, t: TicketRef) -> Result<TicketRead, BackendError> {
+        let (room, ticket) = self.ticket(id, t)?;
+        if room.state_of(ticket) == Some(TicketState::Admitted) {
+            self.admission_durable(id, ticket).await?;
+        }
+        let (facts, ahead) = room
+            .ticket_facts(ticket)
+            .ok_or(BackendError::NoSuchTicket)?;
+        Ok(TicketRead { facts, ahead })
     }
 
     async fn watch_ticket(&self, id: &RoomId, t: TicketRef) -> Result<TicketSignal, BackendError> {

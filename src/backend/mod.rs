@@ -17,6 +17,7 @@
 //! ticket of a deleted-and-recreated room is simply unknown.
 
 pub mod embedded;
+pub mod feed;
 pub mod join_log;
 pub mod journal;
 pub mod redis;
@@ -27,13 +28,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 
 pub use crate::engine::RoomPatch;
 use crate::engine::{
     Clock, Departure, DrawRecord, Identity, PermitLedger, RoomId, RoomSettings, RoomStats,
     RoomView, TickReport, TicketStatus,
 };
+use feed::{Follow, RoomFeed, TicketRead};
 
 /// A ticket of one incarnation of a room.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -228,8 +230,9 @@ pub trait Backend: Send + Sync + 'static {
     /// call it on virtual time with workers off.
     async fn tick(&self, room: &RoomId) -> Result<TickReport, BackendError>;
 
-    /// Follow a room's view (position broadcasts).
-    async fn watch_room(&self, room: &RoomId) -> Result<watch::Receiver<RoomView>, BackendError>;
+    /// The room's feed on this instance: its view, its position index, and
+    /// the change counter its streams follow.
+    async fn feed(&self, room: &RoomId) -> Result<Arc<dyn RoomFeed>, BackendError>;
 
     /// Be told when a ticket's state may have changed.
     async fn watch_ticket(
@@ -237,6 +240,27 @@ pub trait Backend: Send + Sync + 'static {
         room: &RoomId,
         ticket: TicketRef,
     ) -> Result<TicketSignal, BackendError>;
+
+    /// A ticket's facts as stored (no sign of life is counted), for a
+    /// stream to count its place from.
+    async fn read_ticket(
+        &self,
+        room: &RoomId,
+        ticket: TicketRef,
+    ) -> Result<TicketRead, BackendError>;
+
+    /// Everything a stream follows: the feed, the ticket's signal (armed
+    /// first, so nothing between it and the read is missed), the ticket.
+    async fn follow(&self, room: &RoomId, ticket: TicketRef) -> Result<Follow, BackendError> {
+        let feed = self.feed(room).await?;
+        let signal = self.watch_ticket(room, ticket).await?;
+        let ticket = self.read_ticket(room, ticket).await?;
+        Ok(Follow {
+            feed,
+            signal,
+            ticket,
+        })
+    }
 
     // ----- operators ------------------------------------------------------
 

@@ -367,10 +367,10 @@ impl Room {
             .unwrap_or(queue.len());
         for (i, &id) in queue.iter().enumerate().skip(head) {
             if self.state_of(id) != Some(TicketState::Waiting) {
-                self.departures.record(i as u32);
+                self.line().record_departure(i as u32);
             }
         }
-        self.head.store(head as u32, Ordering::Release);
+        self.line().head.store(head as u32, Ordering::Release);
         c.handoffs.store(handoffs, Ordering::Relaxed);
         self.waiting.store(waiting, Ordering::Release);
         self.admitted.store(admitted, Ordering::Release);

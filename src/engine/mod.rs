@@ -14,8 +14,9 @@
 //! Layout: `rules` (the one admission core: every rule as a function over
 //! plain data, shared with the Redis backend), `room` (queue, hand-off,
 //! reads, operators' controls), `worker` (the tick), `ticket` (states and
-//! CAS), `departures` (the position index: departures counted per queue
-//! slot), `lottery` (the verifiable opening draw), `view` (the room view and
+//! CAS), `departures` and `lane` (the position index: departures counted
+//! per queue slot, the head, the back set), `changes` (when streams look
+//! again, coalesced), `lottery` (the verifiable opening draw), `view` (the room view and
 //! counters), `settings`, `event`/`image` (the change feed and the room as
 //! data, for persistence), `clock` (real and virtual time).
 //!
@@ -26,10 +27,12 @@
 //! release frees nothing) and monotone positions. `model_tests` checks them
 //! against a sequential reference model.
 
+mod changes;
 mod clock;
 mod departures;
 mod event;
 mod image;
+mod lane;
 mod lottery;
 mod room;
 pub mod rules;
@@ -47,10 +50,12 @@ mod room_tests;
 #[cfg(test)]
 mod stress_tests;
 
+pub use changes::{COALESCE, Changes, WAVE_GAP};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use departures::Departures;
 pub use event::{EventRecord, EventSink, RoomEvent};
 pub use image::{RoomImage, TicketImage};
+pub use lane::LaneIndex;
 pub use lottery::{DrawMismatch, DrawRecord, LotterySeed};
 pub use room::{Departure, Handoff, Identity, JoinError, Joined, Room};
 pub use rules::{AdmissionRate, Eta, Status, TicketState, TicketStatus, WAIT_BUCKETS_MS};

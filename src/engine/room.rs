@@ -23,9 +23,10 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use tokio::sync::{Notify, watch};
 
+use super::changes::Changes;
 use super::clock::{Clock, millis};
-use super::departures::Departures;
 use super::event::{EventSink, RoomEvent};
+use super::lane::LaneIndex;
 use super::lottery::LotterySeed;
 use super::rules::{
     self, AdmitCap, Counter, MAX_TICKETS, PassTimeouts, RoomFacts, TicketFacts, TicketStatus,
@@ -178,9 +179,12 @@ pub struct Room {
 
     pub(crate) tickets: boxcar::Vec<Ticket>,
     pub(crate) queue: boxcar::Vec<TicketId>,
-    /// Next queue index to pop.
-    pub(crate) head: AtomicU32,
-    pub(crate) departures: Departures,
+    /// The position index of each lane (today one): the poppers' head,
+    /// departures, returners.
+    pub(crate) lanes: Box<[LaneIndex]>,
+    /// Moved (coalesced) whenever positions or the view may have changed;
+    /// the room's streams follow it.
+    pub(crate) changes: Changes,
     identities: DashMap<Identity, TicketId>,
     /// Tickets that joined before opening; `None` once the room is open.
     /// A mutex because it is touched only before opening and at the draw,
@@ -272,8 +276,8 @@ impl Room {
             clock,
             tickets: boxcar::Vec::new(),
             queue: boxcar::Vec::new(),
-            head: AtomicU32::new(0),
-            departures: Departures::new(),
+            lanes: Box::new([LaneIndex::new()]),
+            changes: Changes::new(),
             identities: DashMap::new(),
             prequeue: Mutex::new(prequeue),
             lottery,
@@ -451,14 +455,30 @@ impl Room {
 
     fn count_departure(&self, t: &Ticket) {
         if let Some(index) = t.departure_to_count() {
-            self.departures.record(index);
+            self.line().departed(index);
+            self.changes.mark();
         }
+    }
+
+    /// The main lane's position index.
+    pub(crate) fn line(&self) -> &LaneIndex {
+        &self.lanes[0]
+    }
+
+    /// A lane's position index, for the streams that count positions
+    /// from it.
+    pub fn lane(&self, lane: u8) -> Option<&LaneIndex> {
+        self.lanes.get(usize::from(lane))
+    }
+
+    /// What this room's streams follow to know when to look again.
+    pub fn changes(&self) -> &Changes {
+        &self.changes
     }
 
     /// Tickets still waiting ahead of queue index `index`.
     fn waiting_ahead(&self, index: u32) -> u64 {
-        self.departures
-            .waiting_ahead(self.head.load(Ordering::Acquire), index)
+        self.line().ahead(index).unwrap_or(0)
     }
 
     fn number_of(&self, id: TicketId) -> Option<u64> {
@@ -475,7 +495,7 @@ impl Room {
 
     /// Whether anyone might be waiting at the head right now.
     pub(crate) fn has_queued(&self) -> bool {
-        (self.head.load(Ordering::Acquire) as usize) < self.queue.count()
+        (self.line().head() as usize) < self.queue.count()
     }
 
     fn is_quiet(&self, t: &Ticket, now: u64) -> bool {
@@ -486,17 +506,20 @@ impl Room {
     /// way are marked abandoned and skipped.
     pub(crate) fn pop_and_admit(&self, now: u64) -> Option<TicketId> {
         loop {
-            let head = self.head.load(Ordering::Acquire);
+            let line = self.line();
+            let head = line.head();
             // A slot whose push has not finished yet reads as the end of the
             // queue; the worker will get it on its next tick.
             let id = *self.queue.get(head as usize)?;
-            if self
+            if line
                 .head
                 .compare_exchange(head, head + 1, Ordering::AcqRel, Ordering::Acquire)
                 .is_err()
             {
                 continue;
             }
+            // Everyone behind moved up one.
+            self.changes.mark();
             let Some(t) = self.ticket(id) else { continue };
             if t.state() != TicketState::Waiting {
                 continue;
@@ -694,6 +717,18 @@ impl Room {
     /// A ticket's status, with its position clamped so that what its holder
     /// sees never goes up.
     pub fn status(&self, id: TicketId) -> Option<TicketStatus> {
+        let (facts, ahead) = self.ticket_facts(id)?;
+        Some(rules::ticket_status(
+            &facts,
+            ahead,
+            &self.facts(),
+            self.clock.now_ms(),
+        ))
+    }
+
+    /// A ticket's facts, and the count ahead its holder is shown (clamped
+    /// so it never goes up) while it waits in line.
+    pub fn ticket_facts(&self, id: TicketId) -> Option<(TicketFacts, Option<u64>)> {
         let t = self.ticket(id)?;
         let facts = TicketFacts {
             id: u64::from(id),
@@ -712,17 +747,19 @@ impl Room {
             }
             _ => None,
         };
-        Some(rules::ticket_status(
-            &facts,
-            ahead,
-            &self.facts(),
-            self.clock.now_ms(),
-        ))
+        Some((facts, ahead))
+    }
+
+    /// Where a ticket was placed in line: its queue index and the tickets
+    /// waiting ahead of it then.
+    pub fn placement(&self, id: TicketId) -> Option<(u32, u32)> {
+        let t = self.ticket(id)?;
+        Some((t.queue_index()?, t.initial_ahead()))
     }
 
     /// What a status needs of the room: the published view (operators'
     /// changes publish it at once), with the line's length as of now.
-    fn facts(&self) -> RoomFacts {
+    pub fn facts(&self) -> RoomFacts {
         self.view_tx
             .borrow()
             .facts(self.waiting.load(Ordering::Acquire))
@@ -920,7 +957,7 @@ impl Room {
             tick_ms,
             timeouts: self.hot.timeouts(),
         };
-        self.view_tx.send_if_modified(|current| {
+        let published = self.view_tx.send_if_modified(|current| {
             if force || rules::worth_publishing(current, &next) {
                 let version = current.version + 1;
                 *current = RoomView { version, ..next };
@@ -929,6 +966,9 @@ impl Room {
                 false
             }
         });
+        if published {
+            self.changes.bump();
+        }
     }
 }
 

@@ -141,7 +141,7 @@ impl Room {
     /// that people behind them see their true position before the head
     /// reaches them. (Whoever pops a quiet ticket skips it regardless.)
     fn sweep_quiet(&self, w: &mut Worker, now: u64) -> u64 {
-        let head = self.head.load(Ordering::Acquire);
+        let head = self.line().head();
         let end = self.queue.count() as u32;
         if head >= end {
             return 0;

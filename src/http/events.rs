@@ -3,22 +3,28 @@
 //! second), one `admitted` event, `expired`/`left`/`closed` when the ticket
 //! or room ends, and keep-alive comments.
 //!
-//! Tens of thousands of these are open at once, so a stream owns no timer
-//! and polls nothing on its own: it sleeps until its ticket's signal fires
-//! (an admission by hand-off reaches it at once, ahead of any broadcast),
-//! the room view changes (after a tick; relayed a group of streams at a
-//! time by `fanout`), or the shared heartbeat ticks. Each wake costs one
-//! status read, which also counts as the visitor's activity, so an open
-//! page keeps its place (the heartbeat wakes every stream, so that holds
-//! however quiet the room).
+//! Tens of thousands of these are open at once, so a stream asks the store
+//! nothing when the room changes: it reads its ticket once when it opens,
+//! then counts its place from its room's feed on this instance
+//! (`backend::feed`) whenever the feed moves (relayed a group of streams at
+//! a time by `fanout`). Only its ticket's own news (an admission, an end),
+//! which wakes it at once through the ticket's signal, ahead of any wave,
+//! costs it a store read. Keep-alive comments are the connection's: a timer
+//! per response, reset by every event, so an idle room wakes no stream.
+//!
+//! Every event carries an SSE `id:` — the count ahead it showed, for a
+//! position — and the stream starts with `retry:`. A browser that
+//! reconnects sends the last id back as `Last-Event-ID`: its new stream
+//! never shows more people ahead than that, and it is sent its current
+//! state at once, an admission it missed included.
 
 use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::HeaderName;
+use axum::http::{HeaderMap, HeaderName};
 use axum::response::IntoResponse;
-use axum::response::sse::{Event, Sse};
+use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
 use serde::Serialize;
 use tokio::time::Instant;
@@ -28,11 +34,16 @@ use super::extract::{ReturnTo, Visitor};
 use super::fanout::Subscription;
 use super::limits::{ClientIp, StreamSlot};
 use super::state::AppState;
+use crate::backend::feed::{Follow, Tracker};
 use crate::backend::{BackendError, TicketRef};
 use crate::engine::{RoomId, Status, TicketState, TicketStatus, Timestamp};
 
 /// At most one `position` event a second per stream.
 const POSITION_INTERVAL: Duration = Duration::from_secs(1);
+/// What a browser waits before reconnecting a dropped stream.
+const RETRY: Duration = Duration::from_secs(3);
+/// The `id:` of an event that ends the stream.
+const END_ID: &str = "end";
 
 /// The `admitted` event.
 #[derive(Serialize)]
@@ -46,7 +57,19 @@ struct Admitted<'a> {
 fn ending(status: Status) -> Event {
     Event::default()
         .event(status.name())
+        .id(END_ID)
         .data(format!(r#"{{"status":"{}"}}"#, status.name()))
+}
+
+/// The count ahead a reconnecting client last saw, from `Last-Event-ID`.
+fn last_seen(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get("last-event-id")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// `GET /api/rooms/{room}/events?return=P`
@@ -54,99 +77,118 @@ pub async fn events(
     State(state): State<AppState>,
     ReturnTo(redirect): ReturnTo,
     client: ClientIp,
+    headers: HeaderMap,
     Visitor { room, ticket }: Visitor,
 ) -> Result<impl IntoResponse, ApiError> {
     // Fail before the stream starts, with a proper status, for a ticket or
-    // room that does not exist.
-    state.backend.status(&room, ticket.ticket, true).await?;
+    // room that does not exist; the stream starts from what this read.
+    let follow = state.backend.follow(&room, ticket.ticket).await?;
     let slot = state.streams.acquire(client)?;
+    let keep_alive = KeepAlive::new()
+        .interval(state.settings.keep_alive)
+        .text("keep-alive");
+    let events = stream(
+        state,
+        room,
+        ticket.ticket,
+        Opened {
+            follow,
+            redirect,
+            slot,
+            last_seen: last_seen(&headers),
+        },
+    );
     // nginx buffers proxied responses unless told not to; a buffered event
     // stream would hold a visitor's admission back.
     Ok((
         [(HeaderName::from_static("x-accel-buffering"), "no")],
-        Sse::new(stream(state, room, ticket.ticket, redirect, slot)),
+        Sse::new(events).keep_alive(keep_alive),
     ))
+}
+
+/// What a stream starts from.
+struct Opened {
+    follow: Follow,
+    redirect: Option<String>,
+    /// Held for as long as the stream lives.
+    slot: StreamSlot,
+    last_seen: Option<u64>,
+}
+
+/// The event for a status that ends the stream, if it does.
+fn final_event(status: &TicketStatus, redirect: Option<&str>) -> Option<Event> {
+    if status.closed {
+        return Some(ending(Status::Closed));
+    }
+    match status.status() {
+        Status::Waiting => None,
+        Status::Admitted => {
+            let data = Admitted {
+                status: Status::Admitted,
+                redirect,
+                pass_expires_at: status.pass_expires_at,
+            };
+            let data = serde_json::to_string(&data).unwrap_or_default();
+            Some(Event::default().event("admitted").id(END_ID).data(data))
+        }
+        ended => Some(ending(ended)),
+    }
+}
+
+fn position(status: &TicketStatus) -> Event {
+    let data = serde_json::to_string(status).unwrap_or_default();
+    let event = Event::default().event("position").data(data);
+    match status.ahead {
+        Some(ahead) => event.id(ahead.to_string()),
+        None => event,
+    }
 }
 
 fn stream(
     state: AppState,
     room: RoomId,
     ticket: TicketRef,
-    redirect: Option<String>,
-    slot: StreamSlot,
+    opened: Opened,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     async_stream::stream! {
-        // Held for as long as the stream lives.
+        let Opened { follow, redirect, slot, last_seen } = opened;
         let _slot = slot;
         let backend = state.backend.clone();
-        let (subscription, signal) = match (
-            state.fanout.subscribe(&backend, &room).await,
-            backend.watch_ticket(&room, ticket).await,
-        ) {
-            (Ok(v), Ok(s)) => (v, s),
-            _ => return,
-        };
-        let Subscription { waves: mut view, mut pending } = subscription;
-        let mut heartbeat = state.heartbeat.clone();
-        // What the visitor last saw, to send only changes.
+        let Follow { feed, signal, ticket: read } = follow;
+        // presence: the stream holds its ticket's presence here for as long
+        // as it lives. Until connection-bound presence lands, a status read
+        // with activity every `TOUCH` keeps the ticket from being abandoned.
+        let mut touch_at = Instant::now();
+        let Subscription { waves: mut view, mut pending } = state.fanout.subscribe(&room, &*feed);
+        let mut tracker = Tracker::new(read);
+        if let Some(ahead) = last_seen {
+            tracker.seen(ahead);
+        }
+        // What the visitor last saw, to send only changes; the first event
+        // goes at once, with the reconnection delay.
         let mut shown: Option<TicketStatus> = None;
         let mut last_sent: Option<Instant> = None;
         loop {
             let woken = signal.notify().notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            // The view version this status read reflects.
+            // The feed's change this count reflects.
             let seen = *view.borrow_and_update();
 
-            let status = match backend.status(&room, ticket, true).await {
-                Ok(status) => status,
-                Err(BackendError::NoSuchTicket | BackendError::NoSuchRoom(_)) => {
-                    yield Ok(ending(Status::Expired));
-                    return;
-                }
-                Err(_) => {
-                    // The state store is briefly away: keep the stream and
-                    // try again on the next wake (its own signal included,
-                    // so a hand-off is not left for the heartbeat). The
-                    // relay's wave is done with, so its group goes on.
-                    pending.handled();
-                    tokio::select! {
-                        () = &mut woken => continue,
-                        _ = heartbeat.changed() => continue,
-                        () = state.shutdown.cancelled() => return,
-                    }
-                }
-            };
-            if status.closed {
-                yield Ok(ending(Status::Closed));
+            let status = tracker.status(&*feed, state.clock.now_ms());
+            if let Some(end) = final_event(&status, redirect.as_deref()) {
+                yield Ok(if last_sent.is_none() { end.retry(RETRY) } else { end });
                 return;
             }
-            match status.status() {
-                Status::Admitted => {
-                    let data = Admitted {
-                        status: Status::Admitted,
-                        redirect: redirect.as_deref(),
-                        pass_expires_at: status.pass_expires_at,
-                    };
-                    let data = serde_json::to_string(&data).unwrap_or_default();
-                    yield Ok(Event::default().event("admitted").data(data));
-                    return;
-                }
-                Status::Waiting => {}
-                ended => {
-                    yield Ok(ending(ended));
-                    return;
-                }
-            }
-            debug_assert_eq!(status.state, TicketState::Waiting);
+            debug_assert_eq!(tracker.state(), TicketState::Waiting);
 
             let mut held_back = false;
             if !shown.as_ref().is_some_and(|s| s.shows_same_as(&status)) {
                 match last_sent {
                     Some(at) if at.elapsed() < POSITION_INTERVAL => held_back = true,
                     _ => {
-                        let data = serde_json::to_string(&status).unwrap_or_default();
-                        yield Ok(Event::default().event("position").data(data));
+                        let event = position(&status);
+                        yield Ok(if last_sent.is_none() { event.retry(RETRY) } else { event });
                         shown = Some(status);
                         last_sent = Some(Instant::now());
                     }
@@ -155,24 +197,37 @@ fn stream(
             pending.set(held_back);
             pending.handled();
 
-            // Wait for something worth a status read.
+            // Wait for something worth counting again.
             loop {
                 tokio::select! {
                     biased;
                     () = state.shutdown.cancelled() => return,
-                    () = &mut woken => break,
+                    () = &mut woken => {
+                        // The ticket's own news: read it from the store.
+                        match backend.read_ticket(&room, ticket).await {
+                            Ok(read) => tracker.update(read),
+                            Err(BackendError::NoSuchTicket | BackendError::NoSuchRoom(_)) => {
+                                yield Ok(ending(Status::Expired));
+                                return;
+                            }
+                            // The store is briefly away: the next wave
+                            // (or signal) tries again.
+                            Err(_) => {}
+                        }
+                        break;
+                    }
                     changed = view.changed() => {
                         if changed.is_err() {
                             // The room was replaced or the backend is going away.
                             yield Ok(ending(Status::Closed));
                             return;
                         }
-                        // Every wave is acknowledged: after the status read
-                        // it leads to, or at once when there is none.
+                        // Every wave is acknowledged: after the count it
+                        // leads to, or at once when there is none.
                         pending.owe();
                         let due = last_sent.is_none_or(|at| at.elapsed() >= POSITION_INTERVAL);
                         if *view.borrow_and_update() != seen {
-                            // A new view: read it now if allowed to send,
+                            // A new change: count now if allowed to send,
                             // else on a retry wave once allowed.
                             if due {
                                 break;
@@ -186,12 +241,16 @@ fn stream(
                         // Nothing to do for this wave.
                         pending.handled();
                     }
-                    _ = heartbeat.changed() => {
-                        yield Ok(Event::default().comment("keep-alive"));
-                        break;
+                    () = tokio::time::sleep_until(touch_at) => {
+                        touch_at = Instant::now() + TOUCH;
+                        let _ = backend.status(&room, ticket, true).await;
                     }
                 }
             }
         }
     }
 }
+
+/// How often a stream counts as its ticket's sign of life (see the
+/// `presence:` note in `stream`).
+const TOUCH: Duration = Duration::from_secs(15);

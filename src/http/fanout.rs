@@ -1,10 +1,11 @@
-//! Paced fan-out of room-view changes to the event streams.
+//! Paced fan-out of a room's changes to the event streams.
 //!
-//! A room view change used to wake every stream of the room at once (one
+//! A change of the room's feed (its change counter moved: positions or the
+//! view changed) used to wake every stream of the room at once (one
 //! `watch` with 15,000 receivers). Tokio queues woken tasks first in,
 //! first out, so a request that arrived during such a broadcast (above
 //! all a `leave` whose hand-off admits the next visitor) waited behind all
-//! 15,000 stream tasks. Here one relay task per room follows the view and
+//! 15,000 stream tasks. Here one relay task per room follows the feed and
 //! wakes the streams a group at a time, yielding between groups: the
 //! worker then drains the group, polls the I/O driver, and runs whatever
 //! arrived meanwhile before the next group. A request waits behind one
@@ -22,8 +23,8 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
-use crate::backend::{Backend, BackendError};
-use crate::engine::{RoomId, RoomView};
+use crate::backend::feed::RoomFeed;
+use crate::engine::RoomId;
 
 /// Groups per room: at 15,000 streams about 230 a group, which fits a
 /// Tokio worker's local run queue (256) and takes a few milliseconds.
@@ -34,8 +35,8 @@ const GROUP_WAIT: Duration = Duration::from_millis(50);
 /// How often pending streams get another chance to send while held back.
 const RETRY: Duration = Duration::from_millis(250);
 
-/// What a stream follows: the relay's waves (the value is the view's
-/// version; a retry wave repeats it) and the room's count of pending
+/// What a stream follows: the relay's waves (the value is the feed's
+/// change count; a retry wave repeats it) and the room's count of pending
 /// streams.
 pub struct Subscription {
     pub waves: watch::Receiver<u64>,
@@ -114,9 +115,9 @@ pub struct Fanout {
 
 /// One room's relay: a version counter per group of streams.
 struct Relay {
-    /// The backend's view channel this relay follows, to tell a relay of
-    /// a replaced room (a new channel) from the current one.
-    view: watch::Receiver<RoomView>,
+    /// The feed's change counter this relay follows, to tell a relay of a
+    /// replaced room (a new feed) from the current one.
+    changes: watch::Receiver<u64>,
     groups: Vec<watch::Sender<u64>>,
     next: AtomicUsize,
     pending: Arc<AtomicUsize>,
@@ -124,22 +125,18 @@ struct Relay {
 }
 
 impl Fanout {
-    /// A receiver that changes when the room's view does, paced with the
-    /// room's other streams; it closes when the room's view does.
-    pub async fn subscribe(
-        self: &Arc<Self>,
-        backend: &Arc<dyn Backend>,
-        room: &RoomId,
-    ) -> Result<Subscription, BackendError> {
-        let view = backend.watch_room(room).await?;
+    /// A receiver that changes when the room's feed does, paced with the
+    /// room's other streams; it closes when the feed does.
+    pub fn subscribe(self: &Arc<Self>, room: &RoomId, feed: &dyn RoomFeed) -> Subscription {
+        let changes = feed.changes();
         let mut rooms = self.lock();
         if let Some(relay) = rooms.get(room).and_then(Weak::upgrade)
-            && relay.view.same_channel(&view)
+            && relay.changes.same_channel(&changes)
         {
-            return Ok(relay.subscribe());
+            return relay.subscribe();
         }
         let relay = Arc::new(Relay {
-            view: view.clone(),
+            changes: changes.clone(),
             groups: (0..GROUPS).map(|_| watch::channel(0).0).collect(),
             next: AtomicUsize::new(0),
             pending: Arc::default(),
@@ -147,8 +144,8 @@ impl Fanout {
         });
         rooms.insert(room.clone(), Arc::downgrade(&relay));
         let receiver = relay.subscribe();
-        tokio::spawn(run(self.clone(), room.clone(), relay, view));
-        Ok(receiver)
+        tokio::spawn(run(self.clone(), room.clone(), relay, changes));
+        receiver
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RoomId, Weak<Relay>>> {
@@ -177,19 +174,19 @@ impl Relay {
     }
 }
 
-/// Until the view's channel closes (the room is gone or replaced), or no
+/// Until the feed's counter closes (the room is gone or replaced), or no
 /// stream follows the room any more. Dropping the relay closes every
 /// group, which tells its streams.
 async fn run(
     fanout: Arc<Fanout>,
     room: RoomId,
     relay: Arc<Relay>,
-    mut view: watch::Receiver<RoomView>,
+    mut changes: watch::Receiver<u64>,
 ) {
     let mut version = 0u64;
     loop {
         tokio::select! {
-            changed = view.changed() => {
+            changed = changes.changed() => {
                 if changed.is_err() {
                     break;
                 }

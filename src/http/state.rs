@@ -4,7 +4,6 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
@@ -40,9 +39,6 @@ pub struct Shared {
     pub settings: Arc<HttpSettings>,
     /// Cancelled when the server shuts down; open streams end on it.
     pub shutdown: CancellationToken,
-    /// Ticks every `HttpSettings::keep_alive`: streams send a keep-alive
-    /// comment on it, so no stream needs a timer of its own.
-    pub heartbeat: watch::Receiver<u64>,
     /// The service's own counters, for `/metrics`.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Rooms sampled over time: the dashboard's history, windowed figures
@@ -50,7 +46,7 @@ pub struct Shared {
     pub monitor: Arc<crate::monitor::Monitor>,
     /// Open event streams per client address.
     pub streams: Arc<super::limits::StreamLimiter>,
-    /// Room-view changes relayed to the streams a group at a time.
+    /// Rooms' changes relayed to the streams a group at a time.
     pub fanout: Arc<super::fanout::Fanout>,
     /// Each room's access rules, compiled, and its challenge difficulty.
     pub access: Arc<super::access::AccessBook>,
@@ -69,6 +65,8 @@ pub struct HttpSettings {
     pub admin_token: Option<Secret>,
     /// A key the origin's backend may use for `release` only.
     pub release_key: Option<Secret>,
+    /// How long an event stream may stay silent before a keep-alive
+    /// comment (each stream's own timer, reset by every event).
     pub keep_alive: std::time::Duration,
     pub on_backend_error: crate::config::OnBackendError,
     /// Peers whose forwarding headers name the client.

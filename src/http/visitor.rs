@@ -140,15 +140,11 @@ pub async fn queue(
     }
     let before_draw = joined.status.number.is_none();
     let mut page = queue_page(lang, &room, joined.status, return_path);
-    if before_draw && let Ok(view) = state.backend.watch_room(&room).await {
-        page.draw = view
-            .borrow()
-            .lottery_commitment
-            .clone()
-            .map(|commitment| DrawLink {
-                commitment,
-                url: format!("/api/rooms/{room}/draw"),
-            });
+    if before_draw && let Ok(snapshot) = state.backend.room(&room).await {
+        page.draw = snapshot.view.lottery_commitment.map(|commitment| DrawLink {
+            commitment,
+            url: format!("/api/rooms/{room}/draw"),
+        });
     }
     ([cookie], pages::html(StatusCode::OK, &page)).into_response()
 }

@@ -185,13 +185,20 @@ impl TestApp {
 
     /// Follow a visitor's event stream.
     pub async fn events(&self, room: &str, v: &Visitor) -> EventStream {
-        let response = self
+        self.events_after(room, v, None).await
+    }
+
+    /// Follow a visitor's event stream as a reconnecting browser does,
+    /// sending the id of the last event it had as `Last-Event-ID`.
+    pub async fn events_after(&self, room: &str, v: &Visitor, last: Option<&str>) -> EventStream {
+        let mut request = self
             .client
             .get(self.url(&format!("/api/rooms/{room}/events")))
-            .bearer_auth(&v.token)
-            .send()
-            .await
-            .unwrap();
+            .bearer_auth(&v.token);
+        if let Some(last) = last {
+            request = request.header("last-event-id", last);
+        }
+        let response = request.send().await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(
             response.headers()["content-type"].to_str().unwrap(),

@@ -3,7 +3,8 @@
 //! `redis-server` processes (`redis_server`) and replicated sets of them
 //! with Sentinel or as a Cluster (`redis_ha`), the shipped nginx, Caddy,
 //! HAProxy and Traefik configurations in front of a small origin
-//! (`proxy`), and headless Chromium through chromedriver (`browser`).
+//! (`proxy`), headless Chromium through chromedriver (`browser`), and a
+//! TCP relay that cuts connections on demand (`relay`).
 //!
 //! Every process a helper starts is killed when its handle drops, however
 //! the test ends. `scripts/test` installs the programs (redis-server,
@@ -15,6 +16,7 @@ pub mod browser;
 pub mod proxy;
 pub mod redis_ha;
 pub mod redis_server;
+pub mod relay;
 
 use narabu::engine::{RoomId, RoomSettings};
 

@@ -186,6 +186,11 @@ pub struct Harness {
 pub const T0: u64 = 1_800_000_000_000;
 
 impl Harness {
+    /// The Redis server of a Redis harness.
+    pub fn redis(&self) -> &RedisServer {
+        self._redis.as_ref().expect("a Redis harness")
+    }
+
     pub async fn new(kind: Kind, rooms: Vec<RoomSettings>) -> Self {
         Self::instances(kind, rooms, 1).await
     }

@@ -4,6 +4,7 @@
 mod fair;
 mod hostile;
 mod proxies;
+mod streams;
 
 use std::time::{Duration, Instant};
 

@@ -1,11 +1,14 @@
 //! Tests of the Redis backend against a real `redis-server` each test
 //! starts on a free loopback port: the conformance suite (both backends,
 //! one set of bodies), several instances sharing one Redis, faults, and
-//! failovers (Sentinel, Cluster replicas).
+//! failovers (Sentinel, Cluster replicas), and an instance's copy of a
+//! room's line through late starts, lost connections and a trimmed log
+//! (`follow`).
 
 mod cluster;
 mod conformance;
 mod failover;
 mod fair;
+mod follow;
 mod instances;
 mod measure;

@@ -40,6 +40,7 @@ use tokio::time::Instant;
 use crate::api::Api;
 use crate::cli::{StreamsArgs, default_workers, target_of};
 use crate::http::{Conn, EventStream};
+use crate::probe::{ProcessCpu, RedisCost, redis_stats};
 use crate::progress;
 use crate::report::Report;
 use crate::stats::Summary;
@@ -380,7 +381,12 @@ struct InstanceFigures {
     rss_before_kib: Option<u64>,
     rss_after_kib: Option<u64>,
     memory_per_stream_kib: Option<f64>,
+    /// From the leave.
     fanout: Summary,
+    /// From the first `updated_at` stamped on the change.
+    fanout_from_stamp: Summary,
+    /// The process's CPU during the fan-out's wave ÷ the streams it updated.
+    cpu_us_per_update: Option<f64>,
     handoff: Summary,
 }
 
@@ -535,6 +541,13 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
     // 0's); stream 0 is admitted at once, and everyone else's position
     // changes at the next tick.
     let mark = w.events.lock().unwrap_or_else(|p| p.into_inner()).len();
+    let cpu_before: Vec<Option<ProcessCpu>> = (0..n_targets)
+        .map(|t| pid(t).map(ProcessCpu::read))
+        .collect();
+    let redis_before = match &args.redis {
+        Some(url) => Some(redis_stats(url).await?),
+        None => None,
+    };
     let t0 = unix_us();
     let lt = leave_target(0, n_targets);
     apis[lt]
@@ -553,9 +566,24 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    // Every delivery is timed from the same moment, the earliest
-    // `updated_at` any instance stamped on the change, so the per-instance
-    // figures include the hop through Redis pub/sub.
+    let cpu_after: Vec<Option<ProcessCpu>> = (0..n_targets)
+        .map(|t| pid(t).map(ProcessCpu::read))
+        .collect();
+    let redis_cost = match (&args.redis, redis_before) {
+        (Some(url), Some(before)) => Some(redis_stats(url).await?.since(&before)),
+        _ => None,
+    };
+    // Every delivery is timed from the leave (the change itself), and also
+    // from the earliest `updated_at` any instance stamped on it (when the
+    // first stream counted its new place), so that the per-instance
+    // figures include the hop through Redis.
+    let from_leave = |keep: &dyn Fn(usize) -> bool| -> Vec<f64> {
+        fanout
+            .iter()
+            .filter(|(idx, _)| keep(**idx))
+            .map(|(_, (recv, _))| recv.saturating_sub(t0) as f64 / 1000.0)
+            .collect()
+    };
     let reference_ms = fanout.values().filter_map(|(_, u)| *u).min();
     let fan_of = |keep: &dyn Fn(usize) -> bool| -> Vec<f64> {
         match reference_ms {
@@ -567,21 +595,28 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
             None => Vec::new(),
         }
     };
-    let fan_ms = fan_of(&|_| true);
+    let fan_ms = from_leave(&|_| true);
+    let stamp_ms = fan_of(&|_| true);
     // Streams whose previous event came less than a second before the
     // change wait out the server's one-event-a-second throttle; the rest
     // show the broadcast itself.
-    let free_ms: Vec<f64> = match reference_ms {
-        Some(r) => {
-            let previous = last_positions_before(&w.events, t0);
-            fan_of(&|idx| {
-                previous
-                    .get(&idx)
-                    .is_none_or(|p| (r as f64) - (*p as f64 / 1000.0) >= 1000.0)
-            })
-        }
-        None => Vec::new(),
-    };
+    let previous = last_positions_before(&w.events, t0);
+    let free_ms = from_leave(&|idx| {
+        previous
+            .get(&idx)
+            .is_none_or(|p| t0.saturating_sub(*p) >= 1_000_000)
+    });
+    // Each instance's CPU over the wave, per stream it updated.
+    let cpu_per_update: Vec<Option<f64>> = (0..n_targets)
+        .map(|t| {
+            let updated = fanout
+                .keys()
+                .filter(|&&idx| target_of(idx, n_targets) == t)
+                .count();
+            let spent = cpu_after[t]?.since(&cpu_before[t]?)?;
+            (updated > 0).then(|| spent / updated as f64)
+        })
+        .collect();
 
     // 6. Hand-offs down the line, each leave at another instance than the
     // next visitor's stream.
@@ -651,7 +686,9 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
                 rss_before_kib: rss_before[t],
                 rss_after_kib: rss_after[t],
                 memory_per_stream_kib: per_stream_kib(rss_before[t], rss_after[t], o),
-                fanout: Summary::of(&fan_of(&on_t)),
+                fanout: Summary::of(&from_leave(&on_t)),
+                fanout_from_stamp: Summary::of(&fan_of(&on_t)),
+                cpu_us_per_update: cpu_per_update[t],
                 handoff: Summary::of(
                     &handoff_ms
                         .iter()
@@ -697,7 +734,7 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
         },
     );
     r.row(
-        "fan-out of one change",
+        "fan-out of one change (from the leave)",
         if fan.count == 0 {
             "no deliveries".to_owned()
         } else {
@@ -707,6 +744,25 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
             )
         },
     );
+    let stamp = Summary::of(&stamp_ms);
+    r.row(
+        "the same, from the first stream's count",
+        format!(
+            "p50 {:.1} ms, p99 {:.1} ms, last {:.1} ms",
+            stamp.p50_ms, stamp.p99_ms, stamp.max_ms
+        ),
+    );
+    r.row(
+        "server CPU per stream update",
+        cpu_per_update
+            .iter()
+            .map(|c| c.map_or("n/a".to_owned(), |us| format!("{us:.1} µs")))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    if let Some(cost) = &redis_cost {
+        r.row("Redis during the wave", redis_row(cost));
+    }
     let free = Summary::of(&free_ms);
     r.row(
         "fan-out, streams not throttled",
@@ -737,11 +793,13 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
             r.row(
                 &format!("instance {t} ({})", i.target),
                 format!(
-                    "{} open, {} failed; {}; fan-out first {:.1} / p50 {:.1} / p99 {:.1} / last {:.1} ms; hand-off {}",
+                    "{} open, {} failed; {}; {}; fan-out first {:.1} / p50 {:.1} / p99 {:.1} / last {:.1} ms; hand-off {}",
                     i.streams_open,
                     i.streams_failed,
                     i.memory_per_stream_kib
                         .map_or("memory n/a".to_owned(), |m| format!("{m:.1} KiB/stream")),
+                    i.cpu_us_per_update
+                        .map_or("CPU n/a".to_owned(), |c| format!("{c:.1} µs CPU/update")),
                     i.fanout.min_ms,
                     i.fanout.p50_ms,
                     i.fanout.p99_ms,
@@ -766,6 +824,12 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
             .reduce(f64::max),
     );
     r.figure("fanout", fan);
+    r.figure("fanout_from_stamp", stamp);
+    r.figure(
+        "cpu_us_per_update",
+        cpu_per_update.iter().flatten().copied().reduce(f64::max),
+    );
+    r.figure("redis_wave", &redis_cost);
     r.figure("fanout_delivered", fan.count);
     r.figure("quiet_before_change", quiet);
     r.figure("fanout_not_throttled", free);
@@ -773,6 +837,23 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
     r.figure("handoff_timeouts", timeouts);
     r.figure("instances", &instances);
     Ok(r)
+}
+
+/// Redis's share of one change, in a line.
+fn redis_row(cost: &RedisCost) -> String {
+    let top: Vec<String> = cost
+        .by_command
+        .iter()
+        .map(|(name, calls)| format!("{name} {calls}"))
+        .collect();
+    format!(
+        "{:.2} ms CPU, {} commands ({} scripts, {} log reads): {}",
+        cost.cpu_ms,
+        cost.calls,
+        cost.evalsha,
+        cost.xread,
+        top.join(", ")
+    )
 }
 
 /// The first `position` event after `t0_us` of each stream.

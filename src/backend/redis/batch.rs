@@ -18,7 +18,8 @@ use std::sync::Mutex;
 use tokio::sync::oneshot;
 
 use super::BackendError;
-use crate::engine::{RoomId, TicketStatus};
+use super::reply::Facts;
+use crate::engine::RoomId;
 
 /// Tickets per script call: large enough that a broadcast's reads take a
 /// few calls, small enough that one call keeps Redis busy for only a few
@@ -28,10 +29,14 @@ pub const MAX_BATCH: usize = 256;
 /// Reads of one room, with or without counting as activity.
 pub type Key = (RoomId, bool);
 
+/// A read's answer: the ticket's facts and the room's count of waiting
+/// tickets.
+pub type Answer = Result<(Facts, u64), BackendError>;
+
 pub struct Pending {
     pub epoch: u64,
     pub id: u64,
-    pub reply: oneshot::Sender<Result<TicketStatus, BackendError>>,
+    pub reply: oneshot::Sender<Answer>,
 }
 
 #[derive(Default)]
@@ -101,12 +106,7 @@ impl StatusBatches {
 mod tests {
     use super::*;
 
-    fn read(
-        id: u64,
-    ) -> (
-        Pending,
-        oneshot::Receiver<Result<TicketStatus, BackendError>>,
-    ) {
+    fn read(id: u64) -> (Pending, oneshot::Receiver<Answer>) {
         let (reply, rx) = oneshot::channel();
         (
             Pending {

@@ -6,7 +6,9 @@
 //! learns the new owner of a slot after a failover). Both are cheap to
 //! clone per call.
 //!
-//! `Subscriptions` is the other half: where the pub/sub subscriber
+//! `Blocking` is a connection of a follower's own, for its blocking reads
+//! of a room's change log. `Subscriptions` is the other half: where the
+//! pub/sub subscriber
 //! connects, again after each loss. A Cluster propagates PUBLISH to every
 //! node, so any reachable node will do; otherwise it is the primary of the
 //! moment.
@@ -15,7 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, PubSub};
+use redis::AsyncConnectionConfig;
+use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
@@ -127,6 +130,73 @@ impl Subscriptions {
         match self {
             Self::Primary(primary) => Some(primary.switches()),
             Self::Cluster { .. } => None,
+        }
+    }
+}
+
+/// A connection of its own, for a read that blocks on the server (a
+/// follower's `XREAD BLOCK`), which on a shared connection would hold up
+/// every command queued behind it. Opened anew after each failure: to the
+/// primary of the moment, or into the cluster.
+pub enum Blocking {
+    Primary(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    pub async fn blocking(&self, target: &RedisTarget) -> RedisResult<Blocking> {
+        match (self, target) {
+            (_, RedisTarget::Cluster { nodes }) => {
+                let client = ClusterClient::builder(nodes.clone())
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .response_timeout(RESPONSE_TIMEOUT)
+                    .retries(2)
+                    .build()?;
+                Ok(Blocking::Cluster(client.get_async_connection().await?))
+            }
+            (Self::Primary(primary), _) => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT));
+                let client = primary.client().await?;
+                Ok(Blocking::Primary(
+                    client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?,
+                ))
+            }
+            (Self::Cluster(_), _) => Err(RedisError::from((
+                redis::ErrorKind::Client,
+                "a cluster connection without cluster nodes",
+            ))),
+        }
+    }
+}
+
+impl ConnectionLike for Blocking {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Primary(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Primary(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Primary(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
         }
     }
 }

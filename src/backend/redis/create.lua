@@ -2,13 +2,15 @@
 -- ('0' keeps it: every instance creates the configured rooms at start),
 -- ARGV[4] = the new epoch, ARGV[5] = the settings as JSON (named as the
 -- meta fields; see RedisBackend::create; `access` holds the access rules'
--- fields, read only by Rust). A replaced incarnation's keys
--- are unlinked; its tickets, which name the old epoch, become unknown.
+-- fields, read only by Rust). A replaced incarnation's keys are unlinked;
+-- its tickets, which name the old epoch, become unknown. The change log is
+-- the room's, not the incarnation's: it goes on, with an 'n' entry naming
+-- the new epoch.
 -- Returns {r = 'created', view = {...}} | {r = 'exists', epoch}
 local old = redis.call('HGET', META, 'epoch')
 if old and ARGV[3] ~= '1' then return reply({r = 'exists', epoch = old}) end
 if old then
-  for _, name in ipairs({'tk', 'q', 'pre', 'ids', 'seen', 'adm', 'pas', 'draw'}) do
+  for _, name in ipairs({'tk', 'q', 'pre', 'ids', 'seen', 'adm', 'pas', 'draw', 'dep', 'back'}) do
     redis.call('UNLINK', P .. old .. ':' .. name)
   end
   redis.call('DEL', META)
@@ -29,5 +31,7 @@ redis.call('HSET', META, 'epoch', EPOCH, 'capacity', s.capacity, 'tick_ms', s.ti
   'last_tick_ms', S(NOW), 'adm_at_last_tick', '0', 'rate_mean', '0', 'rate_var', '0',
   'rate_primed', '0', 'view_version', '0', 'chg', '0', 'published_chg', '0')
 for field, value in pairs(s.access) do redis.call('HSET', META, field, value) end
+-- Followers of the room's log start the new incarnation from here.
+append_log('n', EPOCH)
 redis.call('PUBLISH', CHANNEL, 'r|' .. ROOM .. '|' .. EPOCH .. '|')
 return reply({r = 'created', view = view_fields()})

@@ -23,7 +23,7 @@ if t.state == ADMITTED then
   redis.call('ZREM', K('pas'), S(t.id))
   incr('admitted', -1)
   incr(ENDED_COUNTER[to], 1)
-  notify(t.id)
+  log_end(t)
   local kind, next_id = give_back(tonumber(ARGV[6]))
   if kind == 'to' then return reply({r = 'gave', to = next_id}) end
   if kind == 'tray' then return reply({r = 'gave', tray = true}) end

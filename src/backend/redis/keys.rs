@@ -2,10 +2,12 @@
 //! (`narabu:{room}:…`), so a room lives on one Redis Cluster slot, its
 //! scripts can touch all of its keys atomically, and rooms spread over the
 //! shards. Per-incarnation keys (`narabu:{room}:<epoch>:tk`, `:q`, `:pre`,
-//! `:ids`, `:adm`, `:seen`, `:draw`) are built inside the scripts from the
-//! prefix, so replacing a room is one atomic script that unlinks the old
-//! ones. Spent proof-of-work nonces (`narabu:{room}:pow:<nonce>`) expire by
-//! themselves with their challenge.
+//! `:ids`, `:adm`, `:seen`, `:draw`, `:dep`, `:back`) are built inside the
+//! scripts from the prefix, so replacing a room is one atomic script that
+//! unlinks the old ones. Spent proof-of-work nonces
+//! (`narabu:{room}:pow:<nonce>`) expire by themselves with their challenge.
+//! The change log (`:log`, its seq `:lseq`, its followers' marks
+//! `:followers`) is the room's, across incarnations.
 
 use crate::engine::RoomId;
 
@@ -27,6 +29,8 @@ pub struct RoomKeys {
     pub meta: String,
     /// The worker lease (owner token, expiring).
     pub lease: String,
+    /// The room's change log (a Redis Stream), whatever its epoch.
+    pub log: String,
 }
 
 impl RoomKeys {
@@ -35,6 +39,7 @@ impl RoomKeys {
         Self {
             meta: format!("{prefix}room"),
             lease: format!("{prefix}lease"),
+            log: format!("{prefix}log"),
             prefix,
         }
     }
@@ -58,7 +63,7 @@ mod tests {
     fn every_key_of_a_room_shares_its_hash_tag() {
         let k = RoomKeys::new(&RoomId::new("big-sale").unwrap());
         assert_eq!(k.prefix, "narabu:{big-sale}:");
-        for key in [&k.meta, &k.lease, &k.prequeue("42"), &k.draw("42")] {
+        for key in [&k.meta, &k.lease, &k.log, &k.prequeue("42"), &k.draw("42")] {
             assert!(key.starts_with("narabu:{big-sale}:"), "{key}");
         }
         // The scripts take the room id back out of the prefix.

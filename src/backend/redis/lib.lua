@@ -21,6 +21,9 @@ local P = ARGV[1]
 local NOW = tonumber(ARGV[2])
 local ROOM = string.sub(P, 9, -3)
 local CHANNEL = 'narabu:events'
+-- Entries the change log keeps at most (trimmed roughly, as Redis does
+-- cheaply): a follower further behind than this reloads a snapshot.
+local LOG_MAX = 10000
 
 local function S(x) return string.format('%.0f', x) end
 
@@ -38,10 +41,45 @@ local function set(f, v)
   M[f] = v
   redis.call('HSET', META, f, v)
 end
-local function reply(t) return cjson.encode(t) end
-
 local EPOCH
 local function K(name) return P .. EPOCH .. ':' .. name end
+
+-- The room's change log (a Redis Stream, one per room whatever its epoch):
+-- every instance follows it to keep its own copy of the line's position
+-- index and to wake the streams of the tickets it names. A script collects
+-- what it changed as events and `reply` appends them as ONE entry, so the
+-- log moves atomically with the state; each entry carries the next `seq`,
+-- so a follower that misses one (the log was trimmed past it) knows.
+-- Events, lane first (today always 0), then the queue index and the ticket:
+--   {'p', lane, qi, id, 'adm'|'away'|'gone'}  the head took qi
+--   {'d', lane, qi, id, state}  a waiting ticket left (qi -1: never placed)
+--   {'b', lane, qi, id}         a skipped ticket came back
+--   {'e', lane, qi, id, state}  a ticket out of the line ended
+--   {'o', lane, drawn, placed}  the opening placed the pre-queue
+local LOG = P .. 'log'
+local EVENTS = {}
+local function log_event(ev) EVENTS[#EVENTS + 1] = ev end
+local function log_pop(t, outcome) log_event({'p', 0, t.qi, t.id, outcome}) end
+local function log_back(t) log_event({'b', 0, t.qi, t.id}) end
+local function log_end(t) log_event({'e', 0, t.qi, t.id, t.state}) end
+local function log_open(drawn, placed) log_event({'o', 0, drawn, placed}) end
+-- A departure also sets the slot's bit in the lane's departed bitmap, so a
+-- follower that starts late reads the line in one GETRANGE.
+local function log_dep(t)
+  if t.qi >= 0 then redis.call('SETBIT', K('dep'), t.qi, 1) end
+  log_event({'d', 0, t.qi, t.id, t.state})
+end
+local function append_log(field, value)
+  local seq = redis.call('INCR', P .. 'lseq')
+  redis.call('XADD', LOG, 'MAXLEN', '~', LOG_MAX, '*', 's', seq, field, value)
+end
+local function reply(t)
+  if #EVENTS > 0 then
+    append_log('e', cjson.encode(EVENTS))
+    EVENTS = {}
+  end
+  return cjson.encode(t)
+end
 
 -- Loads the epoch and the given meta fields; false when there is no room.
 local function room(fields)
@@ -93,10 +131,6 @@ local function ahead_of(t)
   return t.shown
 end
 
-local function notify(id)
-  redis.call('PUBLISH', CHANNEL, 't|' .. ROOM .. '|' .. EPOCH .. '|' .. S(id))
-end
-
 -- A sign of life: on a waiting ticket it keeps its place; on an admitted
 -- one it is its arrival and renews its pass.
 local function touch(t)
@@ -126,14 +160,16 @@ local function stale(queue_idle, pass_idle, grace)
     pass_idle_ms = n('pass_idle_ms'), arrival_grace_ms = n('arrival_grace_ms')})
 end
 
-local function left_waiting(t, to)
+-- A waiting ticket leaves the line: on its own (a leave, a revocation, the
+-- quiet sweep) or, `popped`, when the head reached it.
+local function left_waiting(t, to, popped)
   t.state = to
   save_ticket(t)
   redis.call('ZREM', K('q'), S(t.id))
   redis.call('ZREM', K('seen'), S(t.id))
   incr('waiting', -1)
   incr(ENDED_COUNTER[to], 1)
-  notify(t.id)
+  if popped then log_pop(t, 'gone') else log_dep(t) end
 end
 
 local function record_wait(ms)
@@ -169,7 +205,7 @@ local function pop_and_admit(quiet_before)
     local t = load_ticket(head[1])
     if t and t.state == WAITING then
       if t.seen < quiet_before then
-        left_waiting(t, ABANDONED)
+        left_waiting(t, ABANDONED, true)
       else
         t.state = ADMITTED
         t.admat = NOW
@@ -181,7 +217,7 @@ local function pop_and_admit(quiet_before)
         incr('waiting', -1)
         incr('c_admissions', 1)
         record_wait(math.max(NOW - t.joined, 0))
-        notify(t.id)
+        log_pop(t, 'adm')
         return t.id
       end
     end

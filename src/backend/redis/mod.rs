@@ -13,9 +13,13 @@
 //! a view is worth publishing, the join limit's answer. Keys carry the
 //! room's hash tag (`keys.rs`). One instance at a time runs a room's
 //! worker, elected with an expiring, owner-checked lease (`lease.rs`,
-//! `worker.rs`). Admissions and room views travel over pub/sub to the
-//! streams each instance holds (`pubsub.rs`); the status reads those
-//! streams make go to Redis in batches (`batch.rs`).
+//! `worker.rs`). Every script that changes what streams show appends to
+//! the room's change log in the same step (`log.rs`); each instance follows
+//! it with one task per room (`follower.rs`) into its own replica of the
+//! room's view and position index (`replica.rs`), which its streams count
+//! their places from, and wakes the streams of the tickets it names
+//! (`pubsub.rs`'s hub). The status reads that remain (polls, a stream's
+//! ticket after its signal) go to Redis in batches (`batch.rs`).
 //!
 //! When Redis is away every call answers `BackendError::Unavailable` (503
 //! with Retry-After; the gate follows `on_backend_error`), and the
@@ -23,10 +27,13 @@
 
 mod batch;
 mod conn;
+mod follower;
 mod keys;
 mod lease;
+mod log;
 mod primary;
 mod pubsub;
+mod replica;
 mod reply;
 mod rooms;
 mod scripts;
@@ -38,10 +45,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dashmap::DashMap;
 use redis::{AsyncCommands, RedisResult};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::feed::{RoomFeed, TicketRead};
 use super::{
     Backend, BackendError, Ending, JoinOutcome, JoinRequest, RoomPatch, RoomSnapshot, TicketRef,
     TicketSignal,
@@ -49,8 +57,8 @@ use super::{
 use crate::config::RedisTarget;
 use crate::engine::rules::{self, RoomFacts};
 use crate::engine::{
-    Clock, Departure, DrawRecord, Handoff, RoomId, RoomSettings, RoomView, TickReport, TicketId,
-    TicketState, TicketStatus,
+    Clock, Departure, DrawRecord, Handoff, RoomId, RoomSettings, TickReport, TicketId, TicketState,
+    TicketStatus,
 };
 use conn::{Conn, unavailable};
 pub use keys::RoomKeys;
@@ -103,6 +111,10 @@ pub struct RedisBackend {
     /// comes back empty.
     configured: Vec<RoomSettings>,
     workers: DashMap<RoomId, ()>,
+    /// Rooms whose change log this instance follows.
+    followers: DashMap<RoomId, ()>,
+    /// This instance's name among the log's followers.
+    instance: String,
     /// Each room's timeouts as last seen, to compute the cutoffs the tick
     /// and hand-offs compare stored times with. A script told cutoffs made
     /// with other timeouts than the room's answers with the room's, and is
@@ -141,6 +153,8 @@ impl RedisBackend {
             hub: Arc::new(Hub::default()),
             configured: rooms.clone(),
             workers: DashMap::new(),
+            followers: DashMap::new(),
+            instance: format!("{:016x}", rand::random::<u64>()),
             timeouts: DashMap::new(),
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
@@ -193,18 +207,54 @@ impl RedisBackend {
             .map_err(|e| unavailable(&e))
     }
 
-    /// What a status needs of the room: this instance's copy of its view
-    /// (kept current over pub/sub; read once when first needed).
+    /// How long a call waits for a room's follower to read its first
+    /// snapshot.
+    const FIRST_SNAPSHOT: Duration = Duration::from_secs(2);
+
+    /// This instance's replica of a room, once its follower has read it.
+    async fn replica(&self, room: &RoomId) -> Result<Arc<replica::Replica>, BackendError> {
+        if let Some(replica) = self.hub.replica(room) {
+            return Ok(replica);
+        }
+        if self.shutdown.is_cancelled() {
+            return Err(BackendError::Unavailable("shutting down".into()));
+        }
+        self.ensure_follower(room);
+        self.hub
+            .wait_replica(room, Self::FIRST_SNAPSHOT)
+            .await
+            .ok_or_else(|| BackendError::Unavailable("cannot read the room's line".into()))
+    }
+
+    /// What a status needs of the room: this instance's replica of its
+    /// view, with the line's length the script counted.
     async fn room_facts(&self, room: &RoomId, waiting: u64) -> Result<RoomFacts, BackendError> {
         if let Some(facts) = self.hub.facts(room, waiting) {
             return Ok(facts);
         }
-        let view = self
-            .refresh_view(room)
-            .await
-            .ok_or_else(|| BackendError::Unavailable("cannot read the room view".into()))?;
-        let facts = view.borrow().facts(waiting);
+        let mut facts = match self.replica(room).await {
+            Ok(replica) => replica.room_facts(),
+            // No follower here (this instance is stopping): the view as
+            // stored.
+            Err(e) => self.stored_view(room).await.ok_or(e)?.facts(waiting),
+        };
+        facts.waiting = waiting;
         Ok(facts)
+    }
+
+    /// A room's last published view, read from Redis.
+    async fn stored_view(&self, room: &RoomId) -> Option<crate::engine::RoomView> {
+        let keys = RoomKeys::new(room);
+        let (view, version): (Option<String>, Option<u64>) = redis::cmd("HMGET")
+            .arg(&keys.meta)
+            .arg("view")
+            .arg("view_version")
+            .query_async(&mut self.con())
+            .await
+            .ok()?;
+        let mut view: crate::engine::RoomView = serde_json::from_str(&view?).ok()?;
+        view.version = version.unwrap_or(0);
+        Some(view)
     }
 
     fn status_of(facts: &Facts, room: &RoomFacts, now: u64) -> TicketStatus {
@@ -240,23 +290,20 @@ impl RedisBackend {
                 Ok(raw) => decode::<reply::Status>(&raw),
                 Err(e) => Err(e),
             };
-            let answer = match answer {
-                Ok(reply::Status::Ok { w, t }) => match self.room_facts(&key.0, w).await {
-                    Ok(room) => Ok((room, t)),
-                    Err(e) => Err(e),
-                },
-                Ok(reply::Status::NoRoom) => Err(BackendError::NoSuchRoom(key.0.clone())),
-                Err(e) => Err(e),
-            };
             match answer {
-                Ok((room, tickets)) => {
-                    for (read, one) in reads.into_iter().zip(tickets) {
+                Ok(reply::Status::Ok { w, t }) => {
+                    for (read, one) in reads.into_iter().zip(t) {
                         let _ = read.reply.send(match one {
-                            reply::OneStatus::Known(facts) => {
-                                Ok(Self::status_of(&facts, &room, now))
-                            }
+                            reply::OneStatus::Known(facts) => Ok((facts, w)),
                             reply::OneStatus::Unknown(_) => Err(BackendError::NoSuchTicket),
                         });
+                    }
+                }
+                Ok(reply::Status::NoRoom) => {
+                    for read in reads {
+                        let _ = read
+                            .reply
+                            .send(Err(BackendError::NoSuchRoom(key.0.clone())));
                     }
                 }
                 Err(e) => {
@@ -266,6 +313,37 @@ impl RedisBackend {
                 }
             }
         }
+    }
+
+    /// One ticket's facts through the batched status reads.
+    async fn read_facts(
+        &self,
+        room: &RoomId,
+        t: TicketRef,
+        touch: bool,
+    ) -> Result<(reply::Facts, u64), BackendError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        // Before queuing: a read queued with nobody left to flush it would
+        // leave its key marked as flushing, and every later read waiting.
+        let Some(me) = self.weak.upgrade() else {
+            return Err(BackendError::Unavailable("shutting down".into()));
+        };
+        let key = (room.clone(), touch);
+        let urgent = self.hub.take_urgent(room, t.epoch, t.id);
+        let read = batch::Pending {
+            epoch: t.epoch,
+            id: t.id,
+            reply,
+        };
+        if self.hub.batches.push(&key, read, urgent) {
+            // A task, not this caller, so that a caller going away (its
+            // stream closed) never strands the reads queued behind it.
+            self.tasks
+                .spawn(async move { me.flush_statuses(key).await });
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(BackendError::Unavailable("status read dropped".into())))
     }
 }
 
@@ -413,28 +491,9 @@ impl Backend for RedisBackend {
         t: TicketRef,
         touch: bool,
     ) -> Result<TicketStatus, BackendError> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        // Before queuing: a read queued with nobody left to flush it would
-        // leave its key marked as flushing, and every later read waiting.
-        let Some(me) = self.weak.upgrade() else {
-            return Err(BackendError::Unavailable("shutting down".into()));
-        };
-        let key = (room.clone(), touch);
-        let urgent = self.hub.take_urgent(room, t.epoch, t.id);
-        let read = batch::Pending {
-            epoch: t.epoch,
-            id: t.id,
-            reply,
-        };
-        if self.hub.batches.push(&key, read, urgent) {
-            // A task, not this caller, so that a caller going away (its
-            // stream closed) never strands the reads queued behind it.
-            self.tasks
-                .spawn(async move { me.flush_statuses(key).await });
-        }
-        answer
-            .await
-            .unwrap_or_else(|_| Err(BackendError::Unavailable("status read dropped".into())))
+        let (facts, waiting) = self.read_facts(room, t, touch).await?;
+        let room_facts = self.room_facts(room, waiting).await?;
+        Ok(Self::status_of(&facts, &room_facts, self.now()))
     }
 
     async fn depart(
@@ -492,15 +551,21 @@ impl Backend for RedisBackend {
             .unwrap_or_default())
     }
 
-    async fn watch_room(&self, room: &RoomId) -> Result<watch::Receiver<RoomView>, BackendError> {
-        if let Some(rx) = self.hub.subscribe_view(room) {
-            return Ok(rx);
+    async fn feed(&self, room: &RoomId) -> Result<Arc<dyn RoomFeed>, BackendError> {
+        if let Some(replica) = self.hub.replica(room) {
+            return Ok(replica);
         }
-        // Not followed here yet: read it (which also tells an unknown room).
+        // Not followed here yet: an unknown room is told at once.
         self.epoch(room).await?;
-        self.refresh_view(room)
-            .await
-            .ok_or_else(|| BackendError::Unavailable("cannot read the room view".into()))
+        Ok(self.replica(room).await?)
+    }
+
+    async fn read_ticket(&self, room: &RoomId, t: TicketRef) -> Result<TicketRead, BackendError> {
+        let (facts, _) = self.read_facts(room, t, false).await?;
+        Ok(TicketRead {
+            facts: facts.ticket(),
+            ahead: facts.ahead(),
+        })
     }
 
     async fn watch_ticket(
@@ -567,6 +632,7 @@ impl Backend for RedisBackend {
 
     async fn shutdown(&self) {
         self.shutdown.cancel();
+        self.hub.retire_all();
         self.tasks.close();
         self.tasks.wait().await;
     }

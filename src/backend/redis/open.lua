@@ -8,6 +8,7 @@
 -- issued before opening has one below every ticket issued after. The drawn
 -- order is kept (`<epoch>:draw`, ids joined by commas) as the draw's
 -- public record.
+-- Logged as one 'o' event: followers reload the line from a snapshot.
 -- Returns {r = 'ok', view = {...}} | {r = 'already'} | {r = 'noroom'}
 if not room({'open'}) then return reply({r = 'noroom'}) end
 if M['open'] == '1' then return reply({r = 'already'}) end
@@ -26,6 +27,9 @@ local function place(sid)
     t.init = redis.call('ZCARD', K('q')) - 1
     t.shown = t.init
     redis.call('ZADD', K('seen'), t.seen, S(t.id))
+  else
+    -- Left before the opening: its slot counts as departed.
+    redis.call('SETBIT', K('dep'), t.qi, 1)
   end
   save_ticket(t)
 end
@@ -38,6 +42,11 @@ redis.call('SET', K('draw'), table.concat(record, ','))
 for _, sid in ipairs(pre) do place(sid) end
 redis.call('DEL', K('pre'))
 set('open', '1')
+-- Followers place the drawn tickets again from the published seed and
+-- this count (every ticket issued before the read was drawn; the rest went
+-- in arrival order, so each one's queue index is its id).
+set('drawn', S(drawn))
+log_open(drawn, qi)
 if ARGV[3] == '1' then set('opens_at', S(NOW)) end
 changed()
 return reply({r = 'ok', view = view_fields()})

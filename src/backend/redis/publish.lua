@@ -5,6 +5,8 @@
 -- (rules::Visible), compared with the last one published; ARGV[7] = the
 -- view as JSON; ARGV[8..10] = the smoothed admission rate (mean, variance,
 -- primed) the worker computed, or '' to leave it.
+-- A published view is a 'v' entry of the room's change log: '<version>
+-- <json>'.
 -- Returns {r = 'published', version} | {r = 'same'} | {r = 'superseded'}
 --       | {r = 'notowner'} | {r = 'noroom'}
 if ARGV[3] ~= '' and redis.call('GET', P .. 'lease') ~= ARGV[3] then
@@ -20,5 +22,5 @@ set('published_chg', ARGV[4])
 if ARGV[5] ~= '1' and ARGV[6] == M['view_sig'] then return reply({r = 'same'}) end
 local version = incr('view_version', 1)
 redis.call('HSET', META, 'view_sig', ARGV[6], 'view', ARGV[7])
-redis.call('PUBLISH', CHANNEL, 'v|' .. ROOM .. '|' .. EPOCH .. '|' .. S(version) .. '|' .. ARGV[7])
+append_log('v', S(version) .. ' ' .. ARGV[7])
 return reply({r = 'published', version = version})

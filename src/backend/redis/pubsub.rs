@@ -1,14 +1,14 @@
-//! Push across instances. Scripts PUBLISH on one channel (`keys::CHANNEL`)
-//! in the same atomic step that changes state: `t|room|epoch|id` when a
-//! ticket changed (admitted, expired, left…), `v|room|epoch|version|{json}`
-//! when a room view was published, `r|room|epoch|` when a room was
-//! (re)created. Each
-//! instance holds one subscription and fans messages out to the streams it
-//! holds: a ticket's `Notify` (so an admission reaches its visitor at once,
-//! whichever instance admitted it) and a room's `watch` of its view.
+//! What this instance holds for its streams, and the one pub/sub channel.
 //!
-//! Pub/sub is fire-and-forget: after a reconnect the hub wakes every local
-//! waiter and asks for fresh views, so nothing stays stale for long.
+//! The [`Hub`] keeps, per room followed here, the current [`Replica`] (kept
+//! by the room's follower from the change log), each stream's ticket
+//! signal (woken by the follower when the log names the ticket), and the
+//! streams' status reads on their way to Redis in batches.
+//!
+//! Scripts PUBLISH on one channel (`keys::CHANNEL`) only `r|room|epoch|`
+//! when a room was (re)created, so that every instance runs a worker for
+//! it; everything streams see travels by the room's change log, which pub/
+//! sub (fire-and-forget) could not carry without losing messages.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,19 +21,17 @@ use tokio_util::sync::CancellationToken;
 use super::batch::StatusBatches;
 use super::conn::Subscriptions;
 use super::keys::CHANNEL;
+use super::replica::Replica;
+use crate::backend::feed::RoomFeed;
 use crate::engine::RoomId;
-use crate::engine::RoomView;
 use crate::engine::rules::RoomFacts;
-
-struct LocalRoom {
-    epoch: u64,
-    tx: watch::Sender<RoomView>,
-}
 
 /// What this instance holds for its streams.
 #[derive(Default)]
 pub struct Hub {
-    rooms: DashMap<RoomId, LocalRoom>,
+    /// Each followed room's current replica (`None` until its follower's
+    /// first snapshot).
+    rooms: DashMap<RoomId, watch::Sender<Option<Arc<Replica>>>>,
     waiters: DashMap<(RoomId, u64, u64), Arc<Notify>>,
     /// Tickets whose signal fired and whose stream has not read its status
     /// since: that read jumps the batch queue (`batch.rs`).
@@ -46,55 +44,71 @@ pub struct Hub {
 pub enum HubEvent {
     /// A room was created or replaced somewhere: run a worker for it.
     RoomCreated(RoomId),
-    /// The subscription (re)connected: views may have been missed.
+    /// The subscription (re)connected: room creations may have been missed.
     Resubscribed,
 }
 
 impl Hub {
-    pub fn subscribe_view(&self, room: &RoomId) -> Option<watch::Receiver<RoomView>> {
-        self.rooms.get(room).map(|r| r.tx.subscribe())
+    fn slot(&self, room: &RoomId) -> watch::Sender<Option<Arc<Replica>>> {
+        self.rooms
+            .entry(room.clone())
+            .or_insert_with(|| watch::Sender::new(None))
+            .clone()
     }
 
-    /// What a ticket's status needs of the room, from the view followed
-    /// here, if it is.
-    pub fn facts(&self, room: &RoomId, waiting: u64) -> Option<RoomFacts> {
-        self.rooms.get(room).map(|r| r.tx.borrow().facts(waiting))
+    /// The room's current replica here, if its follower has one.
+    pub fn replica(&self, room: &RoomId) -> Option<Arc<Replica>> {
+        self.rooms.get(room).and_then(|r| r.borrow().clone())
     }
 
-    /// Take a view read from Redis or heard on the channel. A view of
-    /// another epoch replaces the room: the old sender is dropped, so the
-    /// old incarnation's streams end.
-    pub fn apply_view(
-        &self,
-        room: &RoomId,
-        epoch: u64,
-        view: RoomView,
-    ) -> watch::Receiver<RoomView> {
-        let mut entry = self.rooms.entry(room.clone()).or_insert_with(|| LocalRoom {
-            epoch,
-            tx: watch::Sender::new(view.clone()),
-        });
-        if entry.epoch != epoch {
-            *entry = LocalRoom {
-                epoch,
-                tx: watch::Sender::new(view),
-            };
-        } else {
-            entry.tx.send_if_modified(|current| {
-                if view.version > current.version {
-                    *current = view;
-                    true
-                } else {
-                    false
-                }
-            });
+    /// The room's replica once its follower has one, waiting up to `within`.
+    pub async fn wait_replica(&self, room: &RoomId, within: Duration) -> Option<Arc<Replica>> {
+        let mut rx = self.slot(room).subscribe();
+        let got = tokio::time::timeout(within, rx.wait_for(Option::is_some)).await;
+        got.ok()?.ok()?.clone()
+    }
+
+    /// A replica (of a new incarnation) takes over the room; the one it
+    /// replaces is retired, so its streams end.
+    pub fn install(&self, room: &RoomId, replica: Arc<Replica>) {
+        if let Some(old) = self.slot(room).send_replace(Some(replica)) {
+            old.retire();
         }
-        entry.tx.subscribe()
     }
 
-    /// Forget a room's local view if it is of an older epoch.
-    fn replace_epoch(&self, room: &RoomId, epoch: u64) {
-        self.rooms.remove_if(room, |_, r| r.epoch != epoch);
+    /// This instance replaced the room: its replica is stale until the
+    /// follower reads the new incarnation.
+    pub fn retire(&self, room: &RoomId) {
+        if let Some(old) = self.slot(room).send_replace(None) {
+            old.retire();
+        }
+    }
+
+    /// Every replica retired (the backend stops).
+    pub fn retire_all(&self) {
+        for r in self.rooms.iter() {
+            if let Some(old) = r.send_replace(None) {
+                old.retire();
+            }
+        }
+    }
+
+    /// What a ticket's status needs of the room, from the replica here.
+    pub fn facts(&self, room: &RoomId, waiting: u64) -> Option<RoomFacts> {
+        let mut facts = self.replica(room)?.room_facts();
+        facts.waiting = waiting;
+        Some(facts)
+    }
+
+    /// A view this instance just published: its streams need not wait for
+    /// it to come back through the log.
+    pub fn apply_view(&self, room: &RoomId, epoch: u64, view: crate::engine::RoomView) {
+        if let Some(replica) = self.replica(room)
+            && replica.epoch == epoch
+            && replica.set_view(view)
+        {
+            replica.bump();
+        }
     }
 
     pub fn ticket_notify(&self, room: &RoomId, epoch: u64, id: u64) -> Arc<Notify> {
@@ -115,11 +129,13 @@ impl Hub {
         }
     }
 
-    fn notify_ticket(&self, room: &RoomId, epoch: u64, id: u64) {
+    /// The log named this ticket: wake its stream, whose next status read
+    /// goes first.
+    pub fn notify_ticket(&self, room: &RoomId, epoch: u64, id: u64) {
         let key = (room.clone(), epoch, id);
         if let Some(n) = self.waiters.get(&key) {
-            // The stream may be waiting on a read queued behind a
-            // broadcast's: move it up; else its next read goes first.
+            // The stream may be waiting on a read queued behind others:
+            // move it up; else its next read goes first.
             if !self.batches.promote(room, epoch, id) {
                 self.urgent.insert(key.clone(), ());
             }
@@ -132,61 +148,23 @@ impl Hub {
         !self.urgent.is_empty() && self.urgent.remove(&(room.clone(), epoch, id)).is_some()
     }
 
-    fn wake_everyone(&self) {
-        for n in self.waiters.iter() {
+    /// Wake every stream of a room here (its follower missed entries).
+    pub fn wake_room(&self, room: &RoomId) {
+        for n in self.waiters.iter().filter(|w| &w.key().0 == room) {
             n.notify_waiters();
         }
     }
 
-    pub fn local_rooms(&self) -> Vec<RoomId> {
-        self.rooms.iter().map(|r| r.key().clone()).collect()
-    }
-
     /// Handle one message from the channel.
     fn handle(&self, payload: &str, events: &mpsc::UnboundedSender<HubEvent>) {
-        let mut parts = payload.splitn(4, '|');
-        let (Some(kind), Some(room), Some(epoch), rest) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
+        let mut parts = payload.splitn(3, '|');
+        let (Some("r"), Some(room)) = (parts.next(), parts.next()) else {
             return;
         };
-        let (Ok(room), Ok(epoch)) = (RoomId::new(room), epoch.parse::<u64>()) else {
-            return;
-        };
-        match kind {
-            "t" => {
-                if let Some(id) = rest.and_then(|r| r.parse::<u64>().ok()) {
-                    self.notify_ticket(&room, epoch, id);
-                }
-            }
-            "v" => {
-                let view = rest
-                    .and_then(|r| r.split_once('|'))
-                    .and_then(|(version, json)| {
-                        let mut view = parse_view(json)?;
-                        view.version = version.parse().ok()?;
-                        Some(view)
-                    });
-                if let Some(view) = view {
-                    // Only rooms someone here follows are kept up to date.
-                    if self.rooms.contains_key(&room) {
-                        self.apply_view(&room, epoch, view);
-                    }
-                }
-            }
-            "r" => {
-                self.replace_epoch(&room, epoch);
-                let _ = events.send(HubEvent::RoomCreated(room));
-            }
-            _ => {}
+        if let Ok(room) = RoomId::new(room) {
+            let _ = events.send(HubEvent::RoomCreated(room));
         }
     }
-}
-
-/// Parse a published view (JSON of `RoomView`, as `RedisBackend::publish`
-/// writes it); `None` for anything malformed.
-pub fn parse_view(json: &str) -> Option<RoomView> {
-    serde_json::from_str(json).ok()
 }
 
 /// Keep one subscription open for the life of the backend, reconnecting
@@ -209,7 +187,6 @@ pub async fn run_subscriber(
             Ok(mut pubsub) => {
                 if pubsub.subscribe(CHANNEL).await.is_ok() {
                     if !first {
-                        hub.wake_everyone();
                         let _ = events.send(HubEvent::Resubscribed);
                     }
                     first = false;
@@ -258,27 +235,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_published_view_replaces_an_older_one_only() {
+    fn only_room_creations_travel_by_pub_sub() {
         let hub = Hub::default();
-        let room = RoomId::new("r").unwrap();
-        let rx = hub.apply_view(&room, 7, RoomView::default());
-        let (tx, _rx) = mpsc::unbounded_channel();
-        let view = RoomView {
-            waiting: 3,
-            ..RoomView::default()
-        };
-        let json = serde_json::to_string(&view).unwrap();
-        hub.handle(&format!("v|r|7|4|{json}"), &tx);
-        assert_eq!((rx.borrow().version, rx.borrow().waiting), (4, 3));
-        let older = serde_json::to_string(&RoomView::default()).unwrap();
-        hub.handle(&format!("v|r|7|3|{older}"), &tx);
-        hub.handle("v|r|7|9|{", &tx);
-        assert_eq!((rx.borrow().version, rx.borrow().waiting), (4, 3));
-        assert_eq!(hub.facts(&room, 11).map(|f| f.waiting), Some(11));
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        hub.handle("r|sale|7|", &tx);
+        hub.handle("t|sale|7|3", &tx);
+        hub.handle("r|BAD ROOM|7|", &tx);
+        hub.handle("garbage", &tx);
+        assert!(matches!(rx.try_recv(), Ok(HubEvent::RoomCreated(r)) if r.as_str() == "sale"));
+        assert!(rx.try_recv().is_err());
     }
 
     #[test]
-    fn ticket_messages_wake_only_their_ticket() {
+    fn ticket_news_wakes_only_its_ticket() {
         let hub = Hub::default();
         let room = RoomId::new("r").unwrap();
         let n = hub.ticket_notify(&room, 7, 3);
@@ -289,10 +258,8 @@ mod tests {
         let not_woken = other.notified();
         tokio::pin!(not_woken);
         not_woken.as_mut().enable();
-        let (tx, _rx) = mpsc::unbounded_channel();
-        hub.handle("t|r|7|3", &tx);
-        hub.handle("garbage", &tx);
-        hub.handle("t|R|7|3", &tx);
+        hub.notify_ticket(&room, 7, 3);
+        hub.notify_ticket(&room, 8, 4);
         let waker = futures_util::task::noop_waker();
         let mut cx = std::task::Context::from_waker(&waker);
         assert!(woken.as_mut().poll(&mut cx).is_ready());

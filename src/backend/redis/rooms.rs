@@ -11,17 +11,17 @@ use std::time::Duration;
 
 use redis::{AsyncCommands, RedisResult};
 use serde_json::json;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use super::keys::{self, RoomKeys};
-use super::pubsub::{self, HubEvent};
+use super::pubsub::HubEvent;
 use super::reply::{self, Timeouts, ViewFields, decode};
 use super::{RedisBackend, RoomSnapshot, conn::unavailable};
 use crate::access::AccessSettings;
 use crate::backend::BackendError;
 use crate::engine::rules::{AdmissionRate, AdmitCap, Visible};
 use crate::engine::{
-    LotterySeed, Order, Patch, PermitLedger, RoomId, RoomPatch, RoomSettings, RoomStats, RoomView,
+    LotterySeed, Order, Patch, PermitLedger, RoomId, RoomPatch, RoomSettings, RoomStats,
     WAIT_BUCKETS_MS, WaitSnapshot,
 };
 
@@ -93,6 +93,9 @@ impl RedisBackend {
         self.ensure_worker(&settings.id);
         match decode::<reply::Changed>(&raw)? {
             reply::Changed::Created { view } => {
+                // The replica here is of the old incarnation: its streams
+                // end now, and the follower reads the new one.
+                self.hub.retire(&settings.id);
                 self.publish(&settings.id, &view, true, "", None).await?;
                 Ok(epoch)
             }
@@ -377,14 +380,10 @@ impl RedisBackend {
                 Some(HubEvent::RoomCreated(room)) => {
                     backend.timeouts.remove(&room);
                     backend.ensure_worker(&room);
-                    backend.refresh_view(&room).await;
                 }
                 Some(HubEvent::Resubscribed) => {
                     for settings in backend.configured.clone() {
                         let _ = backend.create(settings, false).await;
-                    }
-                    for room in backend.hub.local_rooms() {
-                        backend.refresh_view(&room).await;
                     }
                 }
                 None => {
@@ -397,27 +396,6 @@ impl RedisBackend {
                 }
             }
         }
-    }
-
-    /// Read a room's current view from Redis into the local watch.
-    pub(super) async fn refresh_view(&self, room: &RoomId) -> Option<watch::Receiver<RoomView>> {
-        let keys = RoomKeys::new(room);
-        let (epoch, view, version): (Option<String>, Option<String>, Option<u64>) =
-            redis::cmd("HMGET")
-                .arg(&keys.meta)
-                .arg("epoch")
-                .arg("view")
-                .arg("view_version")
-                .query_async(&mut self.con())
-                .await
-                .ok()?;
-        let epoch = epoch?.parse().ok()?;
-        let mut view = view
-            .as_deref()
-            .and_then(pubsub::parse_view)
-            .unwrap_or_default();
-        view.version = version.unwrap_or(0);
-        Some(self.hub.apply_view(room, epoch, view))
     }
 }
 

@@ -33,6 +33,8 @@ pub struct Scripts {
     pub patch: Script,
     pub open: Script,
     pub close: Script,
+    pub snapshot: Script,
+    pub follow: Script,
     pub lease_extend: Script,
     pub lease_release: Script,
 }
@@ -50,6 +52,8 @@ impl Scripts {
             patch: room_script(&c, include_str!("patch.lua")),
             open: room_script(&c, include_str!("open.lua")),
             close: room_script(&c, include_str!("close.lua")),
+            snapshot: room_script(&c, include_str!("snapshot.lua")),
+            follow: room_script(&c, include_str!("follow.lua")),
             lease_extend: Script::new(include_str!("lease_extend.lua")),
             lease_release: Script::new(include_str!("lease_release.lua")),
         }

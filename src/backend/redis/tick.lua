@@ -40,7 +40,7 @@ for _, stalled in ipairs({{'adm', ARGV[4]}, {'pas', ARGV[5]}}) do
       incr(ENDED_COUNTER[EXPIRED], 1)
       incr('hand', 1)
       expired[#expired + 1] = t.id
-      notify(t.id)
+      log_end(t)
     end
   end
 end

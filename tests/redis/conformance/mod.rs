@@ -54,6 +54,7 @@ macro_rules! conformance {
 }
 
 mod changes;
+pub(crate) mod feed;
 
 conformance!(
     admits_in_order_up_to_capacity,
@@ -497,7 +498,8 @@ async fn replaced_room_forgets_old_tickets(kind: Kind) {
     let h = Harness::new(kind, vec![room("r", 1)]).await;
     let b = &h.backend;
     let a = join(b, "r").await;
-    let mut view = b.watch_room(&rid("r")).await.unwrap();
+    let feed = b.feed(&rid("r")).await.unwrap();
+    let mut changes = feed.changes();
     let snap = b.put_room(room("r", 5)).await.unwrap();
     assert_ne!(snap.epoch, a.epoch);
     assert_eq!(b.epoch(&rid("r")).await.unwrap(), snap.epoch);
@@ -508,16 +510,16 @@ async fn replaced_room_forgets_old_tickets(kind: Kind) {
     let fresh = b.join(&rid("r"), JoinRequest::anonymous()).await.unwrap();
     assert_eq!(fresh.status.number, Some(1));
     assert_eq!(snap.ledger.held, 5);
-    // Followers of the old incarnation are told it is gone.
+    // Streams of the old incarnation are told it is gone.
     let ended = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            if view.changed().await.is_err() {
+        while !feed.room_facts().closed {
+            if changes.changed().await.is_err() {
                 return;
             }
         }
     })
     .await;
-    assert!(ended.is_ok(), "the old room's view was not closed");
+    assert!(ended.is_ok(), "the old room's feed did not close");
     let ids: HashSet<_> = b
         .list_rooms()
         .await

@@ -1,0 +1,231 @@
+//! What a wave costs the machines behind it: a server process's CPU time
+//! and Redis's own accounting, each read before and after.
+//!
+//! A process's CPU time comes from `/proc/PID/stat` (user + system, in
+//! clock ticks of 10 ms) and, where the kernel shows it, from each thread's
+//! `/proc/PID/task/TID/sched` (`se.sum_exec_runtime`, to the nanosecond),
+//! which a wave of a few hundred milliseconds needs. Redis is asked with
+//! `INFO`: its process CPU (`used_cpu_user` + `used_cpu_sys`) and
+//! `commandstats` (calls and microseconds per command; commands a script
+//! runs are counted there too, inside their script's time as well).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+/// A process's CPU time so far, in microseconds: the precise per-thread
+/// sum when available, and the `/proc/PID/stat` figure.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct ProcessCpu {
+    pub precise_us: Option<f64>,
+    pub stat_us: Option<f64>,
+}
+
+impl ProcessCpu {
+    pub fn read(pid: u32) -> Self {
+        Self {
+            precise_us: threads_runtime_us(pid),
+            stat_us: stat_cpu_us(pid),
+        }
+    }
+
+    /// The CPU time spent between two readings, the precise one if both
+    /// have it.
+    pub fn since(&self, before: &Self) -> Option<f64> {
+        match (self.precise_us, before.precise_us) {
+            (Some(a), Some(b)) => Some(a - b),
+            _ => Some(self.stat_us? - before.stat_us?),
+        }
+    }
+}
+
+/// `utime + stime` of `/proc/PID/stat`, in microseconds.
+fn stat_cpu_us(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat_ticks(&stat).map(|ticks| ticks as f64 * 1e6 / USER_HZ)
+}
+
+/// The unit of `stat` times: Linux's USER_HZ, 100 on every architecture
+/// this runs on.
+const USER_HZ: f64 = 100.0;
+
+/// `utime + stime` (fields 14 and 15) of a `stat` line; the command name
+/// (field 2) may hold spaces and parentheses, so fields count from its end.
+fn parse_stat_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state).
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// The sum over the process's threads of `se.sum_exec_runtime` (ms, with
+/// ns digits), in microseconds; `None` without the scheduler's debug files.
+fn threads_runtime_us(pid: u32) -> Option<f64> {
+    let mut total_ms = 0.0;
+    let mut found = false;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let Ok(task) = task else { continue };
+        let Ok(sched) = std::fs::read_to_string(task.path().join("sched")) else {
+            continue;
+        };
+        if let Some(ms) = parse_sched_runtime_ms(&sched) {
+            total_ms += ms;
+            found = true;
+        }
+    }
+    found.then_some(total_ms * 1000.0)
+}
+
+fn parse_sched_runtime_ms(sched: &str) -> Option<f64> {
+    sched
+        .lines()
+        .find(|l| l.trim_start().starts_with("se.sum_exec_runtime"))?
+        .split(':')
+        .nth(1)?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Redis's counters at one moment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RedisStats {
+    /// The process's user + system CPU, in microseconds.
+    pub cpu_us: f64,
+    /// Per command: calls and microseconds.
+    pub commands: BTreeMap<String, (u64, u64)>,
+}
+
+/// What Redis did between two readings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RedisCost {
+    pub cpu_ms: f64,
+    /// Every command run, those run inside scripts included.
+    pub calls: u64,
+    /// Script calls and log reads: what clients sent as commands that do
+    /// work (the rest are their insides, or bookkeeping).
+    pub evalsha: u64,
+    pub xread: u64,
+    /// Calls per command, those that ran at all.
+    pub by_command: BTreeMap<String, u64>,
+}
+
+impl RedisStats {
+    /// Parse `INFO cpu` and `INFO commandstats` output (together or not).
+    pub fn parse(info: &str) -> Self {
+        let mut s = Self::default();
+        for line in info.lines() {
+            let line = line.trim();
+            if let Some(v) = line
+                .strip_prefix("used_cpu_user:")
+                .or_else(|| line.strip_prefix("used_cpu_sys:"))
+            {
+                s.cpu_us += v.parse::<f64>().unwrap_or(0.0) * 1e6;
+            } else if let Some(rest) = line.strip_prefix("cmdstat_") {
+                let Some((name, fields)) = rest.split_once(':') else {
+                    continue;
+                };
+                let field = |k: &str| -> u64 {
+                    fields
+                        .split(',')
+                        .find_map(|f| f.strip_prefix(k)?.strip_prefix('='))
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0)
+                };
+                s.commands
+                    .insert(name.to_owned(), (field("calls"), field("usec")));
+            }
+        }
+        s
+    }
+
+    pub fn since(&self, before: &Self) -> RedisCost {
+        let mut cost = RedisCost {
+            cpu_ms: (self.cpu_us - before.cpu_us) / 1000.0,
+            ..RedisCost::default()
+        };
+        for (name, &(calls, _)) in &self.commands {
+            let was = before.commands.get(name).map_or(0, |c| c.0);
+            let delta = calls.saturating_sub(was);
+            if delta == 0 {
+                continue;
+            }
+            cost.calls += delta;
+            match name.as_str() {
+                "evalsha" | "eval" => cost.evalsha += delta,
+                "xread" => cost.xread += delta,
+                _ => {}
+            }
+            cost.by_command.insert(name.clone(), delta);
+        }
+        cost
+    }
+}
+
+/// Read Redis's counters (a connection of its own, loopback only).
+pub async fn redis_stats(url: &str) -> anyhow::Result<RedisStats> {
+    let client = redis::Client::open(url)?;
+    let mut con = client.get_multiplexed_async_connection().await?;
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .arg("commandstats")
+        .query_async(&mut con)
+        .await?;
+    Ok(RedisStats::parse(&info))
+}
+
+/// A Redis URL this tool may talk to: `redis://` on a loopback address.
+pub fn parse_redis_url(s: &str) -> Result<String, String> {
+    let rest = s
+        .strip_prefix("redis://")
+        .ok_or_else(|| format!("{s:?}: give a redis:// URL"))?;
+    let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    let host = host.split(['/', '?']).next().unwrap_or("");
+    let addr: std::net::SocketAddr = host
+        .parse()
+        .map_err(|_| format!("{s:?}: give the address as IP:port"))?;
+    if !addr.ip().is_loopback() {
+        return Err(format!("{s:?}: the tool only talks to this machine"));
+    }
+    Ok(s.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_times_count_from_the_end_of_the_name() {
+        let stat =
+            "1234 (narabu (x) y) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 9 0 5 0";
+        assert_eq!(parse_stat_ticks(stat), Some(325));
+        assert_eq!(parse_stat_ticks("garbage"), None);
+        let sched = "narabu (1234, #threads: 9)\n---\nse.exec_start  :  1.0\nse.sum_exec_runtime                          :          1523.456789\n";
+        assert_eq!(parse_sched_runtime_ms(sched), Some(1523.456789));
+    }
+
+    #[test]
+    fn redis_counters_are_read_and_subtracted() {
+        let before = RedisStats::parse(
+            "# CPU\r\nused_cpu_sys:1.000000\r\nused_cpu_user:2.500000\r\n# Commandstats\r\ncmdstat_evalsha:calls=10,usec=500,usec_per_call=50.00,rejected_calls=0,failed_calls=0\r\ncmdstat_xadd:calls=4,usec=8,usec_per_call=2.00\r\n",
+        );
+        assert_eq!(before.cpu_us, 3_500_000.0);
+        let after = RedisStats::parse(
+            "used_cpu_sys:1.001000\nused_cpu_user:2.503000\ncmdstat_evalsha:calls=12,usec=600\ncmdstat_xadd:calls=4,usec=8\ncmdstat_xread:calls=3,usec=30\n",
+        );
+        let cost = after.since(&before);
+        assert!((cost.cpu_ms - 4.0).abs() < 1e-6);
+        assert_eq!((cost.calls, cost.evalsha, cost.xread), (5, 2, 3));
+        assert_eq!(cost.by_command.len(), 2, "unchanged commands are left out");
+    }
+
+    #[test]
+    fn only_loopback_redis() {
+        assert!(parse_redis_url("redis://127.0.0.1:6390").is_ok());
+        assert!(parse_redis_url("redis://:pw@127.0.0.1:6390/0").is_ok());
+        assert!(parse_redis_url("redis://10.0.0.1:6379").is_err());
+        assert!(parse_redis_url("http://127.0.0.1:6379").is_err());
+    }
+}

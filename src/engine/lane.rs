@@ -1,0 +1,178 @@
+//! One lane's position index: what the count of tickets waiting ahead of a
+//! queue slot is computed from, wherever the line itself is kept.
+//!
+//! The embedded engine pops its line through this index (`head` is the
+//! poppers' cursor) and records departures in it, so the count is always
+//! exact there. An instance on Redis keeps a replica of the same type per
+//! room, fed by the room's change log, so its streams count positions
+//! locally instead of asking Redis. Either way the count is
+//! `(qi - head) - departed in [head, qi)`, plus the returners of the back
+//! set, who stand ahead of the whole main line.
+
+use std::collections::BTreeSet;
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use super::departures::Departures;
+use crate::sync::{read, write};
+
+/// One lane's head, departures and back set.
+#[derive(Debug, Default)]
+pub struct LaneIndex {
+    /// The next queue index to pop from the main line.
+    pub(crate) head: AtomicU32,
+    departures: Departures,
+    /// Tickets that were skipped at the head and came back (their queue
+    /// indices, all below `head`): poppers take them lowest first, before
+    /// the main line.
+    back: RwLock<BTreeSet<u32>>,
+    /// `back.len()`, read without the lock on every count.
+    back_len: AtomicU64,
+}
+
+impl LaneIndex {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The next queue index to pop from the main line.
+    pub fn head(&self) -> u32 {
+        self.head.load(Ordering::Acquire)
+    }
+
+    /// Tickets waiting ahead of the ticket at `qi`: its rank in the back
+    /// set, or the whole back set plus those between the head and it in
+    /// the main line. `None` when `qi` is neither (the head passed it and
+    /// it did not come back).
+    pub fn ahead(&self, qi: u32) -> Option<u64> {
+        let back_len = self.back_len.load(Ordering::Acquire);
+        if back_len > 0 {
+            let back = read(&self.back);
+            if back.contains(&qi) {
+                return Some(back.range(..qi).count() as u64);
+            }
+        }
+        let head = self.head();
+        if qi < head {
+            return None;
+        }
+        Some(back_len + self.departures.waiting_ahead(head, qi))
+    }
+
+    /// The ticket at `qi` left the line while waiting (in the main line or
+    /// in the back set).
+    pub fn departed(&self, qi: u32) {
+        if !self.leave_back(qi) {
+            self.departures.record(qi);
+        }
+    }
+
+    /// A replica's pop: the ticket at `qi` was taken from the back set, or
+    /// else the head moved past it.
+    pub fn popped(&self, qi: u32) {
+        if !self.leave_back(qi) {
+            self.head.fetch_max(qi.saturating_add(1), Ordering::AcqRel);
+        }
+    }
+
+    /// A skipped ticket came back: it goes ahead of the main line.
+    pub fn go_back(&self, qi: u32) {
+        if write(&self.back).insert(qi) {
+            self.back_len.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// The lowest returner, taken out of the back set (a popper's).
+    pub fn take_back(&self) -> Option<u32> {
+        if self.back_len.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let taken = write(&self.back).pop_first();
+        if taken.is_some() {
+            self.back_len.fetch_sub(1, Ordering::AcqRel);
+        }
+        taken
+    }
+
+    pub fn back_len(&self) -> u64 {
+        self.back_len.load(Ordering::Acquire)
+    }
+
+    fn leave_back(&self, qi: u32) -> bool {
+        if self.back_len.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let removed = write(&self.back).remove(&qi);
+        if removed {
+            self.back_len.fetch_sub(1, Ordering::AcqRel);
+        }
+        removed
+    }
+
+    /// A replica's starting point: the head, the departed slots from the
+    /// head on, and the back set, as a snapshot of the line gives them.
+    pub fn restored(head: u32, departed: impl IntoIterator<Item = u32>, back: &[u32]) -> Self {
+        let index = Self::new();
+        index.head.store(head, Ordering::Release);
+        for qi in departed {
+            index.departures.record(qi);
+        }
+        for &qi in back {
+            index.go_back(qi);
+        }
+        index
+    }
+
+    /// Record a departure without touching the back set (the engine's own
+    /// bookkeeping of a slot it knows is in the main line).
+    pub(crate) fn record_departure(&self, qi: u32) {
+        self.departures.record(qi);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_the_line_and_the_back_set() {
+        let lane = LaneIndex::new();
+        // Slots 0..10; 0 and 1 popped, 4 departed.
+        lane.popped(0);
+        lane.popped(1);
+        lane.departed(4);
+        assert_eq!(lane.head(), 2);
+        assert_eq!(lane.ahead(2), Some(0));
+        assert_eq!(lane.ahead(5), Some(2));
+        assert_eq!(lane.ahead(1), None);
+        // Slot 1 (skipped) comes back: ahead of the whole main line.
+        lane.go_back(1);
+        assert_eq!(lane.ahead(1), Some(0));
+        assert_eq!(lane.ahead(5), Some(3));
+        // A pop of a returner leaves the head alone.
+        lane.popped(1);
+        assert_eq!((lane.head(), lane.ahead(5)), (2, Some(2)));
+        lane.go_back(0);
+        lane.go_back(1);
+        assert_eq!(lane.ahead(1), Some(1));
+        lane.departed(0);
+        assert_eq!(lane.ahead(1), Some(0));
+        assert_eq!(lane.take_back(), Some(1));
+        assert_eq!(lane.take_back(), None);
+        assert_eq!(lane.back_len(), 0);
+    }
+
+    #[test]
+    fn a_restored_replica_counts_as_the_original() {
+        let lane = LaneIndex::new();
+        for qi in [3, 7, 8] {
+            lane.departed(qi);
+        }
+        lane.popped(2);
+        lane.go_back(1);
+        let copy = LaneIndex::restored(3, [3, 7, 8], &[1]);
+        for qi in 0..12 {
+            assert_eq!(lane.ahead(qi), copy.ahead(qi), "qi {qi}");
+        }
+    }
+}
