@@ -27,6 +27,7 @@ use crate::config::{self, Config};
 use crate::engine::SystemClock;
 use crate::http::access::AccessBook;
 use crate::http::limits::StreamLimiter;
+use crate::http::pages::PageBook;
 use crate::http::router::router;
 use crate::http::state::{AppState, HttpSettings, Shared};
 use crate::lean::{self, First, Rewind};
@@ -79,6 +80,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let keys = Keyring::from_config(&config).context("loading the ticket signing key")?;
+    // Before anything serves: a broken template stops the start here.
+    let pages = Arc::new(PageBook::load(&config).context("loading the page templates")?);
     let settings = Arc::new(HttpSettings::from_config(&config));
     if settings.admin_token.is_none() {
         tracing::info!("no admin token configured: the admin API is off");
@@ -89,11 +92,18 @@ pub async fn serve(
     let monitor = Monitor::new(backend.clone(), webhooks);
     monitor.start(stop.clone());
     let access = Arc::new(AccessBook::default());
-    follow_rooms(&monitor, access.clone(), stop.clone(), backend.clock());
+    follow_rooms(
+        &monitor,
+        access.clone(),
+        pages.clone(),
+        stop.clone(),
+        backend.clock(),
+    );
     let state = AppState::new(Shared {
         clock: backend.clock(),
         access,
         challenges: Arc::new(ChallengeKeys::from_keyring(&keys)),
+        pages,
         streams: StreamLimiter::new(config.max_streams_per_address),
         fanout: Arc::default(),
         metrics,
@@ -120,11 +130,13 @@ pub async fn serve(
 /// Headers must arrive within this, or the connection is closed: a
 /// slowloris client trickling header bytes would otherwise hold a socket
 /// (and one of the process's 20,000 files) for as long as it likes.
-/// Feeds every room's sample to the access book each second, so rules
-/// changed on another instance apply here and the join rate is known.
+/// Feeds every room's sample to the access book and the page book each
+/// second, so rules and pages changed on another instance apply here and
+/// the join rate is known.
 fn follow_rooms(
     monitor: &Monitor,
     access: Arc<AccessBook>,
+    pages: Arc<PageBook>,
     stop: CancellationToken,
     clock: Arc<dyn crate::engine::Clock>,
 ) {
@@ -139,6 +151,7 @@ fn follow_rooms(
             let now = clock.now_ms();
             for (snapshot, _) in &rooms.rooms {
                 access.observe(snapshot, now);
+                pages.observe(snapshot);
             }
         }
     });

@@ -110,6 +110,10 @@ pub struct RoomSettings {
     /// layer checks them before a join reaches the engine. Boxed: they are
     /// larger than everything else here and rarely read.
     pub access: Box<AccessSettings>,
+    /// The directory of the room's own page templates, as the operator
+    /// wrote it; `None` for the instance's pages. The engine only keeps it
+    /// for the backends to store; the HTTP layer loads it.
+    pub templates_dir: Option<String>,
 }
 
 impl RoomSettings {
@@ -130,6 +134,7 @@ impl RoomSettings {
             order: Order::Lottery,
             paused: false,
             access: Box::default(),
+            templates_dir: None,
         }
     }
 }
@@ -175,6 +180,8 @@ pub struct RoomPatch {
     pub admit_per_minute: Patch<u32>,
     /// Proof of work and enqueue tokens, rule by rule.
     pub access: AccessPatch,
+    /// `Null` goes back to the instance's pages.
+    pub templates_dir: Patch<String>,
 }
 
 impl RoomPatch {
@@ -208,6 +215,11 @@ impl RoomPatch {
             Patch::Value(v) => s.admit_per_minute = Some(v),
         }
         self.access.apply_to(&mut s.access);
+        match &self.templates_dir {
+            Patch::Absent => {}
+            Patch::Null => s.templates_dir = None,
+            Patch::Value(v) => s.templates_dir = Some(v.clone()),
+        }
     }
 }
 

@@ -150,7 +150,7 @@ fn parse_qvalue(value: &str) -> Option<u16> {
 
 /// One unit of an estimated wait, with the phrasing for a range, for a
 /// single value, and for exactly one (English needs a singular).
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize)]
 pub struct EtaUnit {
     /// `{low}` and `{high}` are replaced, e.g. "about {low}–{high} minutes".
     pub range: &'static str,
@@ -165,7 +165,7 @@ pub struct EtaUnit {
 /// Fields holding `{name}` placeholders are filled by the methods below on
 /// the server, and by `static/queue.js` (which gets them through `data-*`
 /// attributes) in the browser.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize)]
 pub struct Strings {
     /// Small heading above the page title, next to the room id.
     pub waiting_room: &'static str,
@@ -238,7 +238,7 @@ pub struct Strings {
 
 /// Phrases of fair access: the browser's proof of work, invitations, and
 /// the opening draw's commitment.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize)]
 pub struct FairStrings {
     pub pow_title: &'static str,
     pub pow_body: &'static str,

@@ -10,13 +10,14 @@ use serde::{Deserialize, Deserializer};
 
 use crate::access::{AccessPatch, ChallengeMode, EnqueueMode, SharedKey};
 use crate::config::{
-    ConfigError, check_admit_per_minute, check_capacity, check_tick, check_timeout, opt_duration,
+    ConfigError, check_admit_per_minute, check_capacity, check_templates_dir, check_tick,
+    check_timeout, opt_duration,
 };
 use crate::engine::{Patch, RoomPatch, RoomSettings};
 
 /// The keys `PATCH` accepts: a room's running settings. `id`, `order` and
 /// `opens_at` shape a room's line and need a `PUT`.
-pub const PATCHABLE: [&str; 18] = [
+pub const PATCHABLE: [&str; 19] = [
     "capacity",
     "paused",
     "open_now",
@@ -35,6 +36,7 @@ pub const PATCHABLE: [&str; 18] = [
     "enqueue_previous_key",
     "enqueue_public_key",
     "enqueue_previous_public_key",
+    "templates_dir",
 ];
 
 /// Keys of a room that a running room cannot change.
@@ -79,6 +81,8 @@ pub struct PatchBody {
     enqueue_public_key: Patch<String>,
     #[serde(default)]
     enqueue_previous_public_key: Patch<String>,
+    #[serde(default)]
+    templates_dir: Patch<String>,
 }
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Patch<Duration>, D::Error> {
@@ -129,6 +133,9 @@ impl PatchBody {
             }
         }
         let [(_, _, pass_idle), (_, _, arrival_grace), (_, _, queue_idle)] = timeouts;
+        if let Patch::Value(dir) = &self.templates_dir {
+            check_templates_dir("templates_dir", dir)?;
+        }
         if let Patch::Value(cap) = self.admit_per_minute {
             check_admit_per_minute("admit_per_minute", cap)?;
         }
@@ -153,6 +160,7 @@ impl PatchBody {
                 enqueue_public_key: self.enqueue_public_key,
                 enqueue_previous_public_key: self.enqueue_previous_public_key,
             },
+            templates_dir: self.templates_dir,
         })
     }
 }
