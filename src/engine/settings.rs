@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::rules::Mode;
 use crate::access::{AccessPatch, AccessSettings};
 
 /// A room's name: `[a-z0-9][a-z0-9-]{0,63}`. It appears in URLs, cookie names
@@ -106,6 +107,15 @@ pub struct RoomSettings {
     pub order: Order,
     /// Admission stopped by an operator; joins still queue.
     pub paused: bool,
+    /// How the room queues now (`rules::Mode`): the fair line,
+    /// passthrough, maintenance or sold out.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Units left to sell; `None` for a room that does not count stock.
+    /// Purchases reported on release take from it; at zero the room is
+    /// sold out.
+    #[serde(default)]
+    pub stock: Option<u64>,
     /// What a join must show (proof of work, an enqueue token). The engine
     /// keeps these with the rest for the backends to store; the HTTP
     /// layer checks them before a join reaches the engine. Boxed: they are
@@ -137,6 +147,8 @@ impl RoomSettings {
             opens_at: None,
             order: Order::Lottery,
             paused: false,
+            mode: Mode::Queue,
+            stock: None,
             access: Box::default(),
         }
     }
@@ -172,6 +184,11 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Patch<T> {
 pub struct RoomPatch {
     pub capacity: Option<u32>,
     pub paused: Option<bool>,
+    /// A new mode; sold out when the stock given is 0
+    /// (`rules::mode_with_stock`).
+    pub mode: Option<Mode>,
+    /// Set the stock left (`Null`: stop counting it).
+    pub stock: Patch<u64>,
     /// Open a scheduled room now (its pre-queue is drawn at once).
     pub open_now: bool,
     pub tick: Option<Duration>,
@@ -194,6 +211,14 @@ impl RoomPatch {
         }
         if let Some(v) = self.paused {
             s.paused = v;
+        }
+        if let Some(v) = self.mode {
+            s.mode = v;
+        }
+        match self.stock {
+            Patch::Absent => {}
+            Patch::Null => s.stock = None,
+            Patch::Value(v) => s.stock = Some(v),
         }
         if let Some(v) = self.tick {
             s.tick = v;
