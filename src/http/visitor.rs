@@ -22,6 +22,7 @@ use super::pages::{
 };
 use super::return_path::validate_return_path;
 use super::state::AppState;
+use crate::engine::rules::Mode;
 use crate::engine::{RoomId, TicketState, TicketStatus};
 
 #[derive(Debug, Default, Deserialize)]
@@ -108,9 +109,14 @@ pub async fn queue(
     let joined = match api::join_room(&state, &room, ticket, &headers, client, rejoin, &proof).await
     {
         Ok(joined) => joined,
-        Err(e) if e.code == "room_closed" => {
+        Err(e) if e.code == "room_closed" || e.code == "sold_out" => {
+            let reason = if e.code == "sold_out" {
+                ClosedReason::SoldOut
+            } else {
+                ClosedReason::Closed
+            };
             let page = Page::Closed(ClosedPage {
-                reason: ClosedReason::Closed,
+                reason,
                 rejoin_url: None,
             });
             return state.pages.render(StatusCode::GONE, &visit, &page);
@@ -186,6 +192,8 @@ fn pow_page(
         queue_length: 0,
         paused: false,
         closed: false,
+        mode: Mode::Queue,
+        stock: None,
         joined_at: now,
         admitted_at: None,
         pass_expires_at: None,
@@ -228,21 +236,24 @@ fn ended_page(
     status: &TicketStatus,
     rejoin_url: String,
 ) -> Response {
-    let reason = if status.closed {
+    let reason = if status.closed && status.mode.closes() {
+        ClosedReason::SoldOut
+    } else if status.closed {
         ClosedReason::Closed
     } else if matches!(status.state, TicketState::Left | TicketState::Released) {
         ClosedReason::Left
     } else {
         ClosedReason::Expired
     };
-    let code = if reason == ClosedReason::Closed {
+    let closed = matches!(reason, ClosedReason::Closed | ClosedReason::SoldOut);
+    let code = if closed {
         StatusCode::GONE
     } else {
         StatusCode::OK
     };
     let page = Page::Closed(ClosedPage {
         reason,
-        rejoin_url: (reason != ClosedReason::Closed).then_some(rejoin_url),
+        rejoin_url: (!closed).then_some(rejoin_url),
     });
     state.pages.render(code, visit, &page)
 }

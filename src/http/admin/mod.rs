@@ -37,6 +37,7 @@ use super::pages::PageError;
 use super::state::AppState;
 use crate::backend::{BackendError, RoomSnapshot, TicketRef};
 use crate::config::{ConfigError, RoomTable};
+use crate::engine::rules::Mode;
 use crate::engine::{Departure, Handoff, Order, Patch, RoomId, Timestamp};
 use crate::monitor::{Sample, quantile};
 use crate::token::MAX_TOKEN_LEN;
@@ -50,6 +51,10 @@ pub struct RoomBody {
     pub epoch: u64,
     /// `open`, `paused`, `scheduled` (before `opens_at`) or `closed`.
     pub state: &'static str,
+    /// `queue`, `passthrough`, `maintenance` or `sold_out`.
+    pub mode: Mode,
+    /// Units left to sell; `null` for a room that does not count stock.
+    pub stock: Option<u64>,
     pub settings: RoomTable,
     pub capacity: u64,
     pub waiting: u64,
@@ -104,6 +109,8 @@ impl RoomBody {
             id: s.settings.id.clone(),
             epoch: s.epoch,
             state,
+            mode: s.settings.mode,
+            stock: s.settings.stock,
             settings: RoomTable::from(&s.settings),
             capacity: s.ledger.capacity,
             waiting: s.view.waiting,
@@ -259,7 +266,8 @@ pub async fn put_room(
     Ok((status, Json(body(&state, &s))).into_response())
 }
 
-/// `PATCH /admin/rooms/{room}`: change capacity, pause or resume, open now,
+/// `PATCH /admin/rooms/{room}`: change the mode, the stock left, capacity,
+/// pause or resume, open now,
 /// the admission cap (`null` removes it), the tick, timeouts, the join
 /// limit, or the access rules (`null` retires a previous enqueue key).
 /// Applies live, in one step: fields left out stay as they are, so two
@@ -289,6 +297,7 @@ pub async fn patch_room(
     let before = state.backend.room(&id).await?;
     state.monitor.observe(&before);
     patch::check_access(&mut change, &before.settings).map_err(|e| invalid(&e))?;
+    patch::check_mode(&change, &before.settings).map_err(|e| invalid(&e))?;
     let pages = match &change.templates_dir {
         Patch::Absent => None,
         Patch::Null => Some((None, state.pages.prepare(None))),
@@ -304,12 +313,16 @@ pub async fn patch_room(
         state.pages.install(&id, dir.as_deref(), set);
     }
     state.monitor.observe(&s);
+    state
+        .monitor
+        .mode_changed(before.settings.mode, &s, "operator");
     state.access.observe(&s, state.clock.now_ms());
     tracing::info!(
         room = %id,
         capacity = s.settings.capacity,
         previous_capacity = before.settings.capacity,
         paused = s.settings.paused,
+        mode = %s.settings.mode,
         open_now = change.open_now,
         "admin: room changed"
     );

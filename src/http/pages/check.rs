@@ -29,6 +29,7 @@ use super::{
     ClosedPage, ClosedReason, DrawLink, ErrorPage, Page, PageKind, PowForm, QueuePage, QueueUrls,
     Visit, context,
 };
+use crate::engine::rules::Mode;
 use crate::engine::{Eta, TicketState, TicketStatus, Timestamp};
 use crate::http::i18n::Lang;
 
@@ -260,6 +261,8 @@ fn samples() -> Vec<(Visit, Page)> {
         queue_length: 200_000,
         paused: true,
         closed: false,
+        mode: Mode::Maintenance,
+        stock: Some(40),
         joined_at: at,
         admitted_at: None,
         pass_expires_at: None,
@@ -273,6 +276,8 @@ fn samples() -> Vec<(Visit, Page)> {
         eta: None,
         progress: 0.0,
         paused: false,
+        mode: Mode::Queue,
+        stock: None,
         opens_at: None,
         ..full.clone()
     };
@@ -317,6 +322,7 @@ fn samples() -> Vec<(Visit, Page)> {
     ];
     for reason in [
         ClosedReason::Closed,
+        ClosedReason::SoldOut,
         ClosedReason::Expired,
         ClosedReason::Left,
     ] {
@@ -324,7 +330,8 @@ fn samples() -> Vec<(Visit, Page)> {
             visit.clone(),
             Page::Closed(ClosedPage {
                 reason,
-                rejoin_url: (reason != ClosedReason::Closed).then(|| "/queue/sale?rejoin=1".into()),
+                rejoin_url: matches!(reason, ClosedReason::Expired | ClosedReason::Left)
+                    .then(|| "/queue/sale?rejoin=1".into()),
             }),
         ));
     }

@@ -159,6 +159,8 @@ pub struct DrawLink {
 pub enum ClosedReason {
     /// The operator closed the room.
     Closed,
+    /// The room sold out (`rules::Mode::SoldOut`).
+    SoldOut,
     /// The ticket was abandoned or its pass revoked.
     Expired,
     /// The visitor left the line.
@@ -170,6 +172,7 @@ impl ClosedReason {
     pub fn name(self) -> &'static str {
         match self {
             ClosedReason::Closed => "closed",
+            ClosedReason::SoldOut => "sold_out",
             ClosedReason::Expired => "expired",
             ClosedReason::Left => "left",
         }
@@ -300,6 +303,11 @@ struct TicketVar {
     progress_percent: u8,
     progress_text: String,
     paused: bool,
+    /// `queue`, `passthrough`, `maintenance` or `sold_out`.
+    mode: &'static str,
+    /// Units left, in a room that counts its stock.
+    stock: Option<u64>,
+    stock_text: String,
     /// RFC 3339, for `<time datetime>`.
     opens_at: Option<String>,
     opens_at_text: String,
@@ -338,6 +346,9 @@ impl TicketVar {
             progress_percent: s.percent(),
             progress_text: t.format_progress(s.percent()),
             paused: s.paused,
+            mode: s.mode.name(),
+            stock: s.stock,
+            stock_text: s.stock.map(|n| t.format_stock_left(n)).unwrap_or_default(),
             opens_at: s.opens_at.map(|o| o.to_string()),
             opens_at_text: s.opens_at.map(|o| o.display_utc(true)).unwrap_or_default(),
             updated_at: s.at.to_string(),
@@ -433,6 +444,7 @@ pub(crate) fn context(visit: &Visit, page: &Page) -> minijinja::Value {
         Page::Closed(c) => {
             let (title, message) = match c.reason {
                 ClosedReason::Closed => (t.closed_title, t.closed_body),
+                ClosedReason::SoldOut => (t.sold_out_title, t.sold_out_body),
                 ClosedReason::Expired => (t.expired_title, t.expired_body),
                 ClosedReason::Left => (t.left_title, t.left_body),
             };

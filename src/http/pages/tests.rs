@@ -1,6 +1,7 @@
 use std::path::Path;
 
 use super::*;
+use crate::engine::rules::Mode;
 use crate::engine::{Eta, TicketState, Timestamp};
 use crate::http::i18n::Lang;
 
@@ -20,6 +21,8 @@ fn waiting() -> TicketStatus {
         queue_length: 200_000,
         paused: false,
         closed: false,
+        mode: Mode::Queue,
+        stock: None,
         joined_at: Timestamp(1_795_428_000_000),
         admitted_at: None,
         pass_expires_at: None,
@@ -323,10 +326,12 @@ fn closed_page_renders_each_reason_in_every_language() {
         let t = lang.strings();
         for (reason, title, body) in [
             (ClosedReason::Closed, t.closed_title, t.closed_body),
+            (ClosedReason::SoldOut, t.sold_out_title, t.sold_out_body),
             (ClosedReason::Expired, t.expired_title, t.expired_body),
             (ClosedReason::Left, t.left_title, t.left_body),
         ] {
-            let rejoin = (reason != ClosedReason::Closed).then(|| "/queue/sale?return=%2F".into());
+            let ended = !matches!(reason, ClosedReason::Closed | ClosedReason::SoldOut);
+            let rejoin = ended.then(|| "/queue/sale?return=%2F".into());
             let page = Page::Closed(ClosedPage {
                 reason,
                 rejoin_url: rejoin.clone(),
