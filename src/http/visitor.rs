@@ -74,7 +74,14 @@ pub async fn queue(
     let accept = headers
         .get(header::ACCEPT_LANGUAGE)
         .and_then(|v| v.to_str().ok());
-    let lang = Lang::negotiate(query.lang.as_deref(), accept);
+    // The room's languages, which its templates directory may add to.
+    let room_name = visitor.as_ref().map(|v| v.room.to_string());
+    let languages = state
+        .pages
+        .for_room(room_name.as_deref().unwrap_or_default())
+        .languages
+        .clone();
+    let lang = languages.negotiate(query.lang.as_deref(), accept);
     let mut visit = Visit {
         lang,
         room: String::new(),
@@ -93,7 +100,7 @@ pub async fn queue(
         "/queue/{room}?{}",
         query_string(&[
             ("return", &return_path),
-            ("lang", lang.code()),
+            ("lang", visit.lang.code()),
             ("rejoin", "1")
         ])
     );
@@ -122,7 +129,7 @@ pub async fn queue(
             return state.pages.render(StatusCode::GONE, &visit, &page);
         }
         Err(e) if e.code.starts_with("challenge_") => {
-            let page_url = page_url(&room, &return_path, lang);
+            let page_url = page_url(&room, &return_path, &visit.lang);
             return pow_page(&state, &visit, &room, &e, page_url, proof.enqueue_token);
         }
         Err(e) if e.code.starts_with("enqueue_token_") => return invite_page(&state, &visit, &e),
@@ -138,7 +145,7 @@ pub async fn queue(
     if proof.enqueue_token.is_some() {
         // The invitation did its work: the cookie holds the ticket now, and
         // the address (history, a shared screenshot) should not keep it.
-        let clean = page_url(&room, &return_path, lang);
+        let clean = page_url(&room, &return_path, &visit.lang);
         return ([cookie], Redirect::to(&clean)).into_response();
     }
     let before_draw = joined.status.number.is_none();
@@ -154,7 +161,7 @@ pub async fn queue(
 }
 
 /// The queue page's own address, without an enqueue token.
-fn page_url(room: &RoomId, return_path: &str, lang: Lang) -> String {
+fn page_url(room: &RoomId, return_path: &str, lang: &Lang) -> String {
     format!(
         "/queue/{room}?{}",
         query_string(&[("return", return_path), ("lang", lang.code())])
@@ -217,13 +224,13 @@ fn pow_page(
 fn invite_page(state: &AppState, visit: &Visit, refusal: &ApiError) -> Response {
     let t = visit.lang.strings();
     let message = if refusal.status == StatusCode::UNAUTHORIZED {
-        t.fair.invite_body
+        &t.fair.invite_body
     } else {
-        t.fair.invite_invalid_body
+        &t.fair.invite_invalid_body
     };
     let page = ErrorPage {
         status: StatusCode::FORBIDDEN,
-        wording: Some((t.fair.invite_title.into(), message.into())),
+        wording: Some((t.fair.invite_title.clone(), message.clone())),
     };
     state
         .pages

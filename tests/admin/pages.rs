@@ -155,3 +155,88 @@ async fn put_and_patch_check_a_room_s_templates_dir() {
     assert!(!page.contains("Example Tickets") && page.contains("id=\"queue\""));
     app.stop().await;
 }
+
+/// The built-in English messages with a few lines changed.
+fn english_with(changes: &[(&str, &str)]) -> String {
+    let mut text = include_str!("../../templates/pages/messages/en.toml").to_owned();
+    for (from, to) in changes {
+        assert!(text.contains(from), "{from}");
+        text = text.replacen(from, to, 1);
+    }
+    text
+}
+
+async fn page_in(app: &TestApp, path: &str, accept_language: &str) -> String {
+    let response = app
+        .client
+        .get(app.url(path))
+        .header("accept-language", accept_language)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    response.text().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_room_s_message_files_add_languages_chosen_by_the_browser() {
+    let app = spawn_app(vec![room("sale", 2)]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let messages = dir.path().join("messages");
+    std::fs::create_dir(&messages).unwrap();
+    let french = english_with(&[
+        (
+            "language_name = \"English\"",
+            "language_name = \"Français\"",
+        ),
+        ("html_lang = \"en\"", "html_lang = \"fr\""),
+        (
+            "queue_title = \"You're in line\"",
+            "queue_title = \"Vous êtes dans la file\"",
+        ),
+    ]);
+    // A broken message file is refused like a broken template.
+    let broken = french.replacen("queue_title = ", "queue_titre = ", 1);
+    write(&messages, "fr.toml", &broken);
+    let dir_text = dir.path().display().to_string();
+    let (status, body) = admin(
+        &app,
+        Method::PUT,
+        "/admin/rooms/paris",
+        Some(json!({"templates_dir": dir_text})),
+    )
+    .await;
+    assert_refusal(
+        status,
+        &body,
+        &messages.join("fr.toml"),
+        13,
+        "unknown field `queue_titre`",
+    );
+
+    write(&messages, "fr.toml", &french);
+    let (status, body) = admin(
+        &app,
+        Method::PUT,
+        "/admin/rooms/paris",
+        Some(json!({"templates_dir": dir_text})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let page = page_in(&app, "/queue/paris?return=%2F", "fr-FR,fr;q=0.9,en;q=0.5").await;
+    assert!(page.contains("<html lang=\"fr\">"), "{page}");
+    assert!(page.contains("<h1>Vous êtes dans la file</h1>"), "{page}");
+    assert!(
+        page.contains("hreflang=\"fr\" lang=\"fr\" aria-current=\"true\">Français</a>"),
+        "{page}"
+    );
+    // ?lang= wins over the header; other rooms do not speak French.
+    let page = page_in(&app, "/queue/paris?return=%2F&lang=ja", "fr").await;
+    assert!(page.contains("<html lang=\"ja\">"), "{page}");
+    let page = page_in(&app, "/queue/sale?return=%2F", "fr").await;
+    assert!(
+        page.contains("<html lang=\"en\">") && !page.contains("Français"),
+        "{page}"
+    );
+    app.stop().await;
+}

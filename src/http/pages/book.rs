@@ -16,7 +16,7 @@
 //! meets a broken page.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use axum::http::StatusCode;
@@ -27,24 +27,39 @@ use super::{Page, Visit, context, html};
 use crate::backend::RoomSnapshot;
 use crate::config::Config;
 use crate::engine::RoomId;
+use crate::http::i18n::Languages;
 
-/// The pages of one template directory (or of the instance).
+/// The pages of one template directory (or of the instance): its
+/// templates and the languages it speaks.
 #[derive(Debug)]
 pub struct PageSet {
     pub templates: Arc<PageTemplates>,
+    pub languages: Arc<Languages>,
 }
 
 impl PageSet {
     fn builtin() -> Arc<PageSet> {
         Arc::new(PageSet {
             templates: PageTemplates::builtin(),
+            languages: Languages::builtin(),
+        })
+    }
+
+    /// Loads a set: template directories first one first, message
+    /// directories likewise; everything is checked before it is returned.
+    pub fn load(templates: &[&Path], messages: &[&Path]) -> Result<PageSet, PageError> {
+        let languages = Arc::new(Languages::load(messages)?);
+        let templates = Arc::new(PageTemplates::load(templates, &languages)?);
+        Ok(PageSet {
+            templates,
+            languages,
         })
     }
 
     /// Renders a page; a template that fails anyway (a check cannot
     /// foresee every value) is logged and the built-in page is shown.
     pub fn render(&self, status: StatusCode, visit: &Visit, page: &Page) -> Response {
-        let ctx = context(visit, page);
+        let ctx = context(visit, page, &self.languages);
         let kind = page.kind();
         match self.templates.render(kind, &ctx) {
             Ok(body) => html(status, body),
@@ -71,6 +86,7 @@ struct RoomPages {
 /// Every room's pages on this instance; see the module doc.
 pub struct PageBook {
     instance_dir: Option<String>,
+    messages_dir: Option<String>,
     instance: Arc<PageSet>,
     rooms: RwLock<HashMap<RoomId, RoomPages>>,
 }
@@ -88,6 +104,7 @@ impl Default for PageBook {
     fn default() -> Self {
         Self {
             instance_dir: None,
+            messages_dir: None,
             instance: PageSet::builtin(),
             rooms: RwLock::default(),
         }
@@ -104,9 +121,13 @@ impl PageBook {
             .map(|p| p.display().to_string());
         let mut book = Self {
             instance_dir,
+            messages_dir: config
+                .messages_dir
+                .as_ref()
+                .map(|p| p.display().to_string()),
             ..Self::default()
         };
-        if book.instance_dir.is_some() {
+        if book.instance_dir.is_some() || book.messages_dir.is_some() {
             book.instance = book.load_set(None)?;
         }
         for room in &config.rooms {
@@ -118,18 +139,24 @@ impl PageBook {
         Ok(book)
     }
 
-    /// The layers for a room directory: it, then the instance's.
+    /// The layers for a room directory: it, then the instance's; for
+    /// messages, each one's `messages/` (when there is one), then
+    /// `messages_dir`.
     fn load_set(&self, room_dir: Option<&str>) -> Result<Arc<PageSet>, PageError> {
-        let mut layers: Vec<&Path> = Vec::new();
-        if let Some(dir) = room_dir {
-            layers.push(Path::new(dir));
-        }
-        if let Some(dir) = &self.instance_dir {
-            layers.push(Path::new(dir));
-        }
-        Ok(Arc::new(PageSet {
-            templates: Arc::new(PageTemplates::load(&layers)?),
-        }))
+        let templates: Vec<PathBuf> = [room_dir, self.instance_dir.as_deref()]
+            .into_iter()
+            .flatten()
+            .map(PathBuf::from)
+            .collect();
+        let mut messages: Vec<PathBuf> = templates
+            .iter()
+            .map(|dir| dir.join("messages"))
+            .filter(|dir| dir.is_dir())
+            .collect();
+        messages.extend(self.messages_dir.as_deref().map(PathBuf::from));
+        let templates: Vec<&Path> = templates.iter().map(PathBuf::as_path).collect();
+        let messages: Vec<&Path> = messages.iter().map(PathBuf::as_path).collect();
+        Ok(Arc::new(PageSet::load(&templates, &messages)?))
     }
 
     /// Loads and checks a room's directory (`None`: the instance's pages),

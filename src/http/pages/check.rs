@@ -9,7 +9,7 @@
 //! - every page renders, with undefined values refused, against sample
 //!   visits that take each branch the data can take (a ticket with and
 //!   without a number, a proof of work, a draw, each closing reason) in
-//!   every built-in language: this finds what introspection cannot, such
+//!   every language the set speaks: this finds what introspection cannot, such
 //!   as a base template using a variable only the queue page has, an
 //!   `include` of a file that is not there, or a filter given a number;
 //! - no template carries inline script, inline style or event-handler
@@ -31,7 +31,7 @@ use super::{
 };
 use crate::engine::rules::Mode;
 use crate::engine::{Eta, TicketState, TicketStatus, Timestamp};
-use crate::http::i18n::Lang;
+use crate::http::i18n::{Lang, Languages};
 
 /// Names minijinja provides itself, which introspection reports as
 /// undeclared like any variable.
@@ -47,14 +47,14 @@ const GLOBALS: [&str; 8] = [
 ];
 
 /// Checks a parsed set; see the module doc.
-pub(super) fn check(set: &PageTemplates) -> Result<(), PageError> {
-    let samples = samples();
+pub(super) fn check(set: &PageTemplates, languages: &Languages) -> Result<(), PageError> {
+    let samples = samples(languages.default_language().clone());
     let mut all = BTreeSet::new();
     let mut by_kind: Vec<(PageKind, BTreeSet<String>)> = Vec::new();
     for kind in PageKind::ALL {
         let mut vars = BTreeSet::new();
         for (visit, page) in samples.iter().filter(|(_, p)| p.kind() == kind) {
-            let json = serde_json::to_value(context(visit, page)).unwrap_or_default();
+            let json = serde_json::to_value(context(visit, page, languages)).unwrap_or_default();
             paths(&json, "", &mut vars);
         }
         all.extend(vars.iter().cloned());
@@ -99,12 +99,12 @@ pub(super) fn check(set: &PageTemplates) -> Result<(), PageError> {
         }
     }
     for (visit, page) in &samples {
-        for lang in Lang::ALL {
+        for lang in languages.all() {
             let visit = Visit {
-                lang,
+                lang: lang.clone(),
                 ..visit.clone()
             };
-            set.render(page.kind(), &context(&visit, page))
+            set.render(page.kind(), &context(&visit, page, languages))
                 .map_err(|e| set.describe(&e))?;
         }
     }
@@ -116,7 +116,7 @@ pub(super) fn check(set: &PageTemplates) -> Result<(), PageError> {
             continue;
         }
         let (visit, page) = &samples[0];
-        set.render_named(&source.name, &context(visit, page))
+        set.render_named(&source.name, &context(visit, page, languages))
             .map_err(|e| set.describe(&e))?;
     }
     Ok(())
@@ -239,9 +239,9 @@ fn has_attribute(tag: &str, name: &str) -> bool {
 }
 
 /// Visits that between them take every branch the built-in pages have.
-fn samples() -> Vec<(Visit, Page)> {
+fn samples(lang: Lang) -> Vec<(Visit, Page)> {
     let visit = Visit {
-        lang: Lang::En,
+        lang,
         room: "sale".into(),
         return_path: "/tickets?id=7".into(),
     };

@@ -33,7 +33,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use super::i18n::{Lang, Strings};
+use super::i18n::{Lang, Languages, Strings};
 use crate::engine::TicketStatus;
 
 pub use book::PageBook;
@@ -213,11 +213,11 @@ impl ErrorPage {
 /// their own wording read as a server error.
 fn error_wording(t: &Strings, status: StatusCode) -> (&str, &str) {
     match status {
-        StatusCode::BAD_REQUEST => (t.bad_request_title, t.bad_request_body),
-        StatusCode::NOT_FOUND => (t.not_found_title, t.not_found_body),
-        StatusCode::TOO_MANY_REQUESTS => (t.too_many_requests_title, t.too_many_requests_body),
-        StatusCode::SERVICE_UNAVAILABLE => (t.unavailable_title, t.unavailable_body),
-        _ => (t.server_error_title, t.server_error_body),
+        StatusCode::BAD_REQUEST => (&t.bad_request_title, &t.bad_request_body),
+        StatusCode::NOT_FOUND => (&t.not_found_title, &t.not_found_body),
+        StatusCode::TOO_MANY_REQUESTS => (&t.too_many_requests_title, &t.too_many_requests_body),
+        StatusCode::SERVICE_UNAVAILABLE => (&t.unavailable_title, &t.unavailable_body),
+        _ => (&t.server_error_title, &t.server_error_body),
     }
 }
 
@@ -228,26 +228,26 @@ fn error_wording(t: &Strings, status: StatusCode) -> (&str, &str) {
 pub(crate) struct Common<'a> {
     page: &'static str,
     room: &'a str,
-    lang: LangVar,
-    languages: Vec<LanguageLink>,
+    lang: LangVar<'a>,
+    languages: Vec<LanguageLink<'a>>,
     t: &'a Strings,
     assets: Assets,
     return_path: &'a str,
 }
 
 #[derive(Serialize)]
-struct LangVar {
-    code: &'static str,
-    html_lang: &'static str,
-    name: &'static str,
+struct LangVar<'a> {
+    code: &'a str,
+    html_lang: &'a str,
+    name: &'a str,
 }
 
 /// One entry of the language switcher.
 #[derive(Serialize)]
-struct LanguageLink {
-    code: &'static str,
-    html_lang: &'static str,
-    name: &'static str,
+struct LanguageLink<'a> {
+    code: &'a str,
+    html_lang: &'a str,
+    name: &'a str,
     /// This page in that language.
     url: String,
     current: bool,
@@ -387,7 +387,7 @@ struct NoVars {}
 
 /// A page's whole context, for rendering or (as JSON) for listing the
 /// variables a template may use.
-pub(crate) fn context(visit: &Visit, page: &Page) -> minijinja::Value {
+pub(crate) fn context(visit: &Visit, page: &Page, languages: &Languages) -> minijinja::Value {
     let t = visit.lang.strings();
     let return_path = safe_return(&visit.return_path);
     let link_query = match page {
@@ -405,9 +405,10 @@ pub(crate) fn context(visit: &Visit, page: &Page) -> minijinja::Value {
             html_lang: visit.lang.html_lang(),
             name: visit.lang.native_name(),
         },
-        languages: Lang::ALL
+        languages: languages
+            .all()
             .iter()
-            .map(|&other| LanguageLink {
+            .map(|other| LanguageLink {
                 code: other.code(),
                 html_lang: other.html_lang(),
                 name: other.native_name(),
@@ -416,7 +417,7 @@ pub(crate) fn context(visit: &Visit, page: &Page) -> minijinja::Value {
                 } else {
                     format!("?lang={}&{link_query}", other.code())
                 },
-                current: other == visit.lang,
+                current: other.code() == visit.lang.code(),
             })
             .collect(),
         t,
@@ -443,10 +444,10 @@ pub(crate) fn context(visit: &Visit, page: &Page) -> minijinja::Value {
         })),
         Page::Closed(c) => {
             let (title, message) = match c.reason {
-                ClosedReason::Closed => (t.closed_title, t.closed_body),
-                ClosedReason::SoldOut => (t.sold_out_title, t.sold_out_body),
-                ClosedReason::Expired => (t.expired_title, t.expired_body),
-                ClosedReason::Left => (t.left_title, t.left_body),
+                ClosedReason::Closed => (&t.closed_title, &t.closed_body),
+                ClosedReason::SoldOut => (&t.sold_out_title, &t.sold_out_body),
+                ClosedReason::Expired => (&t.expired_title, &t.expired_body),
+                ClosedReason::Left => (&t.left_title, &t.left_body),
             };
             let page = ClosedVars {
                 reason: c.reason.name(),

@@ -22,6 +22,7 @@ use std::sync::{Arc, LazyLock};
 use minijinja::{AutoEscape, Environment, Output, State, UndefinedBehavior, Value};
 
 use super::PageKind;
+use crate::http::i18n::Languages;
 
 /// The built-in pages, compiled in: the default and the worked example
 /// (`templates/pages/` in the repository).
@@ -143,8 +144,9 @@ impl PageTemplates {
     }
 
     /// Loads the layers, first one first (a room's directory, then the
-    /// instance's), over the built-in pages, and checks the result.
-    pub fn load(layers: &[&Path]) -> Result<PageTemplates, PageError> {
+    /// instance's), over the built-in pages, and checks the result in
+    /// every language of `languages`.
+    pub fn load(layers: &[&Path], languages: &Languages) -> Result<PageTemplates, PageError> {
         let mut sources: Vec<Source> = Vec::new();
         for dir in layers {
             for source in read_dir(dir)? {
@@ -159,7 +161,7 @@ impl PageTemplates {
             }
         }
         let set = PageTemplates::parse(sources)?;
-        super::check::check(&set)?;
+        super::check::check(&set, languages)?;
         Ok(set)
     }
 

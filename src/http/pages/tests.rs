@@ -3,7 +3,7 @@ use std::path::Path;
 use super::*;
 use crate::engine::rules::Mode;
 use crate::engine::{Eta, TicketState, Timestamp};
-use crate::http::i18n::Lang;
+use crate::http::i18n::{Lang, Languages};
 
 fn waiting() -> TicketStatus {
     TicketStatus {
@@ -32,9 +32,17 @@ fn waiting() -> TicketStatus {
     }
 }
 
-fn visit(lang: Lang) -> Visit {
+fn lang(code: &str) -> Lang {
+    Languages::builtin().get(code).expect("built in").clone()
+}
+
+fn all_languages() -> Vec<Lang> {
+    Languages::builtin().all().to_vec()
+}
+
+fn visit(lang: &Lang) -> Visit {
     Visit {
-        lang,
+        lang: lang.clone(),
         room: "sale".into(),
         return_path: "/tickets?id=7&seat=a".into(),
     }
@@ -56,7 +64,7 @@ fn queue(status: TicketStatus) -> QueuePage {
 }
 
 fn render_with(set: &PageTemplates, visit: &Visit, page: &Page) -> String {
-    set.render(page.kind(), &context(visit, page))
+    set.render(page.kind(), &context(visit, page, &Languages::builtin()))
         .unwrap_or_else(|e| panic!("{}", set.describe(&e)))
 }
 
@@ -77,7 +85,7 @@ fn assert_text(html: &str, text: &str) {
     assert!(html.contains(&esc(text)), "lacks {text:?}\n{html}");
 }
 
-fn assert_base(html: &str, lang: Lang) {
+fn assert_base(html: &str, lang: &Lang) {
     assert!(html.starts_with("<!DOCTYPE html>"), "{html}");
     assert!(html.contains(&format!("<html lang=\"{}\">", lang.html_lang())));
     assert!(html.contains("name=\"viewport\""));
@@ -104,25 +112,26 @@ fn assert_base(html: &str, lang: Lang) {
 
 #[test]
 fn the_built_in_pages_pass_their_own_check() {
-    check::check(&PageTemplates::builtin()).expect("the built-in pages are valid");
+    check::check(&PageTemplates::builtin(), &Languages::builtin())
+        .expect("the built-in pages are valid");
 }
 
 #[test]
 fn queue_page_renders_in_every_language() {
-    for lang in Lang::ALL {
+    for lang in all_languages() {
         let t = lang.strings();
-        let html = render(&visit(lang), &Page::Queue(Box::new(queue(waiting()))));
-        assert_base(&html, lang);
+        let html = render(&visit(&lang), &Page::Queue(Box::new(queue(waiting()))));
+        assert_base(&html, &lang);
         for text in [
-            t.queue_title,
-            t.ticket_number,
-            t.position,
-            t.ahead,
-            t.eta,
-            t.progress,
-            t.last_updated,
-            t.leave,
-            t.leave_confirm,
+            &t.queue_title,
+            &t.ticket_number,
+            &t.position,
+            &t.ahead,
+            &t.eta,
+            &t.progress,
+            &t.last_updated,
+            &t.leave,
+            &t.leave_confirm,
             &t.format_progress(42),
             &t.format_refresh_note(20),
         ] {
@@ -157,9 +166,9 @@ fn queue_page_renders_in_every_language() {
             ("hours", &t.eta_hours),
         ] {
             for (form, template) in [
-                ("range", unit.range),
-                ("single", unit.single),
-                ("one", unit.one),
+                ("range", &unit.range),
+                ("single", &unit.single),
+                ("one", &unit.one),
             ] {
                 let attr = format!("data-eta-{name}-{form}=\"{}\"", esc(template));
                 assert!(html.contains(&attr), "{lang:?} lacks {attr}");
@@ -169,7 +178,7 @@ fn queue_page_renders_in_every_language() {
         assert!(html.contains("id=\"paused\" aria-labelledby=\"paused-title\" hidden>"));
         assert!(!html.contains("id=\"preopen\""));
         // The language switcher keeps the return path, and marks this one.
-        for other in Lang::ALL {
+        for other in all_languages() {
             let link = format!(
                 "href=\"?lang={}&amp;return=%2Ftickets%3Fid%3D7%26seat%3Da\"",
                 other.code()
@@ -189,7 +198,10 @@ fn queue_page_renders_in_every_language() {
 #[test]
 fn queue_page_carries_every_data_attribute_the_script_reads() {
     let script = include_str!("../../../static/queue.js");
-    let html = render(&visit(Lang::Ja), &Page::Queue(Box::new(queue(waiting()))));
+    let html = render(
+        &visit(&lang("ja")),
+        &Page::Queue(Box::new(queue(waiting()))),
+    );
     let mut checked = 0;
     for (i, _) in script.match_indices("data.") {
         let name: String = script[i + 5..]
@@ -208,12 +220,12 @@ fn queue_page_carries_every_data_attribute_the_script_reads() {
         checked += 1;
     }
     assert!(checked >= 10, "only {checked} found");
-    assert!(script.contains("data[\"return\"]") && html.contains(" data-return=\""));
+    assert!(script.contains("data[\"return\"]") & html.contains(" data-return=\""));
 }
 
 #[test]
 fn queue_page_before_opening_and_while_paused() {
-    for lang in Lang::ALL {
+    for lang in all_languages() {
         let t = lang.strings();
         let status = TicketStatus {
             number: None,
@@ -226,21 +238,21 @@ fn queue_page_before_opening_and_while_paused() {
             paused: true,
             ..waiting()
         };
-        let html = render(&visit(lang), &Page::Queue(Box::new(queue(status))));
-        assert_text(&html, t.ticket_number_pending);
-        assert_text(&html, t.not_open_title);
-        assert_text(&html, t.opens_at);
-        assert_text(&html, t.not_open_note);
+        let html = render(&visit(&lang), &Page::Queue(Box::new(queue(status))));
+        assert_text(&html, &t.ticket_number_pending);
+        assert_text(&html, &t.not_open_title);
+        assert_text(&html, &t.opens_at);
+        assert_text(&html, &t.not_open_note);
         assert!(html.contains(
             "<time datetime=\"2026-12-01T01:00:00Z\" data-format=\"datetime\">\
              2026-12-01 01:00 UTC</time>"
         ));
-        assert_text(&html, t.paused_title);
+        assert_text(&html, &t.paused_title);
         assert!(!html.contains("aria-labelledby=\"paused-title\" hidden"));
-        assert!(html.contains(&format!("<dd id=\"eta\">{}</dd>", esc(t.eta_unknown))));
+        assert!(html.contains(&format!("<dd id=\"eta\">{}</dd>", esc(&t.eta_unknown))));
         assert!(html.contains(&format!(
             "<dd id=\"position\">{}</dd>",
-            esc(t.unknown_value)
+            esc(&t.unknown_value)
         )));
     }
 }
@@ -251,9 +263,9 @@ fn queue_page_never_refreshes_in_a_tight_loop() {
         refresh_seconds: 0,
         ..queue(waiting())
     };
-    let html = render(&visit(Lang::En), &Page::Queue(Box::new(page)));
+    let html = render(&visit(&lang("en")), &Page::Queue(Box::new(page)));
     assert!(html.contains("<meta http-equiv=\"refresh\" content=\"5\">"));
-    assert_text(&html, &Lang::En.strings().format_refresh_note(5));
+    assert_text(&html, &lang("en").strings().format_refresh_note(5));
 }
 
 #[test]
@@ -261,7 +273,7 @@ fn queue_page_escapes_everything() {
     let v = Visit {
         room: "<script>alert(1)</script>".into(),
         return_path: "/x?a=\"><script>alert(2)</script>".into(),
-        ..visit(Lang::En)
+        ..visit(&lang("en"))
     };
     let mut page = queue(waiting());
     page.urls.events = "\"><script>alert(3)</script>".into();
@@ -289,7 +301,7 @@ fn return_paths_that_leave_the_site_become_root() {
         assert_eq!(safe_return(bad), "/", "{bad:?}");
         let v = Visit {
             return_path: bad.into(),
-            ..visit(Lang::En)
+            ..visit(&lang("en"))
         };
         let html = render(&v, &Page::Admitted);
         assert!(html.contains("content=\"1; url=/\""), "{bad:?}");
@@ -301,20 +313,20 @@ fn return_paths_that_leave_the_site_become_root() {
 
 #[test]
 fn admitted_page_renders_in_every_language() {
-    for lang in Lang::ALL {
+    for lang in all_languages() {
         let t = lang.strings();
         let v = Visit {
             return_path: "/checkout".into(),
-            ..visit(lang)
+            ..visit(&lang)
         };
         let html = render(&v, &Page::Admitted);
-        assert_base(&html, lang);
-        assert_text(&html, t.admitted_title);
-        assert_text(&html, t.admitted_body);
-        assert_text(&html, t.redirecting);
+        assert_base(&html, &lang);
+        assert_text(&html, &t.admitted_title);
+        assert_text(&html, &t.admitted_body);
+        assert_text(&html, &t.redirecting);
         assert!(html.contains(&format!(
             "<a class=\"button\" href=\"/checkout\">{}</a>",
-            esc(t.continue_label)
+            esc(&t.continue_label)
         )));
         assert!(html.contains("<meta http-equiv=\"refresh\" content=\"1; url=/checkout\">"));
     }
@@ -322,13 +334,13 @@ fn admitted_page_renders_in_every_language() {
 
 #[test]
 fn closed_page_renders_each_reason_in_every_language() {
-    for lang in Lang::ALL {
+    for lang in all_languages() {
         let t = lang.strings();
         for (reason, title, body) in [
-            (ClosedReason::Closed, t.closed_title, t.closed_body),
-            (ClosedReason::SoldOut, t.sold_out_title, t.sold_out_body),
-            (ClosedReason::Expired, t.expired_title, t.expired_body),
-            (ClosedReason::Left, t.left_title, t.left_body),
+            (ClosedReason::Closed, &t.closed_title, &t.closed_body),
+            (ClosedReason::SoldOut, &t.sold_out_title, &t.sold_out_body),
+            (ClosedReason::Expired, &t.expired_title, &t.expired_body),
+            (ClosedReason::Left, &t.left_title, &t.left_body),
         ] {
             let ended = !matches!(reason, ClosedReason::Closed | ClosedReason::SoldOut);
             let rejoin = ended.then(|| "/queue/sale?return=%2F".into());
@@ -336,11 +348,11 @@ fn closed_page_renders_each_reason_in_every_language() {
                 reason,
                 rejoin_url: rejoin.clone(),
             });
-            let html = render(&visit(lang), &page);
-            assert_base(&html, lang);
+            let html = render(&visit(&lang), &page);
+            assert_base(&html, &lang);
             assert!(html.contains(&format!("<h1>{}</h1>", esc(title))));
             assert_text(&html, body);
-            assert_eq!(html.contains(&esc(t.join_again)), rejoin.is_some());
+            assert_eq!(html.contains(&esc(&t.join_again)), rejoin.is_some());
             if rejoin.is_some() {
                 assert!(html.contains("href=\"/queue/sale?return=%2F\""));
             }
@@ -350,18 +362,18 @@ fn closed_page_renders_each_reason_in_every_language() {
 
 #[test]
 fn error_pages_render_in_every_language() {
-    for lang in Lang::ALL {
+    for lang in all_languages() {
         let t = lang.strings();
         for (status, title) in [
-            (StatusCode::BAD_REQUEST, t.bad_request_title),
-            (StatusCode::NOT_FOUND, t.not_found_title),
-            (StatusCode::TOO_MANY_REQUESTS, t.too_many_requests_title),
-            (StatusCode::SERVICE_UNAVAILABLE, t.unavailable_title),
-            (StatusCode::INTERNAL_SERVER_ERROR, t.server_error_title),
-            (StatusCode::IM_A_TEAPOT, t.server_error_title),
+            (StatusCode::BAD_REQUEST, &t.bad_request_title),
+            (StatusCode::NOT_FOUND, &t.not_found_title),
+            (StatusCode::TOO_MANY_REQUESTS, &t.too_many_requests_title),
+            (StatusCode::SERVICE_UNAVAILABLE, &t.unavailable_title),
+            (StatusCode::INTERNAL_SERVER_ERROR, &t.server_error_title),
+            (StatusCode::IM_A_TEAPOT, &t.server_error_title),
         ] {
-            let html = render(&visit(lang), &Page::Error(ErrorPage::for_status(status)));
-            assert_base(&html, lang);
+            let html = render(&visit(&lang), &Page::Error(ErrorPage::for_status(status)));
+            assert_base(&html, &lang);
             assert!(html.contains(&format!("<h1>{}</h1>", esc(title))));
             assert_text(&html, &t.format_error_code(status.as_u16()));
         }
@@ -370,15 +382,15 @@ fn error_pages_render_in_every_language() {
         status: StatusCode::BAD_REQUEST,
         wording: Some(("<i>x</i>".into(), "room <script>".into())),
     };
-    let html = render(&visit(Lang::En), &Page::Error(custom));
-    assert!(html.contains(&esc("<i>x</i>")) && html.contains(&esc("room <script>")));
+    let html = render(&visit(&lang("en")), &Page::Error(custom));
+    assert!(html.contains(&esc("<i>x</i>")) & html.contains(&esc("room <script>")));
 }
 
 #[test]
 fn pages_respond_with_their_status_and_no_store() {
     let book = PageBook::default();
     let page = Page::Error(ErrorPage::for_status(StatusCode::TOO_MANY_REQUESTS));
-    let response = book.render(StatusCode::TOO_MANY_REQUESTS, &visit(Lang::Ja), &page);
+    let response = book.render(StatusCode::TOO_MANY_REQUESTS, &visit(&lang("ja")), &page);
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(
         response.headers()[header::CONTENT_TYPE],
@@ -396,7 +408,7 @@ fn write(dir: &Path, name: &str, text: &str) {
 }
 
 fn load(dirs: &[&Path]) -> Result<PageTemplates, PageError> {
-    PageTemplates::load(dirs)
+    PageTemplates::load(dirs, &Languages::builtin())
 }
 
 #[test]
@@ -412,8 +424,8 @@ fn a_template_directory_replaces_the_pages_it_has() {
     let set = load(&[dir.path()]).expect("a valid directory");
     let mut page = queue(waiting());
     page.lane = Some("members".into());
-    let html = render_with(&set, &visit(Lang::Ja), &Page::Queue(Box::new(page)));
-    assert_base(&html, Lang::Ja);
+    let html = render_with(&set, &visit(&lang("ja")), &Page::Queue(Box::new(page)));
+    assert_base(&html, &lang("ja"));
     assert!(
         html.contains("<h1 class=\"brand\">Example Tickets</h1>"),
         "{html}"
@@ -423,8 +435,8 @@ fn a_template_directory_replaces_the_pages_it_has() {
         "{html}"
     );
     // Pages the directory lacks are the built-in ones.
-    let admitted = render_with(&set, &visit(Lang::En), &Page::Admitted);
-    assert_eq!(admitted, render(&visit(Lang::En), &Page::Admitted));
+    let admitted = render_with(&set, &visit(&lang("en")), &Page::Admitted);
+    assert_eq!(admitted, render(&visit(&lang("en")), &Page::Admitted));
 }
 
 #[test]
@@ -456,7 +468,7 @@ fn a_room_directory_goes_over_the_instance_directory() {
     let set = load(&[room.path(), instance.path()]).expect("valid layers");
     let html = render_with(
         &set,
-        &visit(Lang::En),
+        &visit(&lang("en")),
         &Page::Queue(Box::new(queue(waiting()))),
     );
     assert!(
@@ -465,7 +477,7 @@ fn a_room_directory_goes_over_the_instance_directory() {
     );
     let closed = render_with(
         &set,
-        &visit(Lang::En),
+        &visit(&lang("en")),
         &Page::Closed(ClosedPage {
             reason: ClosedReason::Closed,
             rejoin_url: None,
@@ -600,7 +612,7 @@ fn a_directory_that_cannot_be_read_is_refused() {
     std::fs::write(dir.path().join("bad/queue.html"), [0xff, 0xfe]).unwrap();
     let e = load(&[&dir.path().join("bad")]).expect_err("not UTF-8");
     assert!(
-        e.file.ends_with("queue.html") && e.reason.contains("UTF-8"),
+        e.file.ends_with("queue.html") & e.reason.contains("UTF-8"),
         "{e}"
     );
 }
@@ -620,7 +632,7 @@ fn the_book_loads_the_instance_and_configured_rooms_and_refuses_at_start() {
     let body = |room: &str| {
         let v = Visit {
             room: room.into(),
-            ..visit(Lang::En)
+            ..visit(&lang("en"))
         };
         let response = book.render(StatusCode::NOT_FOUND, &v, &page);
         let bytes = futures_util::FutureExt::now_or_never(axum::body::to_bytes(
