@@ -97,7 +97,8 @@ pub struct RoomSettings {
     /// A waiting visitor with no stream and no poll for this long is skipped.
     pub queue_idle: Duration,
     /// New tickets per client address per minute, in any sliding minute;
-    /// 0 = off.
+    /// 0 = off. A coarse net against one machine taking the line, not a
+    /// bot defence: thousands of real phones can share one address.
     pub join_limit_per_minute: u32,
     /// A cap on new admissions per minute, besides capacity; `None` = no cap.
     pub admit_per_minute: Option<u32>,
@@ -124,6 +125,13 @@ pub struct RoomSettings {
 
 impl RoomSettings {
     pub const DEFAULT_CAPACITY: u32 = 100;
+    /// High enough that a carrier-grade NAT with a few thousand phones
+    /// behind one address, all joining in the opening minute, is never
+    /// refused (each visitor needs one new ticket; twice that is headroom
+    /// for private windows and second devices), low enough that one
+    /// machine cannot fill the line at line rate. Bots are for proof of
+    /// work and enqueue tokens to stop.
+    pub const DEFAULT_JOIN_LIMIT_PER_MINUTE: u32 = 10_000;
 
     /// A room with the documented defaults.
     pub fn new(id: RoomId) -> Self {
@@ -134,7 +142,7 @@ impl RoomSettings {
             pass_idle: Duration::from_secs(10 * 60),
             arrival_grace: Duration::from_secs(2 * 60),
             queue_idle: Duration::from_secs(5 * 60),
-            join_limit_per_minute: 120,
+            join_limit_per_minute: Self::DEFAULT_JOIN_LIMIT_PER_MINUTE,
             admit_per_minute: None,
             opens_at: None,
             order: Order::Lottery,
