@@ -206,9 +206,11 @@ pub enum Purchase {
     Ok {
         view: ViewFields,
     },
-    /// The stock was not what the caller computed from: it is `stock`.
+    /// Stock or mode were not what the caller computed from: they are
+    /// these.
     Moved {
         stock: u64,
+        mode: String,
     },
     NoStock,
     NoRoom,

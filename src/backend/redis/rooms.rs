@@ -172,12 +172,14 @@ impl RedisBackend {
         room: &RoomId,
         purchased: u64,
     ) -> Result<Option<StockTaken>, BackendError> {
-        let mut stock = match self.meta(room).await?.get("stock") {
+        let meta = self.meta(room).await?;
+        let mut stock = match meta.get("stock") {
             Some(v) if !v.is_empty() => v.parse::<u64>().unwrap_or(0),
             _ => return Ok(None),
         };
+        let mut mode = stored_mode(meta.get("mode"));
         loop {
-            let taken = take_stock(stock, purchased);
+            let taken = take_stock(stock, mode, purchased);
             let raw = self
                 .run(
                     &self.scripts.purchase,
@@ -185,8 +187,9 @@ impl RedisBackend {
                     self.now(),
                     &[
                         &stock.to_string(),
+                        mode.name(),
                         &taken.left.to_string(),
-                        flag(taken.sold_out_now),
+                        taken.mode.name(),
                     ],
                 )
                 .await?;
@@ -195,7 +198,10 @@ impl RedisBackend {
                     self.publish(room, &view, false, "", None).await?;
                     return Ok(Some(taken));
                 }
-                reply::Purchase::Moved { stock: now } => stock = now,
+                reply::Purchase::Moved { stock: s, mode: m } => {
+                    stock = s;
+                    mode = stored_mode(Some(&m));
+                }
                 reply::Purchase::NoStock => return Ok(None),
                 reply::Purchase::NoRoom => return Err(BackendError::NoSuchRoom(room.clone())),
             }
@@ -315,10 +321,7 @@ impl RedisBackend {
             Order::Lottery
         };
         settings.paused = num("paused") == 1;
-        settings.mode =
-            f.0.get("mode")
-                .and_then(|m| Mode::from_name(m))
-                .unwrap_or_default();
+        settings.mode = stored_mode(f.0.get("mode"));
         settings.stock = f.0.get("stock").and_then(|v| v.parse().ok());
         *settings.access = AccessSettings::from_fields(|k| f.0.get(k).map(String::as_str));
         let mut view = f.view();
@@ -451,6 +454,11 @@ impl RedisBackend {
             }
         }
     }
+}
+
+/// A stored mode; a room stored before modes existed queues.
+fn stored_mode(name: Option<&String>) -> Mode {
+    name.and_then(|m| Mode::from_name(m)).unwrap_or_default()
 }
 
 fn unexpected(reply: &impl std::fmt::Debug) -> BackendError {
