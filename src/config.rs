@@ -39,7 +39,7 @@ use redis::RedisKeys;
 pub use redis::{RedisTarget, SentinelTarget};
 pub use room::{
     CAPACITY_MAX, CAPACITY_MIN, OPENS_AT_MAX, RoomTable, TICK_MAX, TICK_MIN, TIMEOUT_MAX,
-    check_admit_per_minute, check_capacity, check_tick, check_timeout, opt_duration,
+    check_admit_per_minute, check_away_grace, check_capacity, check_tick, check_timeout, opt_duration,
     parse_rfc3339_ms, validate_room,
 };
 pub use secret::Secret;

@@ -29,7 +29,8 @@ end
 
 if ARGV[4] == EPOCH and tonumber(ARGV[5]) < n('issued') then
   local t = load_ticket(ARGV[5])
-  if t and (t.state == WAITING or t.state == ADMITTED or ARGV[6] ~= '1') then
+  if t and (t.state == WAITING or t.state == ADMITTED or t.state == AWAY
+      or ARGV[6] ~= '1') then
     touch(t)
     return answer(t, false)
   end

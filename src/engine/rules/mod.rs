@@ -8,6 +8,7 @@
 //!   from its facts and the room's; the one status type that goes out
 //! - `rate`: the smoothed admission rate and the cap on admissions
 //! - `publish`: when a changed room view is worth sending to every stream
+//! - `presence`: what the head does with a ticket whose visitor may be gone
 //! - `capacity`: where permits go when capacity changes
 //! - `join_limit`: new tickets per address in a sliding minute
 //! - `waits`: the wait histogram's buckets
@@ -19,6 +20,7 @@
 
 mod capacity;
 mod join_limit;
+mod presence;
 mod publish;
 mod rate;
 mod state;
@@ -28,6 +30,7 @@ mod waits;
 pub use capacity::{Counter, GROW, Plan, SHRINK, Transfer, resize};
 pub use join_limit::{JOIN_WINDOW_MS, join_allowance, join_window_start};
 pub use publish::{Visible, worth_publishing};
+pub use presence::{AtHead, PresenceTimeouts, RENEWALS_PER_GRACE, away_cutoff, renew_every};
 pub use rate::{AdmissionRate, AdmitCap};
 pub use state::{Status, TicketState};
 pub use status::{
