@@ -70,7 +70,11 @@ impl Presence {
     }
 
     /// Hold a ticket's presence for one more stream, if its cap allows.
-    pub fn hold(self: &Arc<Self>, room: &RoomId, ticket: TicketRef) -> Result<StreamHold, ApiError> {
+    pub fn hold(
+        self: &Arc<Self>,
+        room: &RoomId,
+        ticket: TicketRef,
+    ) -> Result<StreamHold, ApiError> {
         let mut rooms = lock(&self.rooms);
         let now = Instant::now();
         let streams = rooms.entry(room.clone()).or_insert_with(|| RoomStreams {

@@ -29,8 +29,8 @@ mod waits;
 
 pub use capacity::{Counter, GROW, Plan, SHRINK, Transfer, resize};
 pub use join_limit::{JOIN_WINDOW_MS, join_allowance, join_window_start};
-pub use publish::{Visible, worth_publishing};
 pub use presence::{AtHead, PresenceTimeouts, RENEWALS_PER_GRACE, away_cutoff, renew_every};
+pub use publish::{Visible, worth_publishing};
 pub use rate::{AdmissionRate, AdmitCap};
 pub use state::{Status, TicketState};
 pub use status::{

@@ -86,10 +86,7 @@ mod tests {
 
     #[test]
     fn renewals_land_well_inside_the_grace() {
-        assert_eq!(
-            renew_every(Duration::from_secs(21)),
-            Duration::from_secs(7)
-        );
+        assert_eq!(renew_every(Duration::from_secs(21)), Duration::from_secs(7));
         assert_eq!(
             renew_every(Duration::from_millis(30)),
             Duration::from_millis(100)
