@@ -9,7 +9,9 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeOwned, Deserializer};
 
 use crate::backend::BackendError;
-use crate::engine::rules::{self, AdmissionRate, PassTimeouts, PresenceTimeouts, TicketFacts};
+use crate::engine::rules::{
+    self, AdmissionRate, Mode, PassTimeouts, PresenceTimeouts, TicketFacts,
+};
 use crate::engine::{RoomSettings, RoomView, TicketState};
 
 fn millis(d: std::time::Duration) -> u64 {
@@ -98,6 +100,8 @@ pub enum Join {
     /// The join's proof-of-work nonce was spent before.
     Spent,
     Closed,
+    /// The room is sold out (`rules::Mode::SoldOut`).
+    SoldOut,
     Full,
     NoRoom,
 }
@@ -233,6 +237,21 @@ pub enum Changed {
     NoRoom,
 }
 
+/// `purchase.lua`'s answer.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "r", rename_all = "lowercase")]
+pub enum Purchase {
+    Ok {
+        view: ViewFields,
+    },
+    /// The stock was not what the caller computed from: it is `stock`.
+    Moved {
+        stock: u64,
+    },
+    NoStock,
+    NoRoom,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(tag = "r", rename_all = "lowercase")]
 pub enum Publish {
@@ -298,6 +317,12 @@ impl ViewFields {
             paused: self.num("paused") == 1,
             open,
             closed: self.num("closed") == 1,
+            mode: self
+                .0
+                .get("mode")
+                .and_then(|m| Mode::from_name(m))
+                .unwrap_or_default(),
+            stock: self.text("stock").and_then(|v| v.parse().ok()),
             opens_at: self.text("opens_at").and_then(|v| v.parse().ok()),
             lottery_commitment: self.text("commitment"),
             lottery_seed: self.text("seed").filter(|_| open),
