@@ -60,6 +60,7 @@ impl RedisBackend {
             "pass_idle_ms": ms(settings.pass_idle),
             "arrival_grace_ms": ms(settings.arrival_grace),
             "queue_idle_ms": ms(settings.queue_idle),
+            "away_grace_ms": ms(settings.away_grace),
             "join_limit": settings.join_limit_per_minute.to_string(),
             "opens_at": settings.opens_at.map(|t| t.to_string()).unwrap_or_default(),
             "order": match settings.order {
@@ -134,6 +135,7 @@ impl RedisBackend {
             ("pass_idle_ms", patch.pass_idle),
             ("arrival_grace_ms", patch.arrival_grace),
             ("queue_idle_ms", patch.queue_idle),
+            ("away_grace_ms", patch.away_grace),
         ] {
             if let Some(v) = v {
                 put(k, ms(v));
@@ -311,6 +313,10 @@ impl RedisBackend {
         settings.pass_idle = dur("pass_idle_ms");
         settings.arrival_grace = dur("arrival_grace_ms");
         settings.queue_idle = dur("queue_idle_ms");
+        // A room stored before presence existed has no grace: the default.
+        if f.0.contains_key("away_grace_ms") {
+            settings.away_grace = dur("away_grace_ms");
+        }
         settings.join_limit_per_minute = u32::try_from(num("join_limit")).unwrap_or(0);
         settings.admit_per_minute =
             Some(u32::try_from(num("admit_cap")).unwrap_or(0)).filter(|&c| c > 0);
@@ -344,6 +350,8 @@ impl RedisBackend {
                 revocations: num("c_revocations"),
                 expirations: num("c_expirations"),
                 abandonments: num("c_abandonments"),
+                skips: num("c_skips"),
+                returns: num("c_returns"),
                 peak_admitted: num("peak"),
                 waits,
             },
