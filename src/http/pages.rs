@@ -134,6 +134,8 @@ pub enum ClosedReason {
     Expired,
     /// The visitor left the line.
     Left,
+    /// The line the ticket stood in was reset.
+    Reset,
 }
 
 /// The end of a wait that did not lead to the site: the room closed, the
@@ -157,6 +159,7 @@ impl ClosedPage {
             ClosedReason::Closed => self.t.closed_title,
             ClosedReason::Expired => self.t.expired_title,
             ClosedReason::Left => self.t.left_title,
+            ClosedReason::Reset => self.t.reset_title,
         }
     }
 
@@ -165,6 +168,7 @@ impl ClosedPage {
             ClosedReason::Closed => self.t.closed_body,
             ClosedReason::Expired => self.t.expired_body,
             ClosedReason::Left => self.t.left_body,
+            ClosedReason::Reset => self.t.reset_body,
         }
     }
 }
@@ -567,6 +571,7 @@ mod tests {
                 (ClosedReason::Closed, t.closed_title, t.closed_body),
                 (ClosedReason::Expired, t.expired_title, t.expired_body),
                 (ClosedReason::Left, t.left_title, t.left_body),
+                (ClosedReason::Reset, t.reset_title, t.reset_body),
             ] {
                 let rejoin =
                     (reason != ClosedReason::Closed).then(|| "/queue/sale?return=%2F".into());

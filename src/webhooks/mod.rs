@@ -76,6 +76,10 @@ event_types! {
     RoomCapacityChanged => "room.capacity_changed",
     /// The room was closed (deleted).
     RoomClosed => "room.closed",
+    /// The room's line was found lost in the state store (a Redis restart
+    /// without persistence, a flushed database) and started again: every
+    /// ticket of the old line is void (`data.epoch` names the new line).
+    RoomReset => "room.reset",
     /// The queue grew past a receiver's `queue_threshold` (sent to that
     /// receiver only; `data.threshold` says which).
     QueueThreshold => "queue.threshold",

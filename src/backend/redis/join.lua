@@ -15,7 +15,7 @@
 -- Returns {r = 'ok', id, new, epoch, t = facts, w = waiting}
 --       | {r = 'limited', n = joins in the window, oldest, limit}
 --       | {r = 'denied'} | {r = 'spent'}
---       | {r = 'closed'} | {r = 'full'} | {r = 'noroom'}
+--       | {r = 'closed'} | {r = 'full'} | {r = 'noroom'} | {r = 'reset'}
 if not room({'closed', 'open', 'issued', 'waiting', 'join_limit'}) then
   return reply({r = 'noroom'})
 end
@@ -27,6 +27,8 @@ local function answer(t, new)
     w = n('waiting')})
 end
 
+-- A carried ticket of another incarnation stood in a line that was reset.
+if ARGV[4] ~= '' and ARGV[4] ~= EPOCH and ARGV[6] ~= '1' then return reply({r = 'reset'}) end
 if ARGV[4] == EPOCH and tonumber(ARGV[5]) < n('issued') then
   local t = load_ticket(ARGV[5])
   if t and (t.state == WAITING or t.state == ADMITTED or ARGV[6] ~= '1') then

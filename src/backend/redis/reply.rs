@@ -96,6 +96,9 @@ pub enum Join {
     Closed,
     Full,
     NoRoom,
+    /// The carried ticket names another incarnation of the room, and no
+    /// new ticket was asked for.
+    Reset,
 }
 
 /// One ticket of a batched status read: its facts, or unknown (`{x = 'noticket'}`).
