@@ -473,6 +473,10 @@ pub struct Strings {
     pub expired_body: String,
     pub left_title: String,
     pub left_body: String,
+    /// The line itself started again (its state was lost): every ticket
+    /// of the old line is void.
+    pub reset_title: String,
+    pub reset_body: String,
     pub join_again: String,
     /// `{code}`; the small line above an error page's title.
     pub error_code: String,

@@ -4,7 +4,8 @@
 //! the cookie, and shows the wait; once admitted it answers 303 to the
 //! return path, so a page without JavaScript gets there by its meta
 //! refresh. A ticket that ended shows why, with a way to join again that
-//! really starts a new ticket (`?rejoin=1`).
+//! really starts a new ticket (`?rejoin=1`); so does a ticket whose line
+//! was reset.
 
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -133,6 +134,15 @@ pub async fn queue(
             return pow_page(&state, &visit, &room, &e, page_url, proof.enqueue_token);
         }
         Err(e) if e.code.starts_with("enqueue_token_") => return invite_page(&state, &visit, &e),
+        // The cookie's ticket names a line that was reset: said so, with
+        // a way to join the new one.
+        Err(e) if e.code == "line_reset" => {
+            let page = Page::Closed(ClosedPage {
+                reason: ClosedReason::Reset,
+                rejoin_url: Some(rejoin_url),
+            });
+            return state.pages.render(StatusCode::OK, &visit, &page);
+        }
         Err(e) => return page_for_error(&state, &visit, &e),
     };
     if !joined.status.state.is_live() || joined.status.closed {

@@ -325,13 +325,17 @@ fn samples(lang: Lang) -> Vec<(Visit, Page)> {
         ClosedReason::SoldOut,
         ClosedReason::Expired,
         ClosedReason::Left,
+        ClosedReason::Reset,
     ] {
         out.push((
             visit.clone(),
             Page::Closed(ClosedPage {
                 reason,
-                rejoin_url: matches!(reason, ClosedReason::Expired | ClosedReason::Left)
-                    .then(|| "/queue/sale?rejoin=1".into()),
+                rejoin_url: matches!(
+                    reason,
+                    ClosedReason::Expired | ClosedReason::Left | ClosedReason::Reset
+                )
+                .then(|| "/queue/sale?rejoin=1".into()),
             }),
         ));
     }

@@ -165,6 +165,8 @@ pub enum ClosedReason {
     Expired,
     /// The visitor left the line.
     Left,
+    /// The line the ticket stood in was reset.
+    Reset,
 }
 
 impl ClosedReason {
@@ -175,6 +177,7 @@ impl ClosedReason {
             ClosedReason::SoldOut => "sold_out",
             ClosedReason::Expired => "expired",
             ClosedReason::Left => "left",
+            ClosedReason::Reset => "reset",
         }
     }
 }
@@ -448,6 +451,7 @@ pub(crate) fn context(visit: &Visit, page: &Page, languages: &Languages) -> mini
                 ClosedReason::SoldOut => (&t.sold_out_title, &t.sold_out_body),
                 ClosedReason::Expired => (&t.expired_title, &t.expired_body),
                 ClosedReason::Left => (&t.left_title, &t.left_body),
+                ClosedReason::Reset => (&t.reset_title, &t.reset_body),
             };
             let page = ClosedVars {
                 reason: c.reason.name(),

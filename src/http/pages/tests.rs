@@ -341,6 +341,7 @@ fn closed_page_renders_each_reason_in_every_language() {
             (ClosedReason::SoldOut, &t.sold_out_title, &t.sold_out_body),
             (ClosedReason::Expired, &t.expired_title, &t.expired_body),
             (ClosedReason::Left, &t.left_title, &t.left_body),
+            (ClosedReason::Reset, &t.reset_title, &t.reset_body),
         ] {
             let ended = !matches!(reason, ClosedReason::Closed | ClosedReason::SoldOut);
             let rejoin = ended.then(|| "/queue/sale?return=%2F".into());
