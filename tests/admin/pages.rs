@@ -240,3 +240,26 @@ async fn a_room_s_message_files_add_languages_chosen_by_the_browser() {
     );
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_broken_template_stops_the_start_naming_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "queue.html", BROKEN);
+    let config = narabu::config::Config {
+        templates_dir: Some(dir.path().to_path_buf()),
+        ..narabu_testkit::app::config()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend = narabu::backend::embedded::EmbeddedBackend::without_workers(
+        config.rooms.clone(),
+        std::sync::Arc::new(narabu::engine::SystemClock),
+    );
+    // The server returns at once with the reason, before serving anything.
+    let e = narabu::server::serve(listener, config, backend, std::future::pending())
+        .await
+        .expect_err("refused at start");
+    let shown = format!("{e:#}");
+    let want = format!("{}:3: ", dir.path().join("queue.html").display());
+    assert!(shown.contains(&want), "{shown}");
+    assert!(shown.contains("unknown variable `ticket.numbr`"), "{shown}");
+}
