@@ -13,3 +13,4 @@ mod follow;
 mod instances;
 mod measure;
 mod reset;
+mod wait;

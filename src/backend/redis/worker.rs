@@ -41,8 +41,14 @@ impl RedisBackend {
             };
             let mut all = vec![owner];
             all.extend(args.iter().map(String::as_str));
+            let written = self.acks.before(&self.conn);
             let raw = self.run(&self.scripts.tick, room, now, &all).await?;
-            match decode::<reply::Tick>(&raw)? {
+            let answer = decode::<reply::Tick>(&raw)?;
+            if matches!(answer, reply::Tick::Ok { .. }) {
+                // Its admissions are published once the replicas have them.
+                self.acks.confirm(&self.conn, written).await?;
+            }
+            match answer {
                 reply::Tick::NotOwner => return Ok(None),
                 reply::Tick::NoRoom => return Err(BackendError::NoSuchRoom(room.clone())),
                 reply::Tick::Stale(timeouts) => {
