@@ -14,7 +14,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use narabu_testkit::app::{TestApp, config, spawn_with};
-use narabu_testkit::redis_ha::replicated;
+use narabu_testkit::redis_ha::{replicated, wait_in_sync};
 use narabu_testkit::redis_server::RedisServer;
 use narabu_testkit::room;
 
@@ -54,6 +54,7 @@ async fn post_join(app: &TestApp) -> reqwest::Response {
 async fn changes_wait_for_the_replica_and_fail_with_503_without_it() {
     let primary = RedisServer::start_persistent().await;
     let mut replica = RedisServer::start_replica_of(primary.port).await;
+    wait_in_sync(&replica, Duration::from_secs(30)).await;
     replicated(&primary, "probe", 1).await;
     let wait = RedisWait {
         replicas: 1,
