@@ -7,6 +7,7 @@
 
 mod cluster;
 mod conformance;
+mod double_worker;
 mod failover;
 mod fair;
 mod follow;

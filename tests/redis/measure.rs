@@ -62,7 +62,11 @@ async fn rate(urls: Vec<String>) -> f64 {
             while start.elapsed() < RUN {
                 let r = c.post(&url).send().await.unwrap();
                 let status = r.status();
-                assert!(status.is_success(), "{status} {}", r.text().await.unwrap_or_default());
+                assert!(
+                    status.is_success(),
+                    "{status} {}",
+                    r.text().await.unwrap_or_default()
+                );
                 let _ = r.bytes().await;
                 done.fetch_add(1, Ordering::Relaxed);
             }

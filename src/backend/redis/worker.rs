@@ -103,6 +103,20 @@ impl RedisBackend {
     }
 }
 
+impl RedisBackend {
+    /// One tick as the worker holding lease `token` runs it: `None`, with
+    /// nothing changed, when the room's lease is not that token (the
+    /// script checks it). The worker loop does the same; tests call it to
+    /// run two workers for one room at once.
+    pub async fn tick_as_worker(
+        &self,
+        room: &RoomId,
+        token: &str,
+    ) -> Result<Option<TickReport>, BackendError> {
+        Ok(self.tick_as(room, token).await?.map(|(report, _)| report))
+    }
+}
+
 /// A room's worker loop on this instance: contend for the lease; while
 /// holding it, tick every `tick` and renew it every third of the lease;
 /// on shutdown give it up.
