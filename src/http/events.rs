@@ -1,7 +1,8 @@
 //! The event stream a waiting visitor's page (or app) follows:
 //! `position` events when something they can see changed (at most one a
 //! second), one `admitted` event, `expired`/`left`/`closed` when the ticket
-//! or room ends, and keep-alive comments.
+//! or room ends (`closed` says why: `sold_out` or `closed`), and keep-alive
+//! comments.
 //!
 //! Tens of thousands of these are open at once, so a stream asks the store
 //! nothing when the room changes: it reads its ticket once when it opens,
@@ -81,6 +82,15 @@ fn last_seen(headers: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
+/// The `closed` event: `{"status": "closed", "reason": "sold_out"}`, or
+/// `"closed"` for a room an operator closed or replaced.
+fn closed(reason: &str) -> Event {
+    Event::default()
+        .event(Status::Closed.name())
+        .id(END_ID)
+        .data(format!(r#"{{"status":"closed","reason":"{reason}"}}"#))
+}
+
 /// `GET /api/rooms/{room}/events?return=P`
 pub async fn events(
     State(state): State<AppState>,
@@ -127,7 +137,7 @@ struct Opened {
 /// The event for a status that ends the stream, if it does.
 fn final_event(status: &TicketStatus, redirect: Option<&str>) -> Option<Event> {
     if status.closed {
-        return Some(ending(Status::Closed));
+        return Some(closed(status.closed_reason()));
     }
     match status.status() {
         Status::Waiting => None,
@@ -232,7 +242,7 @@ fn stream(
                     changed = view.changed() => {
                         if changed.is_err() {
                             // The room was replaced or the backend is going away.
-                            yield Ok(ending(Status::Closed));
+                            yield Ok(closed("closed"));
                             return;
                         }
                         // Every wave is acknowledged: after the count it

@@ -56,7 +56,7 @@ use super::{
     TicketSignal,
 };
 use crate::config::{RedisTarget, RedisWait};
-use crate::engine::rules::{self, RoomFacts};
+use crate::engine::rules::{self, RoomFacts, StockTaken};
 use crate::engine::{
     Clock, Departure, DrawRecord, Handoff, RoomId, RoomSettings, TickReport, TicketId, TicketState,
     TicketStatus,
@@ -431,6 +431,7 @@ impl RedisBackend {
             reply::Join::Denied => Err(BackendError::AccessDenied),
             reply::Join::Spent => Err(BackendError::NonceSpent),
             reply::Join::Closed => Err(BackendError::Closed(room.clone())),
+            reply::Join::SoldOut => Err(BackendError::SoldOut(room.clone())),
             reply::Join::Full => Err(BackendError::Full(room.clone())),
             reply::Join::NoRoom => Err(BackendError::NoSuchRoom(room.clone())),
             reply::Join::Reset => Err(BackendError::LineReset),
@@ -716,6 +717,14 @@ impl Backend for RedisBackend {
             self.open(room, true).await?;
         }
         self.room(room).await
+    }
+
+    async fn purchase(
+        &self,
+        room: &RoomId,
+        purchased: u64,
+    ) -> Result<Option<StockTaken>, BackendError> {
+        RedisBackend::purchase(self, room, purchased).await
     }
 
     async fn close_room(&self, room: &RoomId) -> Result<(), BackendError> {
