@@ -70,6 +70,13 @@ fn main() -> ExitCode {
     if let Some(dir) = data_dir {
         config.data_dir = dir;
     }
+    // The page templates and message files are part of the configuration:
+    // a broken one stops the start here, before anything listens (the
+    // server loads them again, and checks them again, when it starts).
+    if let Err(e) = narabu::http::pages::PageBook::load(&config) {
+        eprintln!("narabu: {e}");
+        return ExitCode::from(2);
+    }
     init_logs(config.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,

@@ -98,6 +98,18 @@ fn every_commented_example_in_the_example_file_is_valid() {
     assert!(c.secret.is_some() && c.previous_secret.is_some() && c.admin_token.is_some());
     assert_eq!(c.trusted_proxies.len(), 3);
     assert_eq!(c.public_url.as_deref(), Some("https://queue.example.com"));
+    assert_eq!(
+        c.templates_dir.as_deref(),
+        Some(Path::new("/etc/narabu/pages"))
+    );
+    assert_eq!(
+        c.messages_dir.as_deref(),
+        Some(Path::new("/etc/narabu/messages"))
+    );
+    assert_eq!(
+        c.rooms[0].templates_dir.as_deref(),
+        Some("/etc/narabu/pages/default")
+    );
     assert_eq!(c.webhooks.len(), 1);
     assert_eq!(c.webhooks[0].events.len(), 3);
     assert_eq!(c.webhooks[0].queue_threshold, Some(10_000));
