@@ -23,6 +23,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::backend::RoomSnapshot;
 use crate::engine::WAIT_BUCKETS_MS;
+use crate::engine::rules::Mode;
 
 /// The Content-Type of what [`Metrics::render`] writes (OpenMetrics text,
 /// which Prometheus reads natively).
@@ -342,6 +343,37 @@ impl Collector for RoomCollector {
             let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
             for s in &self.0 {
                 let value = i64::try_from(get(s)).unwrap_or(i64::MAX);
+                ConstGauge::new(value).encode(family.encode_family(&label(s))?)?;
+            }
+        }
+        // One series per mode, 1 for the room's own: the usual shape of an
+        // enum in Prometheus, so `narabu_room_mode{mode="sold_out"} == 1`
+        // is an alert rule.
+        let mut family = encoder.encode_descriptor(
+            "room_mode",
+            "1 for the mode the room is in (queue, passthrough, maintenance, sold_out)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for s in &self.0 {
+            for mode in Mode::ALL {
+                let labels = [
+                    ("room", s.settings.id.to_string()),
+                    ("mode", mode.name().to_owned()),
+                ];
+                ConstGauge::new(i64::from(s.settings.mode == mode))
+                    .encode(family.encode_family(&labels)?)?;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "room_stock",
+            "Units left to sell, for rooms that count stock",
+            None,
+            MetricType::Gauge,
+        )?;
+        for s in &self.0 {
+            if let Some(stock) = s.settings.stock {
+                let value = i64::try_from(stock).unwrap_or(i64::MAX);
                 ConstGauge::new(value).encode(family.encode_family(&label(s))?)?;
             }
         }

@@ -27,6 +27,7 @@ use crate::config::{self, Config};
 use crate::engine::SystemClock;
 use crate::http::access::AccessBook;
 use crate::http::limits::StreamLimiter;
+use crate::http::presence::Presence;
 use crate::http::router::router;
 use crate::http::state::{AppState, HttpSettings, Shared};
 use crate::lean::{self, First, Rewind};
@@ -98,12 +99,15 @@ pub async fn serve(
         stop.clone(),
     );
     let access = Arc::new(AccessBook::default());
+    let presence = Presence::new(config.max_streams_per_ticket);
+    tokio::spawn(presence.clone().run(backend.clone(), stop.clone()));
     follow_rooms(&monitor, access.clone(), stop.clone(), backend.clock());
     let state = AppState::new(Shared {
         clock: backend.clock(),
         access,
         challenges: Arc::new(ChallengeKeys::from_keyring(&keys)),
         streams: StreamLimiter::new(config.max_streams_per_address),
+        presence: presence.clone(),
         fanout: Arc::default(),
         metrics,
         monitor,

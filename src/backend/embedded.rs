@@ -594,6 +594,19 @@ impl Backend for EmbeddedBackend {
         room.status(ticket).ok_or(BackendError::NoSuchTicket)
     }
 
+    async fn renew(&self, id: &RoomId, tickets: &[TicketRef]) -> Result<Duration, BackendError> {
+        let room = self.get(id)?;
+        let epoch = room.epoch();
+        room.renew(
+            tickets
+                .iter()
+                .filter(|t| t.epoch == epoch)
+                .filter_map(|t| TicketId::try_from(t.id).ok())
+                .filter(|&t| room.state_of(t).is_some()),
+        );
+        Ok(room.settings().away_grace)
+    }
+
     async fn depart(
         &self,
         id: &RoomId,

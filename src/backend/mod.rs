@@ -238,6 +238,13 @@ pub trait Backend: Send + Sync + 'static {
         touch: bool,
     ) -> Result<TicketStatus, BackendError>;
 
+    /// Renew the presence of these tickets' visitors (the live event
+    /// streams this instance holds for the room) in one call, and say how
+    /// long it lasts: the room's `away_grace`. Tickets of another
+    /// incarnation, or ended, are passed over; an away ticket's visitor is
+    /// back.
+    async fn renew(&self, room: &RoomId, tickets: &[TicketRef]) -> Result<Duration, BackendError>;
+
     /// Give a ticket up: leave (handing a permit on), release, revoke.
     async fn depart(
         &self,

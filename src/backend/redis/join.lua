@@ -35,7 +35,8 @@ end
 if ARGV[4] ~= '' and ARGV[4] ~= EPOCH and ARGV[6] ~= '1' then return reply({r = 'reset'}) end
 if ARGV[4] == EPOCH and tonumber(ARGV[5]) < n('issued') then
   local t = load_ticket(ARGV[5])
-  if t and (t.state == WAITING or t.state == ADMITTED or ARGV[6] ~= '1') then
+  if t and (t.state == WAITING or t.state == ADMITTED or t.state == AWAY
+      or ARGV[6] ~= '1') then
     touch(t)
     return answer(t, false)
   end
@@ -102,7 +103,7 @@ if log then
 end
 if t.qi >= 0 and MODE_ADMITS_EVERYONE[mode()] and admitting() then
   -- Nobody in line is quiet here: the tick admits everyone each turn.
-  admit_everyone(0)
+  admit_everyone(0, 0)
   t = load_ticket(S(id))
   return reply({r = 'ok', id = id, new = true, epoch = EPOCH, t = facts(t, nil),
     w = n('waiting')})

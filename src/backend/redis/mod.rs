@@ -275,16 +275,22 @@ impl RedisBackend {
         rules::ticket_status(&facts.ticket(), facts.ahead(), room, now)
     }
 
-    /// The quiet cutoff for a hand-off, and the `queue_idle` it was made
-    /// with ('?' before this room's timeouts are known: the script then
-    /// answers with them).
-    fn quiet_args(&self, room: &RoomId, now: u64) -> [String; 2] {
+    /// The quiet cutoff for a hand-off and the `queue_idle` it was made
+    /// with, the away cutoff and the `away_grace` it was made with ('?'
+    /// before this room's timeouts are known: the script then answers with
+    /// them).
+    fn quiet_args(&self, room: &RoomId, now: u64) -> [String; 4] {
         match self.timeouts.get(room) {
-            Some(t) => [
-                rules::quiet_cutoff(now, t.queue_idle_ms).to_string(),
-                t.queue_idle_ms.to_string(),
-            ],
-            None => ["0".into(), "?".into()],
+            Some(t) => {
+                let [away_before, away_grace] = t.away_args(now);
+                [
+                    rules::quiet_cutoff(now, t.queue_idle_ms).to_string(),
+                    t.queue_idle_ms.to_string(),
+                    away_before,
+                    away_grace,
+                ]
+            }
+            None => ["0".into(), "?".into(), "0".into(), "?".into()],
         }
     }
 
@@ -574,6 +580,39 @@ impl Backend for RedisBackend {
         Ok(Self::status_of(&facts, &room_facts, self.now()))
     }
 
+    async fn renew(&self, room: &RoomId, tickets: &[TicketRef]) -> Result<Duration, BackendError> {
+        // One call per incarnation named (almost always one).
+        let mut epochs: Vec<u64> = tickets.iter().map(|t| t.epoch).collect();
+        epochs.sort_unstable();
+        epochs.dedup();
+        if epochs.is_empty() {
+            epochs.push(0);
+        }
+        let mut grace = RoomSettings::DEFAULT_AWAY_GRACE;
+        for epoch in epochs {
+            let mut args = vec![epoch.to_string()];
+            args.extend(
+                tickets
+                    .iter()
+                    .filter(|t| t.epoch == epoch)
+                    .map(|t| t.id.to_string()),
+            );
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let raw = self
+                .run(&self.scripts.presence, room, self.now(), &args)
+                .await?;
+            match decode::<reply::Presence>(&raw)? {
+                reply::Presence::Ok { away_grace_ms, .. } => {
+                    if away_grace_ms > 0 {
+                        grace = Duration::from_millis(away_grace_ms);
+                    }
+                }
+                reply::Presence::NoRoom => return Err(BackendError::NoSuchRoom(room.clone())),
+            }
+        }
+        Ok(grace)
+    }
+
     async fn depart(
         &self,
         room: &RoomId,
@@ -588,14 +627,22 @@ impl Backend for RedisBackend {
         };
         for _ in 0..STALE_RETRIES {
             let now = self.now();
-            let [quiet_before, queue_idle] = self.quiet_args(room, now);
+            let [quiet_before, queue_idle, away_before, away_grace] = self.quiet_args(room, now);
             let written = self.acks.before(&self.conn);
             let raw = self
                 .run(
                     &self.scripts.depart,
                     room,
                     now,
-                    &[&epoch, &id, mode, &quiet_before, &queue_idle],
+                    &[
+                        &epoch,
+                        &id,
+                        mode,
+                        &quiet_before,
+                        &queue_idle,
+                        &away_before,
+                        &away_grace,
+                    ],
                 )
                 .await?;
             let code = |s: u64| u32::try_from(s).unwrap_or(u32::MAX);

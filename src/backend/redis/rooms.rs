@@ -102,6 +102,7 @@ impl RedisBackend {
             "pass_idle_ms": ms(settings.pass_idle),
             "arrival_grace_ms": ms(settings.arrival_grace),
             "queue_idle_ms": ms(settings.queue_idle),
+            "away_grace_ms": ms(settings.away_grace),
             "join_limit": settings.join_limit_per_minute.to_string(),
             "opens_at": settings.opens_at.map(|t| t.to_string()).unwrap_or_default(),
             "order": match settings.order {
@@ -177,6 +178,7 @@ impl RedisBackend {
             ("pass_idle_ms", patch.pass_idle),
             ("arrival_grace_ms", patch.arrival_grace),
             ("queue_idle_ms", patch.queue_idle),
+            ("away_grace_ms", patch.away_grace),
         ] {
             if let Some(v) = v {
                 put(k, ms(v));
@@ -215,12 +217,15 @@ impl RedisBackend {
         room: &RoomId,
         purchased: u64,
     ) -> Result<Option<StockTaken>, BackendError> {
-        let mut stock = match self.meta(room).await?.get("stock") {
+        let meta = self.meta(room).await?;
+        let mut stock = match meta.get("stock") {
             Some(v) if !v.is_empty() => v.parse::<u64>().unwrap_or(0),
             _ => return Ok(None),
         };
+        let mut mode = stored_mode(meta.get("mode"));
         loop {
-            let taken = take_stock(stock, purchased);
+            let taken = take_stock(stock, mode, purchased);
+            let written = self.acks.before(&self.conn);
             let raw = self
                 .run(
                     &self.scripts.purchase,
@@ -228,17 +233,23 @@ impl RedisBackend {
                     self.now(),
                     &[
                         &stock.to_string(),
+                        mode.name(),
                         &taken.left.to_string(),
-                        flag(taken.sold_out_now),
+                        taken.mode.name(),
                     ],
                 )
                 .await?;
             match decode::<reply::Purchase>(&raw)? {
                 reply::Purchase::Ok { view } => {
+                    // A sale counted is a sale a failover must not forget.
+                    self.acks.confirm(&self.conn, written).await?;
                     self.publish(room, &view, false, "", None).await?;
                     return Ok(Some(taken));
                 }
-                reply::Purchase::Moved { stock: now } => stock = now,
+                reply::Purchase::Moved { stock: s, mode: m } => {
+                    stock = s;
+                    mode = stored_mode(Some(&m));
+                }
                 reply::Purchase::NoStock => return Ok(None),
                 reply::Purchase::NoRoom => return Err(BackendError::NoSuchRoom(room.clone())),
             }
@@ -348,6 +359,10 @@ impl RedisBackend {
         settings.pass_idle = dur("pass_idle_ms");
         settings.arrival_grace = dur("arrival_grace_ms");
         settings.queue_idle = dur("queue_idle_ms");
+        // A room stored before presence existed has no grace: the default.
+        if f.0.contains_key("away_grace_ms") {
+            settings.away_grace = dur("away_grace_ms");
+        }
         settings.join_limit_per_minute = u32::try_from(num("join_limit")).unwrap_or(0);
         settings.admit_per_minute =
             Some(u32::try_from(num("admit_cap")).unwrap_or(0)).filter(|&c| c > 0);
@@ -358,10 +373,7 @@ impl RedisBackend {
             Order::Lottery
         };
         settings.paused = num("paused") == 1;
-        settings.mode =
-            f.0.get("mode")
-                .and_then(|m| Mode::from_name(m))
-                .unwrap_or_default();
+        settings.mode = stored_mode(f.0.get("mode"));
         settings.stock = f.0.get("stock").and_then(|v| v.parse().ok());
         *settings.access = AccessSettings::from_fields(|k| f.0.get(k).map(String::as_str));
         let mut view = f.view();
@@ -384,6 +396,8 @@ impl RedisBackend {
                 revocations: num("c_revocations"),
                 expirations: num("c_expirations"),
                 abandonments: num("c_abandonments"),
+                skips: num("c_skips"),
+                returns: num("c_returns"),
                 peak_admitted: num("peak"),
                 waits,
             },
@@ -494,6 +508,11 @@ impl RedisBackend {
             }
         }
     }
+}
+
+/// A stored mode; a room stored before modes existed queues.
+fn stored_mode(name: Option<&String>) -> Mode {
+    name.and_then(|m| Mode::from_name(m)).unwrap_or_default()
 }
 
 fn unexpected(reply: &impl std::fmt::Debug) -> BackendError {
