@@ -38,9 +38,11 @@ pub const OPENS_AT_MAX: u64 = 253_402_207_200_000;
 ///
 /// It deserializes from TOML and from JSON alike, and serializes back to the
 /// same shape, so the admin API can show a room in the form it accepts.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RoomTable {
+    /// The room; in a `PUT` body it may be left out (the path names it).
+    #[schema(required = false)]
     pub id: RoomId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<u32>,
@@ -49,24 +51,28 @@ pub struct RoomTable {
         with = "opt_duration",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, example = "10m")]
     pub tick: Option<Duration>,
     #[serde(
         default,
         with = "opt_duration",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, example = "10m")]
     pub pass_idle: Option<Duration>,
     #[serde(
         default,
         with = "opt_duration",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, example = "10m")]
     pub arrival_grace: Option<Duration>,
     #[serde(
         default,
         with = "opt_duration",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, example = "10m")]
     pub queue_idle: Option<Duration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub join_limit_per_minute: Option<u32>,
@@ -78,6 +84,7 @@ pub struct RoomTable {
         with = "opt_opens_at",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub opens_at: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub order: Option<Order>,
@@ -97,8 +104,10 @@ pub struct RoomTable {
     /// Shared keys are write-only: never written back out (the admin API
     /// shows whether one is set, not what it is).
     #[serde(default, skip_serializing)]
+    #[schema(value_type = Option<String>, write_only)]
     pub enqueue_key: Option<SharedKey>,
     #[serde(default, skip_serializing)]
+    #[schema(value_type = Option<String>, write_only)]
     pub enqueue_previous_key: Option<SharedKey>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enqueue_public_key: Option<String>,
