@@ -39,8 +39,8 @@ use redis::RedisKeys;
 pub use redis::{RedisTarget, SentinelTarget};
 pub use room::{
     CAPACITY_MAX, CAPACITY_MIN, OPENS_AT_MAX, RoomTable, TICK_MAX, TICK_MIN, TIMEOUT_MAX,
-    check_admit_per_minute, check_capacity, check_tick, check_timeout, opt_duration,
-    parse_rfc3339_ms, validate_room,
+    check_admit_per_minute, check_capacity, check_stock, check_tick, check_timeout, opt_duration,
+    parse_rfc3339_ms, stock_mode, validate_room,
 };
 pub use secret::Secret;
 use values::{ProxyNet, RedactedUrl, check_http_url, check_public_url, listen_address};

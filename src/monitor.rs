@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{Backend, RoomSnapshot};
+use crate::engine::rules::Mode;
 use crate::engine::{RoomId, Timestamp, WaitSnapshot};
 use crate::sync::lock;
 use crate::webhooks::{EventType, WebhookEvent, Webhooks};
@@ -178,6 +179,29 @@ impl Monitor {
         window(s, self.now_ms(), raw)
     }
 
+    /// A change of mode, announced by the one call that made it (an
+    /// operator's `PATCH`, or the purchase that took the last unit), so
+    /// that with several instances it is sent once: `room.mode_changed`,
+    /// and `room.sold_out` when the room became sold out.
+    pub fn mode_changed(&self, before: Mode, s: &RoomSnapshot, reason: &str) {
+        let now = s.settings.mode;
+        if before == now {
+            return;
+        }
+        let changed = json!({ "previous_mode": before, "reason": reason });
+        let e = event(EventType::RoomModeChanged, s, changed, self.now_ms());
+        self.webhooks.send(&e, None);
+        if now == Mode::SoldOut {
+            let e = event(
+                EventType::RoomSoldOut,
+                s,
+                json!({ "reason": reason }),
+                self.now_ms(),
+            );
+            self.webhooks.send(&e, None);
+        }
+    }
+
     /// A snapshot taken just before (to know what changed, even if no
     /// sample was taken yet) or just after an operator's change (to fire its
     /// webhooks now).
@@ -287,6 +311,8 @@ fn event(kind: EventType, s: &RoomSnapshot, extra: serde_json::Value, now_ms: u6
         "paused": s.settings.paused,
         "open": s.view.open,
         "closed": s.view.closed,
+        "mode": s.settings.mode,
+        "stock": s.settings.stock,
     });
     if let (Some(d), Some(extra)) = (data.as_object_mut(), extra.as_object()) {
         d.extend(extra.clone());

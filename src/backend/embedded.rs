@@ -28,6 +28,7 @@ use super::{
     TicketSignal,
 };
 use crate::config::Durability;
+use crate::engine::rules::StockTaken;
 use crate::engine::{
     Clock, Departure, DrawRecord, EventSink, JoinError, Joined, Room, RoomEvent, RoomId,
     RoomSettings, TickReport, TicketId, TicketState, TicketStatus,
@@ -544,6 +545,7 @@ impl Backend for EmbeddedBackend {
             room.join(request.identity).map_err(|e| match e {
                 JoinError::Closed => BackendError::Closed(id.clone()),
                 JoinError::Full => BackendError::Full(id.clone()),
+                JoinError::SoldOut => BackendError::SoldOut(id.clone()),
             })
         };
         let (joined, appended) = journal::recording(|| match limit {
@@ -656,6 +658,17 @@ impl Backend for EmbeddedBackend {
         let ((), appended) = journal::recording(|| room.patch(&patch));
         self.durable(appended).await?;
         Ok(Self::room_snapshot(&room))
+    }
+
+    async fn purchase(
+        &self,
+        id: &RoomId,
+        purchased: u64,
+    ) -> Result<Option<StockTaken>, BackendError> {
+        let room = self.get(id)?;
+        let (taken, appended) = journal::recording(|| room.purchase(purchased));
+        self.durable(appended).await?;
+        Ok(taken)
     }
 
     async fn close_room(&self, id: &RoomId) -> Result<(), BackendError> {

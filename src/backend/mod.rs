@@ -31,6 +31,7 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 pub use crate::engine::RoomPatch;
+use crate::engine::rules::StockTaken;
 use crate::engine::{
     Clock, Departure, DrawRecord, Identity, PermitLedger, RoomId, RoomSettings, RoomStats,
     RoomView, TickReport, TicketStatus,
@@ -128,6 +129,9 @@ pub enum BackendError {
     NoSuchRoom(RoomId),
     #[error("the room {0} is closed")]
     Closed(RoomId),
+    /// The room is in mode `sold_out`: no new tickets.
+    #[error("the room {0} is sold out")]
+    SoldOut(RoomId),
     #[error("the room {0} is full")]
     Full(RoomId),
     #[error("unknown ticket")]
@@ -277,6 +281,15 @@ pub trait Backend: Send + Sync + 'static {
         room: &RoomId,
         patch: RoomPatch,
     ) -> Result<RoomSnapshot, BackendError>;
+
+    /// The origin sold `purchased` units: taken off the room's stock in one
+    /// atomic step, never below zero; the step that takes the last unit
+    /// turns the room sold out. `None` when the room does not count stock.
+    async fn purchase(
+        &self,
+        room: &RoomId,
+        purchased: u64,
+    ) -> Result<Option<StockTaken>, BackendError>;
 
     /// Close a room: joins refused, streams told `closed`.
     async fn close_room(&self, room: &RoomId) -> Result<(), BackendError>;

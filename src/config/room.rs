@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use super::{ConfigError, join_field};
 use crate::access::{AccessSettings, ChallengeMode, EnqueueMode, SharedKey};
+use crate::engine::rules::{Mode, STOCK_MAX, mode_with_stock};
 use crate::engine::{Order, RoomId, RoomSettings};
 
 /// Smallest and largest room: one permit up to a million (a bigger room is
@@ -90,6 +91,12 @@ pub struct RoomTable {
     pub order: Option<Order>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
+    /// `queue`, `passthrough`, `maintenance` or `sold_out`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    /// Units left to sell; at 0 the room is sold out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stock: Option<u64>,
     // Access: proof of work and enqueue tokens (crate::access).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub challenge: Option<ChallengeMode>,
@@ -130,6 +137,8 @@ impl RoomTable {
             opens_at: None,
             order: None,
             paused: None,
+            mode: None,
+            stock: None,
             challenge: None,
             pow_difficulty: None,
             pow_difficulty_max: None,
@@ -173,6 +182,12 @@ impl RoomTable {
         if let Some(v) = self.paused {
             s.paused = v;
         }
+        let field = |name: &str| join_field(field_prefix, name);
+        if let Some(v) = self.stock {
+            check_stock(&field("stock"), v)?;
+            s.stock = Some(v);
+        }
+        s.mode = stock_mode(&field("mode"), self.mode, s.stock)?.unwrap_or_default();
         self.fill_access(&mut s.access);
         validate_room(&s, field_prefix)?;
         Ok(s)
@@ -241,6 +256,8 @@ impl From<&RoomSettings> for RoomTable {
             opens_at: s.opens_at,
             order: Some(s.order),
             paused: Some(s.paused),
+            mode: Some(s.mode),
+            stock: s.stock,
             challenge: Some(s.access.challenge),
             pow_difficulty: Some(s.access.pow_difficulty),
             pow_difficulty_max: Some(s.access.pow_difficulty_max),
@@ -322,6 +339,37 @@ pub fn check_timeout(field: &str, value: Duration) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+pub fn check_stock(field: &str, stock: u64) -> Result<(), ConfigError> {
+    if stock <= STOCK_MAX {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        field,
+        format!("must be at most {STOCK_MAX}, got {stock}"),
+    ))
+}
+
+/// The mode a room is given beside its stock (`rules::mode_with_stock`):
+/// a stock of 0 is sold out, so another mode given with it is refused
+/// rather than silently overridden. `None`: no mode given, none implied.
+pub fn stock_mode(
+    field: &str,
+    mode: Option<Mode>,
+    stock: Option<u64>,
+) -> Result<Option<Mode>, ConfigError> {
+    let implied = mode_with_stock(mode.unwrap_or_default(), stock);
+    match mode {
+        Some(m) if m != implied => Err(ConfigError::new(
+            field,
+            format!(
+                "cannot be {m} while stock is 0 (the room is sold out: give more stock to reopen it)"
+            ),
+        )),
+        _ if implied.closes() => Ok(Some(implied)),
+        _ => Ok(mode),
+    }
 }
 
 pub fn check_admit_per_minute(field: &str, cap: u32) -> Result<(), ConfigError> {

@@ -15,7 +15,7 @@
 //! left or went quiet fails the second CAS and is skipped. Claiming indices
 //! in order is what makes admission follow queue order exactly.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use crossbeam_queue::SegQueue;
@@ -29,7 +29,8 @@ use super::event::{EventSink, RoomEvent};
 use super::lane::LaneIndex;
 use super::lottery::LotterySeed;
 use super::rules::{
-    self, AdmitCap, Counter, MAX_TICKETS, PassTimeouts, RoomFacts, TicketFacts, TicketStatus,
+    self, AdmitCap, Counter, MAX_TICKETS, Mode, PassTimeouts, RoomFacts, StockTaken, TicketFacts,
+    TicketStatus,
 };
 use super::settings::{Order, RoomId, RoomPatch, RoomSettings};
 use super::ticket::{Ticket, TicketId, TicketState};
@@ -60,6 +61,8 @@ pub enum JoinError {
     Closed,
     #[error("the room's queue is full")]
     Full,
+    #[error("the room is sold out")]
+    SoldOut,
 }
 
 /// What became of a permit that was given back.
@@ -92,6 +95,8 @@ pub(crate) struct HotSettings {
     pub paused: AtomicBool,
     pub open: AtomicBool,
     pub closed: AtomicBool,
+    /// `rules::Mode`'s code.
+    pub mode: AtomicU8,
     pub queue_idle_ms: AtomicU64,
     pub pass_idle_ms: AtomicU64,
     pub arrival_grace_ms: AtomicU64,
@@ -106,6 +111,7 @@ impl HotSettings {
             paused: AtomicBool::new(s.paused),
             open: AtomicBool::new(open),
             closed: AtomicBool::new(false),
+            mode: AtomicU8::new(s.mode.code()),
             queue_idle_ms: AtomicU64::new(millis(s.queue_idle)),
             pass_idle_ms: AtomicU64::new(millis(s.pass_idle)),
             arrival_grace_ms: AtomicU64::new(millis(s.arrival_grace)),
@@ -122,6 +128,18 @@ impl HotSettings {
             .store(millis(s.arrival_grace), Ordering::Release);
         self.admit_per_minute
             .store(s.admit_per_minute.unwrap_or(0), Ordering::Release);
+    }
+
+    pub(crate) fn mode(&self) -> Mode {
+        Mode::from_code(self.mode.load(Ordering::Acquire)).unwrap_or_default()
+    }
+
+    /// Whether permits go to the line now: open, not paused, and a mode
+    /// that admits.
+    pub(crate) fn admitting(&self) -> bool {
+        self.open.load(Ordering::Acquire)
+            && !self.paused.load(Ordering::Acquire)
+            && self.mode().admits()
     }
 
     pub(crate) fn admit_cap(&self) -> AdmitCap {
@@ -340,7 +358,13 @@ impl Room {
         let mut s = read(&self.settings).clone();
         s.capacity = self.hot.capacity.load(Ordering::Acquire);
         s.paused = self.hot.paused.load(Ordering::Acquire);
+        s.mode = self.hot.mode();
         s
+    }
+
+    /// How the room queues now.
+    pub fn mode(&self) -> Mode {
+        self.hot.mode()
     }
 
     pub fn now_ms(&self) -> u64 {
@@ -364,6 +388,17 @@ impl Room {
         if self.hot.closed.load(Ordering::Acquire) {
             return Err(JoinError::Closed);
         }
+        if self.hot.mode().closes() {
+            return Err(JoinError::SoldOut);
+        }
+        let joined = self.join_line(identity)?;
+        if self.hot.mode().admits_everyone() && self.hot.open.load(Ordering::Acquire) {
+            self.admit_everyone(self.clock.now_ms());
+        }
+        Ok(joined)
+    }
+
+    fn join_line(&self, identity: Option<Identity>) -> Result<Joined, JoinError> {
         let Some(identity) = identity else {
             return self.issue(None).map(|(ticket, number)| Joined {
                 ticket,
@@ -570,6 +605,21 @@ impl Room {
         self.notify_ticket(id);
     }
 
+    /// `passthrough`: admit everyone in line now, in order, each on a
+    /// permit borrowed as debt (`rules::Mode`); the worker pays the debt
+    /// from its hand at its next tick, finishers by retiring their permit.
+    pub(crate) fn admit_everyone(&self, now: u64) -> Vec<TicketId> {
+        let mut admitted = Vec::new();
+        while self.has_queued() {
+            let Some(id) = self.pop_and_admit(now) else {
+                break;
+            };
+            self.debt.fetch_add(1, Ordering::AcqRel);
+            admitted.push(id);
+        }
+        admitted
+    }
+
     /// A permit comes back from a finisher: pay any capacity debt first,
     /// else hand it straight to the head of the queue, else onto the tray.
     pub(crate) fn give_back(&self, now: u64) -> Handoff {
@@ -585,9 +635,7 @@ impl Room {
                 Err(d) => debt = d,
             }
         }
-        let may_admit =
-            self.hot.open.load(Ordering::Acquire) && !self.hot.paused.load(Ordering::Acquire);
-        if may_admit
+        if self.hot.admitting()
             && self.has_queued()
             && self.limiter.try_take(self.hot.admit_cap(), now)
             && let Some(next) = self.pop_and_admit(now)
@@ -841,6 +889,9 @@ impl Room {
             if let Some(paused) = patch.paused {
                 self.hot.paused.store(paused, Ordering::Release);
             }
+            if let Some(mode) = patch.mode {
+                self.hot.mode.store(mode.code(), Ordering::Release);
+            }
             self.hot.store_timeouts(&s);
             if patch.open_now && !self.hot.open.load(Ordering::Acquire) {
                 s.opens_at = Some(now);
@@ -904,6 +955,27 @@ impl Room {
         });
     }
 
+    /// An origin's report of `purchased` units sold: taken off the stock
+    /// (never below zero) as one step with the mode, so the report that
+    /// takes the last unit, and only that one, turns the room sold out.
+    /// `None` for a room that does not count stock.
+    pub fn purchase(&self, purchased: u64) -> Option<StockTaken> {
+        let w = lock(&self.worker);
+        let taken = {
+            let mut s = write(&self.settings);
+            let taken = rules::take_stock(s.stock?, purchased);
+            s.stock = Some(taken.left);
+            if taken.sold_out_now {
+                s.mode = Mode::SoldOut;
+                self.hot.mode.store(Mode::SoldOut.code(), Ordering::Release);
+            }
+            taken
+        };
+        self.emit_settings();
+        self.publish_locked(&w, self.clock.now_ms(), false);
+        Some(taken)
+    }
+
     /// Close the room: no more joins, no more admissions. Streams see a
     /// `closed` view and end.
     pub fn close(&self) {
@@ -929,9 +1001,9 @@ impl Room {
 
     pub(crate) fn publish_locked(&self, w: &MutexGuard<'_, Worker>, now: u64, force: bool) {
         let open = self.hot.open.load(Ordering::Acquire);
-        let (opens_at, tick_ms) = {
+        let (opens_at, tick_ms, stock) = {
             let s = read(&self.settings);
-            (s.opens_at, millis(s.tick))
+            (s.opens_at, millis(s.tick), s.stock)
         };
         let next = RoomView {
             version: 0,
@@ -945,6 +1017,8 @@ impl Room {
             paused: self.hot.paused.load(Ordering::Acquire),
             open,
             closed: self.hot.closed.load(Ordering::Acquire),
+            mode: self.hot.mode(),
+            stock,
             opens_at,
             lottery_commitment: self.lottery.as_ref().map(LotterySeed::commitment),
             lottery_seed: self

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::rules::Mode;
 use crate::access::{AccessPatch, AccessSettings};
 
 /// A room's name: `[a-z0-9][a-z0-9-]{0,63}`. It appears in URLs, cookie names
@@ -97,7 +98,8 @@ pub struct RoomSettings {
     /// A waiting visitor with no stream and no poll for this long is skipped.
     pub queue_idle: Duration,
     /// New tickets per client address per minute, in any sliding minute;
-    /// 0 = off.
+    /// 0 = off. A coarse net against one machine taking the line, not a
+    /// bot defence: thousands of real phones can share one address.
     pub join_limit_per_minute: u32,
     /// A cap on new admissions per minute, besides capacity; `None` = no cap.
     pub admit_per_minute: Option<u32>,
@@ -106,6 +108,15 @@ pub struct RoomSettings {
     pub order: Order,
     /// Admission stopped by an operator; joins still queue.
     pub paused: bool,
+    /// How the room queues now (`rules::Mode`): the fair line,
+    /// passthrough, maintenance or sold out.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Units left to sell; `None` for a room that does not count stock.
+    /// Purchases reported on release take from it; at zero the room is
+    /// sold out.
+    #[serde(default)]
+    pub stock: Option<u64>,
     /// What a join must show (proof of work, an enqueue token). The engine
     /// keeps these with the rest for the backends to store; the HTTP
     /// layer checks them before a join reaches the engine. Boxed: they are
@@ -115,6 +126,13 @@ pub struct RoomSettings {
 
 impl RoomSettings {
     pub const DEFAULT_CAPACITY: u32 = 100;
+    /// High enough that a carrier-grade NAT with a few thousand phones
+    /// behind one address, all joining in the opening minute, is never
+    /// refused (each visitor needs one new ticket; twice that is headroom
+    /// for private windows and second devices), low enough that one
+    /// machine cannot fill the line at line rate. Bots are for proof of
+    /// work and enqueue tokens to stop.
+    pub const DEFAULT_JOIN_LIMIT_PER_MINUTE: u32 = 10_000;
 
     /// A room with the documented defaults.
     pub fn new(id: RoomId) -> Self {
@@ -125,11 +143,13 @@ impl RoomSettings {
             pass_idle: Duration::from_secs(10 * 60),
             arrival_grace: Duration::from_secs(2 * 60),
             queue_idle: Duration::from_secs(5 * 60),
-            join_limit_per_minute: 120,
+            join_limit_per_minute: Self::DEFAULT_JOIN_LIMIT_PER_MINUTE,
             admit_per_minute: None,
             opens_at: None,
             order: Order::Lottery,
             paused: false,
+            mode: Mode::Queue,
+            stock: None,
             access: Box::default(),
         }
     }
@@ -165,6 +185,11 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Patch<T> {
 pub struct RoomPatch {
     pub capacity: Option<u32>,
     pub paused: Option<bool>,
+    /// A new mode; sold out when the stock given is 0
+    /// (`rules::mode_with_stock`).
+    pub mode: Option<Mode>,
+    /// Set the stock left (`Null`: stop counting it).
+    pub stock: Patch<u64>,
     /// Open a scheduled room now (its pre-queue is drawn at once).
     pub open_now: bool,
     pub tick: Option<Duration>,
@@ -187,6 +212,14 @@ impl RoomPatch {
         }
         if let Some(v) = self.paused {
             s.paused = v;
+        }
+        if let Some(v) = self.mode {
+            s.mode = v;
+        }
+        match self.stock {
+            Patch::Absent => {}
+            Patch::Null => s.stock = None,
+            Patch::Value(v) => s.stock = Some(v),
         }
         if let Some(v) = self.tick {
             s.tick = v;

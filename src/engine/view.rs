@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use super::rules::{AdmissionRate, PassTimeouts, RoomFacts, WAIT_BUCKETS_MS, wait_bucket};
+use super::rules::{AdmissionRate, Mode, PassTimeouts, RoomFacts, WAIT_BUCKETS_MS, wait_bucket};
 use super::ticket::TicketId;
 
 /// The room as a whole, published through a `tokio::sync::watch` after each
@@ -35,6 +35,12 @@ pub struct RoomView {
     pub paused: bool,
     pub open: bool,
     pub closed: bool,
+    /// How the room queues now (`rules::Mode`).
+    #[serde(default)]
+    pub mode: Mode,
+    /// Units left to sell; `None` for a room that does not count stock.
+    #[serde(default)]
+    pub stock: Option<u64>,
     pub opens_at: Option<u64>,
     /// SHA-256 of the lottery seed (published before opening).
     pub lottery_commitment: Option<String>,
@@ -56,6 +62,8 @@ impl RoomView {
             open: self.open,
             paused: self.paused,
             closed: self.closed,
+            mode: self.mode,
+            stock: self.stock,
             opens_at: self.opens_at,
             waiting,
             free_permits: self.held + self.tray,

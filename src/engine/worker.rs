@@ -60,8 +60,12 @@ impl Room {
         }
         self.reap_stalled(&mut w, now, &mut report);
         self.pay_debt(&mut w);
-        if self.hot.open.load(Ordering::Acquire) && !self.hot.paused.load(Ordering::Acquire) {
+        if self.hot.admitting() {
             self.admit_from_hand(&mut w, now, &mut report);
+            if self.hot.mode().admits_everyone() {
+                // Past the permits: the rest borrow (see `Room::admit_everyone`).
+                report.admitted.extend(self.admit_everyone(now));
+            }
         }
         report.abandoned = self.sweep_quiet(&mut w, now);
         self.observe_rate(&mut w, now);
@@ -176,8 +180,7 @@ impl Room {
 
     fn observe_rate(&self, w: &mut Worker, now: u64) {
         let total = self.counters.admissions.load(Ordering::Relaxed);
-        let admitting =
-            self.hot.open.load(Ordering::Acquire) && !self.hot.paused.load(Ordering::Acquire);
+        let admitting = self.hot.admitting();
         w.rate.after_tick(
             admitting,
             total - w.admissions_at_last_tick,

@@ -1,7 +1,8 @@
 //! The event stream a waiting visitor's page (or app) follows:
 //! `position` events when something they can see changed (at most one a
 //! second), one `admitted` event, `expired`/`left`/`closed` when the ticket
-//! or room ends, and keep-alive comments.
+//! or room ends (`closed` says why: `sold_out` or `closed`), and keep-alive
+//! comments.
 //!
 //! Tens of thousands of these are open at once, so a stream asks the store
 //! nothing when the room changes: it reads its ticket once when it opens,
@@ -73,12 +74,22 @@ fn last_seen(headers: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
+/// The `closed` event: `{"status": "closed", "reason": "sold_out"}`, or
+/// `"closed"` for a room an operator closed or replaced.
+fn closed(reason: &str) -> Event {
+    Event::default()
+        .event(Status::Closed.name())
+        .id(END_ID)
+        .data(format!(r#"{{"status":"closed","reason":"{reason}"}}"#))
+}
+
 /// Follow a ticket as Server-Sent Events
 ///
 /// `position` events (at most one a second, only on change; data as the
 /// `status` answer), one `admitted` event (`{status, redirect,
-/// pass_expires_at}`), or `expired`, `left` or `closed` (`{status}`), which
-/// end the stream; keep-alive comments in between. Each event has an `id`
+/// pass_expires_at}`), or `expired`, `left` (`{status}`) or `closed`
+/// (`{status, reason}`, the reason `closed` or `sold_out`), which end the
+/// stream; keep-alive comments in between. Each event has an `id`
 /// (the count ahead it showed): send it back as `Last-Event-ID` on
 /// reconnecting.
 #[utoipa::path(
@@ -147,7 +158,7 @@ struct Opened {
 /// The event for a status that ends the stream, if it does.
 fn final_event(status: &TicketStatus, redirect: Option<&str>) -> Option<Event> {
     if status.closed {
-        return Some(ending(Status::Closed));
+        return Some(closed(status.closed_reason()));
     }
     match status.status() {
         Status::Waiting => None,
@@ -248,7 +259,7 @@ fn stream(
                     changed = view.changed() => {
                         if changed.is_err() {
                             // The room was replaced or the backend is going away.
-                            yield Ok(ending(Status::Closed));
+                            yield Ok(closed("closed"));
                             return;
                         }
                         // Every wave is acknowledged: after the count it

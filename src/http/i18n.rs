@@ -214,6 +214,14 @@ pub struct Strings {
     pub redirecting: &'static str,
     pub closed_title: &'static str,
     pub closed_body: &'static str,
+    /// The closed page when the room sold out.
+    pub sold_out_title: &'static str,
+    pub sold_out_body: &'static str,
+    /// The queue page's notice in mode `maintenance`.
+    pub maintenance_title: &'static str,
+    pub maintenance_body: &'static str,
+    /// `{n}`: the units a stock-aware room has left.
+    pub stock_left: &'static str,
     pub expired_title: &'static str,
     pub expired_body: &'static str,
     pub left_title: &'static str,

@@ -21,6 +21,7 @@ use super::openapi::RoomParam;
 use super::pages::{self, ClosedPage, ClosedReason, DrawLink, ErrorPage, PowForm, QueuePage};
 use super::return_path::validate_return_path;
 use super::state::AppState;
+use crate::engine::rules::Mode;
 use crate::engine::{RoomId, TicketState, TicketStatus, Timestamp};
 
 #[derive(Debug, Default, Deserialize)]
@@ -124,14 +125,19 @@ pub async fn queue(
     let joined = match api::join_room(&state, &room, ticket, &headers, client, rejoin, &proof).await
     {
         Ok(joined) => joined,
-        Err(e) if e.code == "room_closed" => {
+        Err(e) if e.code == "room_closed" || e.code == "sold_out" => {
+            let reason = if e.code == "sold_out" {
+                ClosedReason::SoldOut
+            } else {
+                ClosedReason::Closed
+            };
             return pages::html(
                 StatusCode::GONE,
                 &ClosedPage {
                     lang,
                     t: lang.strings(),
                     room: room.to_string(),
-                    reason: ClosedReason::Closed,
+                    reason,
                     rejoin_url: None,
                 },
             );
@@ -215,6 +221,8 @@ fn pow_page(
         queue_length: 0,
         paused: false,
         closed: false,
+        mode: Mode::Queue,
+        stock: None,
         joined_at: now,
         admitted_at: None,
         pass_expires_at: None,
@@ -251,14 +259,17 @@ fn invite_page(lang: Lang, refusal: &ApiError) -> Response {
 }
 
 fn ended_page(lang: Lang, room: &RoomId, status: &TicketStatus, rejoin_url: String) -> Response {
-    let reason = if status.closed {
+    let reason = if status.closed && status.mode.closes() {
+        ClosedReason::SoldOut
+    } else if status.closed {
         ClosedReason::Closed
     } else if matches!(status.state, TicketState::Left | TicketState::Released) {
         ClosedReason::Left
     } else {
         ClosedReason::Expired
     };
-    let code = if reason == ClosedReason::Closed {
+    let closed = matches!(reason, ClosedReason::Closed | ClosedReason::SoldOut);
+    let code = if closed {
         StatusCode::GONE
     } else {
         StatusCode::OK
@@ -270,7 +281,7 @@ fn ended_page(lang: Lang, room: &RoomId, status: &TicketStatus, rejoin_url: Stri
             t: lang.strings(),
             room: room.to_string(),
             reason,
-            rejoin_url: (reason != ClosedReason::Closed).then_some(rejoin_url),
+            rejoin_url: (!closed).then_some(rejoin_url),
         },
     )
 }

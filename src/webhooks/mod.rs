@@ -76,6 +76,12 @@ event_types! {
     RoomCapacityChanged => "room.capacity_changed",
     /// The room was closed (deleted).
     RoomClosed => "room.closed",
+    /// The room's mode changed (`data.mode`, `data.previous_mode`), by an
+    /// operator or because its stock ran out.
+    RoomModeChanged => "room.mode_changed",
+    /// The room became sold out (`data.reason`: `stock` when a reported
+    /// purchase took the last unit, `operator` for a change of mode).
+    RoomSoldOut => "room.sold_out",
     /// The queue grew past a receiver's `queue_threshold` (sent to that
     /// receiver only; `data.threshold` says which).
     QueueThreshold => "queue.threshold",

@@ -6,7 +6,7 @@
 -- and frees nothing.
 -- Returns {r = 'left'} | {r = 'gave', to = id | tray = true | retired = true}
 --       | {r = 'nothing', s = state} | {r = 'noticket'} | {r = 'noroom'} | {r = 'stale', ...}
-if not room({'issued', 'open', 'paused', 'debt', 'cap_interval_us', 'cap_tolerance_us',
+if not room({'issued', 'open', 'paused', 'mode', 'debt', 'cap_interval_us', 'cap_tolerance_us',
     'tat_us', 'queue_idle_ms', 'peak'}) then return reply({r = 'noroom'}) end
 local again = stale(ARGV[7])
 if again then return again end

@@ -224,6 +224,16 @@ local function pop_and_admit(quiet_before)
   end
 end
 
+-- The room's mode (rules::Mode), by name; a room stored before modes
+-- existed queues.
+local function mode() return M['mode'] or MODE_DEFAULT end
+
+-- Whether permits go to the line now: open, not paused, and a mode that
+-- admits. Needs 'open', 'paused' and 'mode' loaded.
+local function admitting()
+  return M['open'] == '1' and M['paused'] ~= '1' and MODE_ADMITS[mode()] == true
+end
+
 -- A permit comes back: pay capacity debt, else hand it to the head, else
 -- the tray. Returns 'retired' | 'to', id | 'tray'.
 local function give_back(quiet_before)
@@ -231,8 +241,7 @@ local function give_back(quiet_before)
     incr('debt', -1)
     return 'retired'
   end
-  if M['open'] == '1' and M['paused'] ~= '1' and redis.call('ZCARD', K('q')) > 0
-      and take_slot() then
+  if admitting() and redis.call('ZCARD', K('q')) > 0 and take_slot() then
     local id = pop_and_admit(quiet_before)
     if id then
       incr('c_handoffs', 1)
@@ -243,10 +252,24 @@ local function give_back(quiet_before)
   return 'tray'
 end
 
+-- passthrough: admit everyone in line, in order, each on a permit
+-- borrowed as debt (rules::Mode) that the tick pays from the hand and
+-- finishers by retiring theirs. Returns the admitted ids.
+local function admit_everyone(quiet_before)
+  local ids = {}
+  while redis.call('ZCARD', K('q')) > 0 do
+    local id = pop_and_admit(quiet_before)
+    if not id then break end
+    incr('debt', 1)
+    ids[#ids + 1] = id
+  end
+  return ids
+end
+
 -- The room as stored, for the Rust side to build and publish its view
 -- from (with `chg`, the change it reflects).
 local VIEW_FIELDS = {'capacity', 'waiting', 'admitted', 'hand', 'tray', 'debt', 'paused',
-  'open', 'closed', 'opens_at', 'commitment', 'seed', 'rate_mean', 'rate_var', 'rate_primed',
+  'open', 'closed', 'mode', 'stock', 'opens_at', 'commitment', 'seed', 'rate_mean', 'rate_var', 'rate_primed',
   'c_admissions', 'tick_ms', 'pass_idle_ms', 'arrival_grace_ms', 'chg'}
 
 local function view_fields()

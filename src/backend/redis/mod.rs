@@ -55,7 +55,7 @@ use super::{
     TicketSignal,
 };
 use crate::config::RedisTarget;
-use crate::engine::rules::{self, RoomFacts};
+use crate::engine::rules::{self, RoomFacts, StockTaken};
 use crate::engine::{
     Clock, Departure, DrawRecord, Handoff, RoomId, RoomSettings, TickReport, TicketId, TicketState,
     TicketStatus,
@@ -480,6 +480,7 @@ impl Backend for RedisBackend {
             reply::Join::Denied => Err(BackendError::AccessDenied),
             reply::Join::Spent => Err(BackendError::NonceSpent),
             reply::Join::Closed => Err(BackendError::Closed(room.clone())),
+            reply::Join::SoldOut => Err(BackendError::SoldOut(room.clone())),
             reply::Join::Full => Err(BackendError::Full(room.clone())),
             reply::Join::NoRoom => Err(BackendError::NoSuchRoom(room.clone())),
         }
@@ -624,6 +625,14 @@ impl Backend for RedisBackend {
             self.open(room, true).await?;
         }
         self.room(room).await
+    }
+
+    async fn purchase(
+        &self,
+        room: &RoomId,
+        purchased: u64,
+    ) -> Result<Option<StockTaken>, BackendError> {
+        RedisBackend::purchase(self, room, purchased).await
     }
 
     async fn close_room(&self, room: &RoomId) -> Result<(), BackendError> {

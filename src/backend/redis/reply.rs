@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeOwned, Deserializer};
 
 use crate::backend::BackendError;
-use crate::engine::rules::{AdmissionRate, PassTimeouts, TicketFacts};
+use crate::engine::rules::{AdmissionRate, Mode, PassTimeouts, TicketFacts};
 use crate::engine::{RoomView, TicketState};
 
 /// Decode a script's answer.
@@ -94,6 +94,8 @@ pub enum Join {
     /// The join's proof-of-work nonce was spent before.
     Spent,
     Closed,
+    /// The room is sold out (`rules::Mode::SoldOut`).
+    SoldOut,
     Full,
     NoRoom,
 }
@@ -197,6 +199,21 @@ pub enum Changed {
     NoRoom,
 }
 
+/// `purchase.lua`'s answer.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "r", rename_all = "lowercase")]
+pub enum Purchase {
+    Ok {
+        view: ViewFields,
+    },
+    /// The stock was not what the caller computed from: it is `stock`.
+    Moved {
+        stock: u64,
+    },
+    NoStock,
+    NoRoom,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(tag = "r", rename_all = "lowercase")]
 pub enum Publish {
@@ -262,6 +279,12 @@ impl ViewFields {
             paused: self.num("paused") == 1,
             open,
             closed: self.num("closed") == 1,
+            mode: self
+                .0
+                .get("mode")
+                .and_then(|m| Mode::from_name(m))
+                .unwrap_or_default(),
+            stock: self.text("stock").and_then(|v| v.parse().ok()),
             opens_at: self.text("opens_at").and_then(|v| v.parse().ok()),
             lottery_commitment: self.text("commitment"),
             lottery_seed: self.text("seed").filter(|_| open),

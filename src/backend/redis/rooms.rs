@@ -19,7 +19,7 @@ use super::reply::{self, Timeouts, ViewFields, decode};
 use super::{RedisBackend, RoomSnapshot, conn::unavailable};
 use crate::access::AccessSettings;
 use crate::backend::BackendError;
-use crate::engine::rules::{AdmissionRate, AdmitCap, Visible};
+use crate::engine::rules::{AdmissionRate, AdmitCap, Mode, StockTaken, Visible, take_stock};
 use crate::engine::{
     LotterySeed, Order, Patch, PermitLedger, RoomId, RoomPatch, RoomSettings, RoomStats,
     WAIT_BUCKETS_MS, WaitSnapshot,
@@ -67,6 +67,8 @@ impl RedisBackend {
                 Order::Fifo => "fifo",
             },
             "paused": flag(settings.paused),
+            "mode": settings.mode.name(),
+            "stock": settings.stock.map(|v| v.to_string()).unwrap_or_default(),
             "seed": if lottery { seed.to_hex() } else { String::new() },
             "commitment": if lottery { seed.commitment() } else { String::new() },
         });
@@ -119,6 +121,14 @@ impl RedisBackend {
         if let Some(v) = patch.paused {
             put("paused", flag(v).to_owned());
         }
+        if let Some(v) = patch.mode {
+            put("mode", v.name().to_owned());
+        }
+        match patch.stock {
+            Patch::Absent => {}
+            Patch::Null => put("stock", String::new()),
+            Patch::Value(v) => put("stock", v.to_string()),
+        }
         for (k, v) in [
             ("tick_ms", patch.tick),
             ("pass_idle_ms", patch.pass_idle),
@@ -151,6 +161,45 @@ impl RedisBackend {
             .await?;
         self.timeouts.remove(room);
         self.after_change(room, &raw).await
+    }
+
+    /// A reported purchase: the stock left and whether this report ends
+    /// the sale are `rules::take_stock`'s, written by `purchase.lua` only
+    /// if the stock is still what they were computed from (else computed
+    /// again from the stock it answers with).
+    pub(super) async fn purchase(
+        &self,
+        room: &RoomId,
+        purchased: u64,
+    ) -> Result<Option<StockTaken>, BackendError> {
+        let mut stock = match self.meta(room).await?.get("stock") {
+            Some(v) if !v.is_empty() => v.parse::<u64>().unwrap_or(0),
+            _ => return Ok(None),
+        };
+        loop {
+            let taken = take_stock(stock, purchased);
+            let raw = self
+                .run(
+                    &self.scripts.purchase,
+                    room,
+                    self.now(),
+                    &[
+                        &stock.to_string(),
+                        &taken.left.to_string(),
+                        flag(taken.sold_out_now),
+                    ],
+                )
+                .await?;
+            match decode::<reply::Purchase>(&raw)? {
+                reply::Purchase::Ok { view } => {
+                    self.publish(room, &view, false, "", None).await?;
+                    return Ok(Some(taken));
+                }
+                reply::Purchase::Moved { stock: now } => stock = now,
+                reply::Purchase::NoStock => return Ok(None),
+                reply::Purchase::NoRoom => return Err(BackendError::NoSuchRoom(room.clone())),
+            }
+        }
     }
 
     pub(super) async fn close(&self, room: &RoomId) -> Result<(), BackendError> {
@@ -266,6 +315,11 @@ impl RedisBackend {
             Order::Lottery
         };
         settings.paused = num("paused") == 1;
+        settings.mode =
+            f.0.get("mode")
+                .and_then(|m| Mode::from_name(m))
+                .unwrap_or_default();
+        settings.stock = f.0.get("stock").and_then(|v| v.parse().ok());
         *settings.access = AccessSettings::from_fields(|k| f.0.get(k).map(String::as_str));
         let mut view = f.view();
         view.version = num("view_version");

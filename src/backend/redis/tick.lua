@@ -12,7 +12,7 @@
 if ARGV[3] ~= '' and redis.call('GET', P .. 'lease') ~= ARGV[3] then
   return reply({r = 'notowner'})
 end
-if not room({'closed', 'open', 'opens_at', 'paused', 'hand', 'tray', 'debt', 'cap_interval_us',
+if not room({'closed', 'open', 'opens_at', 'paused', 'mode', 'hand', 'tray', 'debt', 'cap_interval_us',
     'cap_tolerance_us', 'tat_us', 'queue_idle_ms', 'pass_idle_ms', 'arrival_grace_ms', 'tick_ms',
     'peak', 'c_admissions', 'last_tick_ms', 'adm_at_last_tick'}) then
   return reply({r = 'noroom'})
@@ -56,7 +56,7 @@ pay_debt()
 
 local quiet_before = tonumber(ARGV[6])
 local admitted, from_tray = {}, 0
-if M['open'] == '1' and M['paused'] ~= '1' then
+if admitting() then
   while true do
     if n('hand') == 0 then
       local moved = n('tray')
@@ -73,6 +73,9 @@ if M['open'] == '1' and M['paused'] ~= '1' then
     if not id then break end
     incr('hand', -1)
     admitted[#admitted + 1] = id
+  end
+  if MODE_ADMITS_EVERYONE[mode()] then
+    for _, id in ipairs(admit_everyone(quiet_before)) do admitted[#admitted + 1] = id end
   end
 end
 

@@ -12,6 +12,7 @@ use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::mode::Mode;
 use super::rate::AdmissionRate;
 use super::state::{Status, TicketState};
 use crate::engine::clock::Timestamp;
@@ -38,6 +39,10 @@ pub struct RoomFacts {
     pub open: bool,
     pub paused: bool,
     pub closed: bool,
+    /// How the room queues now; `sold_out` closes it like `closed`.
+    pub mode: Mode,
+    /// Units left to sell, for a room that counts its stock.
+    pub stock: Option<u64>,
     pub opens_at: Option<u64>,
     /// Tickets waiting in all.
     pub waiting: u64,
@@ -119,7 +124,11 @@ pub struct TicketStatus {
     pub progress: f64,
     pub queue_length: u64,
     pub paused: bool,
+    /// The room closed (deleted, or sold out: see `mode`).
     pub closed: bool,
+    pub mode: Mode,
+    /// Units left to sell, for a room that counts its stock.
+    pub stock: Option<u64>,
     pub joined_at: Timestamp,
     pub admitted_at: Option<Timestamp>,
     /// For an admitted ticket: when the pass lapses without activity.
@@ -144,6 +153,18 @@ impl TicketStatus {
             && eta_range(self) == eta_range(other)
             && self.queue_length == other.queue_length
             && self.paused == other.paused
+            && self.mode == other.mode
+            && self.stock == other.stock
+    }
+
+    /// Why a closed room closed, as the `closed` event and the page say it:
+    /// `sold_out` or `closed`.
+    pub fn closed_reason(&self) -> &'static str {
+        if self.mode.closes() {
+            self.mode.name()
+        } else {
+            "closed"
+        }
     }
 
     /// Progress as a whole percentage, 0 to 100.
@@ -176,6 +197,10 @@ pub struct StatusBody {
     /// Tickets waiting in the room.
     pub queue_length: u64,
     pub paused: bool,
+    /// How the room queues now; `sold_out` comes with `status: closed`.
+    pub mode: Mode,
+    /// Units left to sell, for a room that counts its stock.
+    pub stock: Option<u64>,
     /// While the room has not opened yet.
     pub opens_at: Option<Timestamp>,
     /// For an admitted ticket: when the pass lapses without activity.
@@ -197,6 +222,8 @@ impl From<&TicketStatus> for StatusBody {
             progress: (t.progress * 1000.0).round() / 1000.0,
             queue_length: t.queue_length,
             paused: t.paused,
+            mode: t.mode,
+            stock: t.stock,
             opens_at: t.opens_at,
             pass_expires_at: t.pass_expires_at,
             updated_at: t.at,
@@ -229,7 +256,9 @@ pub fn ticket_status(
         progress: 0.0,
         queue_length: room.waiting,
         paused: room.paused,
-        closed: room.closed,
+        closed: room.closed || room.mode.closes(),
+        mode: room.mode,
+        stock: room.stock,
         joined_at: Timestamp(t.joined_at),
         admitted_at: None,
         pass_expires_at: None,
@@ -271,10 +300,10 @@ pub fn progress(ahead: u64, initial_ahead: u64) -> f64 {
 }
 
 /// The wait for the ticket at `position`, or `None` while nobody is being
-/// admitted (closed, paused, not open yet) or nothing was admitted lately
+/// admitted (closed, paused, not open yet, a mode that admits nobody) or nothing was admitted lately
 /// to estimate from.
 pub fn eta(position: u64, room: &RoomFacts) -> Option<Eta> {
-    if !room.open || room.paused || room.closed {
+    if !room.open || room.paused || room.closed || !room.mode.admits() {
         return None;
     }
     if position <= room.free_permits {
@@ -417,7 +446,7 @@ mod tests {
                 "status": "waiting", "number": 5, "position": 5, "ahead": 4,
                 "eta_seconds": 2, "eta_low_seconds": 2, "eta_high_seconds": 2,
                 "progress": 0.123, "queue_length": 12, "paused": false,
-                "opens_at": null, "pass_expires_at": null,
+                "mode": "queue", "stock": null, "opens_at": null, "pass_expires_at": null,
                 "updated_at": "2026-12-01T01:00:00Z"
             })
         );

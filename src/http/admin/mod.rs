@@ -38,6 +38,7 @@ use super::openapi::{ErrorBody, RoomParam};
 use super::state::AppState;
 use crate::backend::{BackendError, RoomSnapshot, TicketRef};
 use crate::config::{ConfigError, RoomTable};
+use crate::engine::rules::Mode;
 use crate::engine::{Departure, Handoff, Order, RoomId, Timestamp};
 use crate::monitor::{Sample, quantile};
 use crate::token::MAX_TOKEN_LEN;
@@ -53,6 +54,10 @@ pub struct RoomBody {
     /// `open`, `paused`, `scheduled` (before `opens_at`) or `closed`.
     #[schema(value_type = String, example = "open")]
     pub state: &'static str,
+    /// `queue`, `passthrough`, `maintenance` or `sold_out`.
+    pub mode: Mode,
+    /// Units left to sell; `null` for a room that does not count stock.
+    pub stock: Option<u64>,
     pub settings: RoomTable,
     pub capacity: u64,
     pub waiting: u64,
@@ -108,6 +113,8 @@ impl RoomBody {
             id: s.settings.id.clone(),
             epoch: s.epoch,
             state,
+            mode: s.settings.mode,
+            stock: s.settings.stock,
             settings: RoomTable::from(&s.settings),
             capacity: s.ledger.capacity,
             waiting: s.view.waiting,
@@ -297,8 +304,8 @@ pub async fn put_room(
 
 /// Change a running room
 ///
-/// Capacity, pause or resume, open now, the admission cap (`null` removes
-/// it), the tick, timeouts, the join limit, or the access rules (`null`
+/// The mode, the stock left, capacity, pause or resume, open now, the
+/// admission cap (`null` removes it), the tick, timeouts, the join limit, or the access rules (`null`
 /// retires a previous enqueue key). Applies live, in one step: fields left
 /// out stay as they are, so two operators changing different fields at
 /// once both get their change. Lowering capacity admits nobody new until
@@ -345,14 +352,19 @@ pub async fn patch_room(
     let before = state.backend.room(&id).await?;
     state.monitor.observe(&before);
     patch::check_access(&mut change, &before.settings).map_err(|e| invalid(&e))?;
+    patch::check_mode(&change, &before.settings).map_err(|e| invalid(&e))?;
     let s = state.backend.patch_room(&id, change.clone()).await?;
     state.monitor.observe(&s);
+    state
+        .monitor
+        .mode_changed(before.settings.mode, &s, "operator");
     state.access.observe(&s, state.clock.now_ms());
     tracing::info!(
         room = %id,
         capacity = s.settings.capacity,
         previous_capacity = before.settings.capacity,
         paused = s.settings.paused,
+        mode = %s.settings.mode,
         open_now = change.open_now,
         "admin: room changed"
     );

@@ -10,15 +10,19 @@ use serde::{Deserialize, Deserializer};
 
 use crate::access::{AccessPatch, ChallengeMode, EnqueueMode, SharedKey};
 use crate::config::{
-    ConfigError, check_admit_per_minute, check_capacity, check_tick, check_timeout, opt_duration,
+    ConfigError, check_admit_per_minute, check_capacity, check_stock, check_tick, check_timeout,
+    opt_duration, stock_mode,
 };
+use crate::engine::rules::Mode;
 use crate::engine::{Patch, RoomPatch, RoomSettings};
 
 /// The keys `PATCH` accepts: a room's running settings. `id`, `order` and
 /// `opens_at` shape a room's line and need a `PUT`.
-pub const PATCHABLE: [&str; 18] = [
+pub const PATCHABLE: [&str; 20] = [
     "capacity",
     "paused",
+    "mode",
+    "stock",
     "open_now",
     "admit_per_minute",
     "tick",
@@ -52,6 +56,12 @@ pub struct PatchBody {
     #[serde(default)]
     #[schema(value_type = Option<bool>)]
     paused: Patch<bool>,
+    #[serde(default)]
+    #[schema(value_type = Option<Mode>)]
+    mode: Patch<Mode>,
+    #[serde(default)]
+    #[schema(value_type = Option<u64>)]
+    stock: Patch<u64>,
     #[serde(default, deserialize_with = "open_now")]
     #[schema(value_type = Option<bool>)]
     open_now: Patch<bool>,
@@ -153,9 +163,16 @@ impl PatchBody {
         if let Patch::Value(cap) = self.admit_per_minute {
             check_admit_per_minute("admit_per_minute", cap)?;
         }
+        let mut mode = required("mode", self.mode)?;
+        if let Patch::Value(stock) = self.stock {
+            check_stock("stock", stock)?;
+            mode = stock_mode("mode", mode, Some(stock))?;
+        }
         Ok(RoomPatch {
             capacity,
             paused: required("paused", self.paused)?,
+            mode,
+            stock: self.stock,
             open_now: matches!(self.open_now, Patch::Value(true)),
             tick,
             pass_idle,
@@ -202,6 +219,17 @@ pub fn check_access(patch: &mut RoomPatch, current: &RoomSettings) -> Result<(),
     a.apply_to(&mut next);
     next.validate()
         .map_err(|(field, message)| ConfigError::new(field, message))
+}
+
+/// A room out of stock stays sold out: another mode needs more stock with
+/// it (checked against the room as it is, like the access rules).
+pub fn check_mode(patch: &RoomPatch, current: &RoomSettings) -> Result<(), ConfigError> {
+    let stock = match patch.stock {
+        Patch::Absent => current.stock,
+        Patch::Null => None,
+        Patch::Value(v) => Some(v),
+    };
+    stock_mode("mode", patch.mode, stock).map(|_| ())
 }
 
 #[cfg(test)]

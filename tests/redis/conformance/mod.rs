@@ -55,6 +55,7 @@ macro_rules! conformance {
 
 mod changes;
 pub(crate) mod feed;
+mod modes;
 
 conformance!(
     admits_in_order_up_to_capacity,
