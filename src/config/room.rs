@@ -42,10 +42,15 @@ pub const OPENS_AT_MAX: u64 = 253_402_207_200_000;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RoomTable {
-    /// The room; in a `PUT` body it may be left out (the path names it).
-    #[schema(required = false)]
+    /// The room. The path names it, so a `PUT` body may leave it out (the
+    /// document marks it read-only); one that gives it must give the path's.
+    #[schema(required = false, read_only)]
     pub id: RoomId,
+    // The bounds in `schema` attributes repeat CAPACITY_MIN/MAX (the
+    // attributes take literals only); a test in `http::openapi` keeps them
+    // equal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1_000_000)]
     pub capacity: Option<u32>,
     #[serde(
         default,
@@ -78,6 +83,7 @@ pub struct RoomTable {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub join_limit_per_minute: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
     pub admit_per_minute: Option<u32>,
     /// Unix milliseconds; written as RFC 3339 with an offset.
     #[serde(

@@ -34,9 +34,11 @@ pub struct DrawBody {
     pub seed: Option<String>,
     /// The pre-queue's ticket ids in drawn order, once the room has opened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<u32>>)]
     pub order: Option<Vec<TicketId>>,
     /// The ticket asked about (`?ticket=`, or the caller's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u32>)]
     pub ticket: Option<TicketId>,
     /// Its place in the draw, from 1; `null` when it was not drawn (it
     /// joined after opening) or the draw has not happened.

@@ -142,3 +142,55 @@ pub async fn openapi_json() -> Response {
     )
         .into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+    use crate::config::{CAPACITY_MAX, CAPACITY_MIN};
+
+    fn schemas() -> Value {
+        serde_json::to_value(document()).unwrap()["components"]["schemas"].clone()
+    }
+
+    /// The bounds written as literals in `schema` attributes are the
+    /// config's own limits.
+    #[test]
+    fn the_documented_bounds_are_the_checked_ones() {
+        let schemas = schemas();
+        for body in ["RoomTable", "RoomPatch"] {
+            let props = &schemas[body]["properties"];
+            assert_eq!(props["capacity"]["minimum"], CAPACITY_MIN, "{body}");
+            assert_eq!(props["capacity"]["maximum"], CAPACITY_MAX, "{body}");
+            assert_eq!(props["admit_per_minute"]["minimum"], 1, "{body}");
+        }
+    }
+
+    /// Every key `PATCH` accepts is in its schema, and nothing else.
+    #[test]
+    fn the_patch_schema_lists_the_patchable_keys() {
+        let schemas = schemas();
+        let props = schemas["RoomPatch"]["properties"].as_object().unwrap();
+        let mut documented: Vec<&str> = props.keys().map(String::as_str).collect();
+        let mut patchable = crate::http::admin::patch::PATCHABLE.to_vec();
+        documented.sort_unstable();
+        patchable.sort_unstable();
+        assert_eq!(documented, patchable);
+    }
+
+    /// A status as the API sends it has exactly the documented keys.
+    #[test]
+    fn the_status_schema_has_the_keys_the_status_has() {
+        let schemas = schemas();
+        let props = schemas["TicketStatus"]["properties"].as_object().unwrap();
+        let status =
+            crate::engine::rules::ticket_status(&Default::default(), None, &Default::default(), 0);
+        let sent = serde_json::to_value(&status).unwrap();
+        let mut sent: Vec<&String> = sent.as_object().unwrap().keys().collect();
+        let mut documented: Vec<&String> = props.keys().collect();
+        sent.sort_unstable();
+        documented.sort_unstable();
+        assert_eq!(sent, documented);
+    }
+}

@@ -14,7 +14,7 @@
 //! `PATCH` bodies use the same keys, each field left out, `null` or given
 //! (`patch`); both answer 422 naming the field.
 
-mod patch;
+pub(crate) mod patch;
 
 use std::convert::Infallible;
 

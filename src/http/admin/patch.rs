@@ -51,7 +51,7 @@ pub const FIXED: [&str; 3] = ["id", "order", "opens_at"];
 #[serde(deny_unknown_fields)]
 pub struct PatchBody {
     #[serde(default)]
-    #[schema(value_type = Option<u32>)]
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 1_000_000)]
     capacity: Patch<u32>,
     #[serde(default)]
     #[schema(value_type = Option<bool>)]
@@ -81,7 +81,7 @@ pub struct PatchBody {
     #[schema(value_type = Option<u32>)]
     join_limit_per_minute: Patch<u32>,
     #[serde(default)]
-    #[schema(value_type = Option<u32>)]
+    #[schema(value_type = Option<u32>, minimum = 1)]
     admit_per_minute: Patch<u32>,
     #[serde(default)]
     #[schema(value_type = Option<ChallengeMode>)]
