@@ -39,8 +39,8 @@ use redis::RedisKeys;
 pub use redis::{RedisTarget, SentinelTarget};
 pub use room::{
     CAPACITY_MAX, CAPACITY_MIN, OPENS_AT_MAX, RoomTable, TICK_MAX, TICK_MIN, TIMEOUT_MAX,
-    check_admit_per_minute, check_capacity, check_stock, check_tick, check_timeout, opt_duration,
-    parse_rfc3339_ms, stock_mode, validate_room,
+    check_admit_per_minute, check_away_grace, check_capacity, check_stock, check_tick,
+    check_timeout, opt_duration, parse_rfc3339_ms, stock_mode, validate_room,
 };
 pub use secret::Secret;
 use values::{ProxyNet, RedactedUrl, check_http_url, check_public_url, listen_address};
@@ -218,8 +218,13 @@ pub struct Config {
     pub trusted_proxies: Vec<IpNet>,
     pub log_format: LogFormat,
     pub on_backend_error: OnBackendError,
-    /// Open event streams per client address; 0 turns the limit off.
+    /// Open event streams per client address, a coarse net against one
+    /// host opening thousands; high by default, because a carrier-grade
+    /// NAT puts many visitors behind one address. 0 turns it off.
     pub max_streams_per_address: u32,
+    /// Open event streams per ticket on one instance (a visitor's tabs);
+    /// 0 turns the limit off.
+    pub max_streams_per_ticket: u32,
     /// Absolute base (`https://queue.example.com`, no trailing slash) for
     /// queue URLs handed to proxies; relative URLs when absent.
     pub public_url: Option<String>,
@@ -232,7 +237,8 @@ impl Config {
     pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
     pub const DEFAULT_DATA_DIR: &str = "./narabu-data";
     pub const DEFAULT_ROOM: &str = "default";
-    pub const DEFAULT_MAX_STREAMS_PER_ADDRESS: u32 = 20;
+    pub const DEFAULT_MAX_STREAMS_PER_ADDRESS: u32 = 2000;
+    pub const DEFAULT_MAX_STREAMS_PER_TICKET: u32 = 4;
     pub const DEFAULT_SNAPSHOT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
     /// Reads and validates a TOML file. Errors name the file as given.
@@ -313,6 +319,7 @@ impl Default for Config {
             log_format: LogFormat::Plain,
             on_backend_error: OnBackendError::Closed,
             max_streams_per_address: Self::DEFAULT_MAX_STREAMS_PER_ADDRESS,
+            max_streams_per_ticket: Self::DEFAULT_MAX_STREAMS_PER_TICKET,
             public_url: None,
             webhooks: Vec::new(),
             rooms: vec![RoomSettings::new(room)],
@@ -346,6 +353,7 @@ struct FileConfig {
     log_format: LogFormat,
     on_backend_error: OnBackendError,
     max_streams_per_address: Option<u32>,
+    max_streams_per_ticket: Option<u32>,
     public_url: Option<String>,
     webhooks: Vec<WebhookTable>,
     rooms: Option<Vec<RoomTable>>,
@@ -510,6 +518,9 @@ impl FileConfig {
             max_streams_per_address: self
                 .max_streams_per_address
                 .unwrap_or(defaults.max_streams_per_address),
+            max_streams_per_ticket: self
+                .max_streams_per_ticket
+                .unwrap_or(defaults.max_streams_per_ticket),
             public_url,
             webhooks,
             rooms,

@@ -21,6 +21,7 @@ use super::state::AppState;
 use super::ticket::{self, VisitorTicket};
 use crate::access::PowError;
 use crate::backend::{BackendError, JoinRequest, TicketRef};
+use crate::engine::rules::{Mode, STOCK_MAX, StockTaken};
 use crate::engine::{Departure, Identity, RoomId, StatusBody, TicketStatus};
 
 /// A join's answer: the ticket's token and its status (the same body as
@@ -234,6 +235,7 @@ pub async fn join(
         (status = 200, description = "The ticket's status.", body = StatusBody),
         (status = 401, description = "No ticket, a damaged one, or one of another room.", body = ErrorBody),
         (status = 404, description = "No such room.", body = ErrorBody),
+        (status = 410, description = "The line this ticket stood in was reset (the room started again): join again.", body = ErrorBody),
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
@@ -262,6 +264,7 @@ pub async fn status(
         (status = 303, description = "A form post: back to the queue page."),
         (status = 401, description = "No ticket, a damaged one, or one of another room.", body = ErrorBody),
         (status = 404, description = "No such room.", body = ErrorBody),
+        (status = 410, description = "The line this ticket stood in was reset (the room started again): join again.", body = ErrorBody),
         (status = 413, description = "The body is too large."),
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
@@ -299,25 +302,102 @@ pub struct TicketBody {
     pub ticket: String,
 }
 
+/// The body of a release: the visitor's ticket and, optionally, the units
+/// they bought.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseRequest {
+    /// The visitor's ticket, as the join answered it.
+    pub ticket: String,
+    /// Units bought, taken off a stock-aware room's stock.
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub purchased: Option<u64>,
+}
+
+/// What a reported purchase did: the answer of a release that carried
+/// `purchased`, and of the operators' purchase report.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Purchase)]
+pub struct PurchaseBody {
+    /// For a release: whether a permit was given back (false: the ticket
+    /// held none; the purchase counts all the same).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub released: Option<bool>,
+    pub purchased: u64,
+    /// Units left; `null` for a room that does not count stock.
+    pub stock: Option<u64>,
+    /// The room's mode after the report.
+    pub mode: Mode,
+    /// This report took the last unit and turned the room sold out.
+    pub sold_out: bool,
+}
+
+/// Take a reported purchase off the room's stock (one atomic step on any
+/// backend). The report that sells the room out announces it
+/// (`room.mode_changed`, `room.sold_out`), so that is done once whichever
+/// instance took it. `None` for a room that does not count stock.
+pub async fn record_purchase(
+    state: &AppState,
+    room: &RoomId,
+    purchased: u64,
+) -> Result<Option<StockTaken>, ApiError> {
+    if !(1..=STOCK_MAX).contains(&purchased) {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            format!("purchased: must be between 1 and {STOCK_MAX}, got {purchased}"),
+        ));
+    }
+    let taken = state.backend.purchase(room, purchased).await?;
+    if let Some(t) = taken {
+        tracing::info!(room = %room, purchased, left = t.left, sold_out = t.sold_out_now, "purchase recorded");
+        if t.sold_out_now
+            && let Ok(s) = state.backend.room(room).await
+        {
+            state.monitor.observe(&s);
+            state.monitor.mode_changed(t.before, &s, "stock");
+        }
+    }
+    Ok(taken)
+}
+
+impl PurchaseBody {
+    pub fn new(purchased: u64, taken: Option<StockTaken>, mode: Mode) -> Self {
+        Self {
+            released: None,
+            purchased,
+            stock: taken.map(|t| t.left),
+            mode: taken.map_or(mode, |t| t.mode),
+            sold_out: taken.is_some_and(|t| t.sold_out_now),
+        }
+    }
+}
+
 /// Release a visitor's permit
 ///
 /// The origin's backend gives a visitor's permit back when the purchase is
 /// done; it goes to the next in line at once. Needs the release key (or
-/// the admin token).
+/// the admin token). With `purchased: n` the purchase is taken off the
+/// room's stock first (so a permit freed by the last sale goes to nobody),
+/// and the answer is 200 with what the report did; without it, 204, or 409
+/// for a ticket that holds no permit.
 #[utoipa::path(
     post,
     path = "/api/rooms/{room}/release",
     tag = "origin",
     params(RoomParam),
-    request_body(content = TicketBody, content_type = "application/json"),
+    request_body(content = ReleaseRequest, content_type = "application/json"),
     security(("release" = [])),
     responses(
+        (status = 200, description = "With `purchased`: what the report did.", body = PurchaseBody),
         (status = 204, description = "The permit is back and handed on."),
         (status = 401, description = "No release key, or a damaged ticket or one of another room.", body = ErrorBody),
         (status = 404, description = "No such room.", body = ErrorBody),
+        (status = 410, description = "The line this ticket stood in was reset (the room started again): join again.", body = ErrorBody),
         (status = 409, description = "The ticket holds no permit.", body = ErrorBody),
         (status = 413, description = "The body is too large."),
-        (status = 422, description = "The body is not `{\"ticket\": …}`.", body = ErrorBody),
+        (status = 422, description = "The body is not `{\"ticket\": …, \"purchased\": n}`.", body = ErrorBody),
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
@@ -326,12 +406,12 @@ pub async fn release(
     _: ReleaseKey,
     Room(room): Room,
     body: Bytes,
-) -> Result<StatusCode, ApiError> {
-    let request: TicketBody = serde_json::from_slice(&body).map_err(|e| {
+) -> Result<Response, ApiError> {
+    let request: ReleaseRequest = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_field",
-            format!("Expected {{\"ticket\": \"<token>\"}}: {e}"),
+            format!("Expected {{\"ticket\": \"<token>\", \"purchased\": n}}: {e}"),
         )
     })?;
     let claim = state.keys.verify(&request.ticket)?;
@@ -342,12 +422,29 @@ pub async fn release(
         epoch: claim.epoch,
         id: claim.ticket,
     };
-    match state.backend.release(&room, ticket).await? {
-        Departure::GaveBack(_) => Ok(StatusCode::NO_CONTENT),
-        Departure::LeftQueue | Departure::Nothing(_) => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "not_admitted",
-            "This ticket holds no permit (never admitted, or already released or expired).",
-        )),
-    }
+    let Some(purchased) = request.purchased else {
+        return match state.backend.release(&room, ticket).await? {
+            Departure::GaveBack(_) => Ok(StatusCode::NO_CONTENT.into_response()),
+            Departure::LeftQueue | Departure::Nothing(_) => Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "not_admitted",
+                "This ticket holds no permit (never admitted, or already released or expired).",
+            )),
+        };
+    };
+    let taken = record_purchase(&state, &room, purchased).await?;
+    let released = match state.backend.release(&room, ticket).await {
+        Ok(d) => matches!(d, Departure::GaveBack(_)),
+        Err(BackendError::NoSuchTicket) => false,
+        Err(e) => return Err(e.into()),
+    };
+    let mode = match taken {
+        Some(t) => t.mode,
+        None => state.backend.room(&room).await?.settings.mode,
+    };
+    let body = PurchaseBody {
+        released: Some(released),
+        ..PurchaseBody::new(purchased, taken, mode)
+    };
+    Ok(Json(body).into_response())
 }

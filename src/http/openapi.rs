@@ -92,6 +92,7 @@ impl Modify for Security {
         super::admin::patch_room,
         super::admin::delete_room,
         super::admin::revoke,
+        super::admin::purchases,
         super::admin::events,
         super::admin::dashboard,
         super::health::healthz,

@@ -35,6 +35,8 @@ impl RedisBackend {
                         t.queue_idle_ms.to_string(),
                         t.pass_idle_ms.to_string(),
                         t.arrival_grace_ms.to_string(),
+                        t.away_args(now)[0].clone(),
+                        t.away_args(now)[1].clone(),
                     ]
                 }
                 None => std::array::from_fn(|_| "?".to_owned()),
@@ -166,6 +168,9 @@ pub(super) async fn run_worker(me: Weak<RedisBackend>, room: RoomId) {
                     holding = false;
                     wake = now + renew_every;
                     continue;
+                }
+                Err(BackendError::NoSuchRoom(_)) if backend.recover(&room).await => {
+                    next_tick = now;
                 }
                 Err(e) => {
                     tracing::debug!(room = %room, error = %e, "tick failed");

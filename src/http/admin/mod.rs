@@ -26,11 +26,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
 use super::access::AccessBook;
+use super::api::{self, PurchaseBody};
 use super::auth::require_admin;
 use super::error::ApiError;
 use super::extract::{Admin, Room};
@@ -473,7 +474,9 @@ pub async fn revoke(
     };
     let departure = match state.backend.revoke(&id, ticket).await {
         Ok(d) => d,
-        Err(BackendError::NoSuchTicket) => {
+        // A ticket of a replaced room's earlier line is, to an operator,
+        // simply not in this room (visitors are told `line_reset`).
+        Err(BackendError::NoSuchTicket | BackendError::LineReset) => {
             return Err(ApiError::new(
                 StatusCode::NOT_FOUND,
                 "unknown_ticket",
@@ -501,6 +504,61 @@ pub async fn revoke(
         was,
         permit,
     }))
+}
+
+/// The body of `POST /admin/rooms/{room}/purchases`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PurchaseReport {
+    /// Units sold.
+    #[schema(minimum = 1)]
+    pub purchased: u64,
+}
+
+/// Report purchases
+///
+/// Sales the origin could not report with a release (a phone order, a
+/// batch), taken off the room's stock like a release's `purchased`; the
+/// report that takes the last unit turns the room sold out.
+#[utoipa::path(
+    post,
+    path = "/admin/rooms/{room}/purchases",
+    tag = "admin",
+    params(RoomParam),
+    request_body(content = PurchaseReport, content_type = "application/json"),
+    security(("admin" = [])),
+    responses(
+        (status = 200, description = "What the report did.", body = PurchaseBody),
+        (status = 400, description = "The body is not JSON.", body = ErrorBody),
+        (status = 401, description = "No admin token, or a wrong one.", body = ErrorBody),
+        (status = 404, description = "No such room, or the admin API is off.", body = ErrorBody),
+        (status = 409, description = "The room does not count stock.", body = ErrorBody),
+        (status = 413, description = "The body is too large."),
+        (status = 422, description = "`purchased` is missing or out of range.", body = ErrorBody),
+        (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
+    ),
+)]
+pub async fn purchases(
+    State(state): State<AppState>,
+    _: Admin,
+    Room(id): Room,
+    bytes: Bytes,
+) -> Result<Json<PurchaseBody>, ApiError> {
+    let report: PurchaseReport =
+        serde_path_to_error::deserialize(Value::Object(object(&bytes)?))
+            .map_err(|e| invalid_field(&e.path().to_string(), e.into_inner().to_string()))?;
+    let Some(taken) = api::record_purchase(&state, &id, report.purchased).await? else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "no_stock",
+            "This room does not count stock: give it one first (PATCH {\"stock\": n}).",
+        ));
+    };
+    Ok(Json(PurchaseBody::new(
+        report.purchased,
+        Some(taken),
+        taken.mode,
+    )))
 }
 
 // ----- the live stream ----------------------------------------------------
