@@ -39,45 +39,58 @@ pub const OPENS_AT_MAX: u64 = 253_402_207_200_000;
 ///
 /// It deserializes from TOML and from JSON alike, and serializes back to the
 /// same shape, so the admin API can show a room in the form it accepts.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RoomTable {
+    /// The room. The path names it, so a `PUT` body may leave it out (the
+    /// document marks it read-only); one that gives it must give the path's.
+    #[schema(required = false, read_only)]
     pub id: RoomId,
+    // The bounds in `schema` attributes repeat CAPACITY_MIN/MAX (the
+    // attributes take literals only); a test in `http::openapi` keeps them
+    // equal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1_000_000)]
     pub capacity: Option<u32>,
     #[serde(
         default,
         with = "opt_duration",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, example = "10m")]
     pub tick: Option<Duration>,
     #[serde(
         default,
         with = "opt_duration",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, example = "10m")]
     pub pass_idle: Option<Duration>,
     #[serde(
         default,
         with = "opt_duration",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, example = "10m")]
     pub arrival_grace: Option<Duration>,
     #[serde(
         default,
         with = "opt_duration",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, example = "10m")]
     pub queue_idle: Option<Duration>,
     #[serde(
         default,
         with = "opt_duration",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, example = "20s")]
     pub away_grace: Option<Duration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub join_limit_per_minute: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
     pub admit_per_minute: Option<u32>,
     /// Unix milliseconds; written as RFC 3339 with an offset.
     #[serde(
@@ -85,6 +98,7 @@ pub struct RoomTable {
         with = "opt_opens_at",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub opens_at: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub order: Option<Order>,
@@ -110,8 +124,10 @@ pub struct RoomTable {
     /// Shared keys are write-only: never written back out (the admin API
     /// shows whether one is set, not what it is).
     #[serde(default, skip_serializing)]
+    #[schema(value_type = Option<String>, write_only)]
     pub enqueue_key: Option<SharedKey>,
     #[serde(default, skip_serializing)]
+    #[schema(value_type = Option<String>, write_only)]
     pub enqueue_previous_key: Option<SharedKey>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enqueue_public_key: Option<String>,

@@ -16,8 +16,9 @@ use crate::access::{AccessPatch, AccessSettings};
 
 /// A room's name: `[a-z0-9][a-z0-9-]{0,63}`. It appears in URLs, cookie names
 /// and Redis keys, so nothing else may get in.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, utoipa::ToSchema)]
 #[serde(transparent)]
+#[schema(value_type = String, pattern = r"^[a-z0-9][a-z0-9-]{0,63}$", example = "sale")]
 pub struct RoomId(String);
 
 /// Why a string is not a room name.
@@ -70,7 +71,7 @@ impl<'de> Deserialize<'de> for RoomId {
 
 /// How the pre-queue (visitors who joined before `opens_at`) is ordered at
 /// opening.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Order {
     /// Shuffle the pre-queue once, so arriving early or refreshing gains

@@ -218,7 +218,12 @@ fn read_messages(dir: &Path) -> Result<Vec<(String, std::path::PathBuf, String)>
     let shown = dir.display().to_string();
     let entries = std::fs::read_dir(dir)
         .map_err(|e| PageError::new(&shown, None, format!("cannot read the directory: {e}")))?;
-    let mut files: Vec<_> = entries.filter_map(Result::ok).map(|e| e.path()).collect();
+    // Bounded like a template directory: a wrong path is refused quickly.
+    let mut files: Vec<_> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .take(4 * MAX_FILES)
+        .collect();
     files.sort();
     let mut out = Vec::new();
     for path in files {

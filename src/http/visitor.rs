@@ -18,6 +18,7 @@ use super::error::ApiError;
 use super::extract::MaybeVisitor;
 use super::i18n::Lang;
 use super::limits::ClientIp;
+use super::openapi::RoomParam;
 use super::pages::{
     self, ClosedPage, ClosedReason, DrawLink, ErrorPage, Page, PowForm, QueuePage, QueueUrls, Visit,
 };
@@ -64,7 +65,33 @@ fn page_for_error(state: &AppState, visit: &Visit, e: &ApiError) -> Response {
     response
 }
 
-/// `GET /queue/{room}?return=P&lang=L`
+/// The queue page (HTML)
+///
+/// Joins idempotently and sets the room cookie; shows the wait, or sends an
+/// admitted visitor to the return path.
+#[utoipa::path(
+    get,
+    path = "/queue/{room}",
+    tag = "visitors",
+    params(
+        RoomParam,
+        ("return" = Option<String>, Query, description = "A relative path on this site to go to once admitted."),
+        ("lang" = Option<String>, Query, description = "The page's language (`en`, `ja`, `zh`); else `Accept-Language`."),
+        ("rejoin" = Option<String>, Query, description = "Start a new ticket even if the cookie holds an ended one."),
+        ("enqueue_token" = Option<String>, Query, description = "The origin's invitation to an invite-only room."),
+    ),
+    security((), ("ticket" = [])),
+    responses(
+        (status = 200, description = "The queue page, or a page saying why the ticket ended.", content_type = "text/html", body = String),
+        (status = 303, description = "Admitted: to the return path (or to the page's own address without an invitation)."),
+        (status = 400, description = "A bad return path or a damaged request.", content_type = "text/html", body = String),
+        (status = 403, description = "The room wants a solved challenge or an invitation: the page says how.", content_type = "text/html", body = String),
+        (status = 404, description = "No such room.", content_type = "text/html", body = String),
+        (status = 410, description = "The room is closed.", content_type = "text/html", body = String),
+        (status = 429, description = "Too many new tickets from this address.", content_type = "text/html", body = String),
+        (status = 503, description = "The room is full, or the store is briefly unavailable.", content_type = "text/html", body = String),
+    ),
+)]
 pub async fn queue(
     State(state): State<AppState>,
     visitor: Result<MaybeVisitor, ApiError>,

@@ -231,6 +231,7 @@ impl RedisBackend {
         let mut mode = stored_mode(meta.get("mode"));
         loop {
             let taken = take_stock(stock, mode, purchased);
+            let written = self.acks.before(&self.conn);
             let raw = self
                 .run(
                     &self.scripts.purchase,
@@ -246,6 +247,8 @@ impl RedisBackend {
                 .await?;
             match decode::<reply::Purchase>(&raw)? {
                 reply::Purchase::Ok { view } => {
+                    // A sale counted is a sale a failover must not forget.
+                    self.acks.confirm(&self.conn, written).await?;
                     self.publish(room, &view, false, "", None).await?;
                     return Ok(Some(taken));
                 }

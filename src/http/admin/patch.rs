@@ -46,52 +46,78 @@ pub const PATCHABLE: [&str; 22] = [
 /// Keys of a room that a running room cannot change.
 pub const FIXED: [&str; 3] = ["id", "order", "opens_at"];
 
-#[derive(Debug, Default, Deserialize)]
+/// Each key left out keeps its value; `null` clears the optional ones
+/// (`admit_per_minute`, the enqueue keys) and is refused for the others.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[schema(as = RoomPatch)]
 #[serde(deny_unknown_fields)]
 pub struct PatchBody {
     #[serde(default)]
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 1_000_000)]
     capacity: Patch<u32>,
     #[serde(default)]
+    #[schema(value_type = Option<bool>)]
     paused: Patch<bool>,
     #[serde(default)]
+    #[schema(value_type = Option<Mode>)]
     mode: Patch<Mode>,
     #[serde(default)]
+    #[schema(value_type = Option<u64>)]
     stock: Patch<u64>,
     #[serde(default, deserialize_with = "open_now")]
+    #[schema(value_type = Option<bool>)]
     open_now: Patch<bool>,
     #[serde(default, deserialize_with = "duration")]
+    #[schema(value_type = Option<String>, example = "10m")]
     tick: Patch<Duration>,
     #[serde(default, deserialize_with = "duration")]
+    #[schema(value_type = Option<String>, example = "10m")]
     pass_idle: Patch<Duration>,
     #[serde(default, deserialize_with = "duration")]
+    #[schema(value_type = Option<String>, example = "10m")]
     arrival_grace: Patch<Duration>,
     #[serde(default, deserialize_with = "duration")]
+    #[schema(value_type = Option<String>, example = "10m")]
     queue_idle: Patch<Duration>,
     #[serde(default, deserialize_with = "duration")]
+    #[schema(value_type = Option<String>, example = "20s")]
     away_grace: Patch<Duration>,
     #[serde(default)]
+    #[schema(value_type = Option<u32>)]
     join_limit_per_minute: Patch<u32>,
     #[serde(default)]
+    #[schema(value_type = Option<u32>, minimum = 1)]
     admit_per_minute: Patch<u32>,
     #[serde(default)]
+    #[schema(value_type = Option<ChallengeMode>)]
     challenge: Patch<ChallengeMode>,
     #[serde(default)]
+    #[schema(value_type = Option<u8>)]
     pow_difficulty: Patch<u8>,
     #[serde(default)]
+    #[schema(value_type = Option<u8>)]
     pow_difficulty_max: Patch<u8>,
     #[serde(default)]
+    #[schema(value_type = Option<u32>)]
     pow_rise_per_second: Patch<u32>,
     #[serde(default)]
+    #[schema(value_type = Option<EnqueueMode>)]
     enqueue: Patch<EnqueueMode>,
     #[serde(default)]
+    #[schema(value_type = Option<String>, write_only)]
     enqueue_key: Patch<SharedKey>,
     #[serde(default)]
+    #[schema(value_type = Option<String>, write_only)]
     enqueue_previous_key: Patch<SharedKey>,
     #[serde(default)]
+    #[schema(value_type = Option<String>)]
     enqueue_public_key: Patch<String>,
     #[serde(default)]
+    #[schema(value_type = Option<String>)]
     enqueue_previous_public_key: Patch<String>,
+    /// The room's own page templates; `null` for the instance's.
     #[serde(default)]
+    #[schema(value_type = Option<String>)]
     templates_dir: Patch<String>,
 }
 

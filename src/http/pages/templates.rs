@@ -54,6 +54,8 @@ pub const BUILTIN: [(&str, &str); 5] = [
 const MAX_FILES: usize = 200;
 const MAX_FILE_BYTES: u64 = 512 * 1024;
 const MAX_DEPTH: usize = 4;
+/// Entries (files and directories) looked at in all, whatever they are.
+const MAX_ENTRIES: usize = 2_000;
 
 /// Why a template set was refused: the file, the line when known, and
 /// what is wrong, in words an operator can act on.
@@ -280,6 +282,7 @@ fn read_dir(dir: &Path) -> Result<Vec<Source>, PageError> {
         return Err(PageError::new(&shown, None, "is not a directory"));
     }
     let mut out = Vec::new();
+    let mut seen = 0usize;
     let mut pending = vec![(dir.to_path_buf(), String::new(), 0usize)];
     while let Some((path, prefix, depth)) = pending.pop() {
         let entries = std::fs::read_dir(&path).map_err(|e| {
@@ -289,7 +292,18 @@ fn read_dir(dir: &Path) -> Result<Vec<Source>, PageError> {
                 format!("cannot read the directory: {e}"),
             )
         })?;
-        let mut entries: Vec<_> = entries.filter_map(Result::ok).collect();
+        let mut entries: Vec<_> = entries
+            .filter_map(Result::ok)
+            .take(MAX_ENTRIES + 1)
+            .collect();
+        seen += entries.len();
+        if seen > MAX_ENTRIES {
+            return Err(PageError::new(
+                &shown,
+                None,
+                format!("holds more than {MAX_ENTRIES} files; is it the right directory?"),
+            ));
+        }
         entries.sort_by_key(std::fs::DirEntry::file_name);
         for entry in entries {
             let file = entry.path();

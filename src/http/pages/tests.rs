@@ -605,6 +605,13 @@ fn a_directory_that_cannot_be_read_is_refused() {
     assert_eq!(e.file, missing.display().to_string());
     assert!(e.reason.contains("cannot read the directory"), "{e}");
 
+    // A wrong path such as the root is refused, not walked whole.
+    let e = load(&[Path::new("/")]).expect_err("the root directory");
+    assert!(
+        e.reason.contains("more than") || e.reason.contains("deep"),
+        "{e}"
+    );
+
     write(dir.path(), "file", "x");
     let e = load(&[&dir.path().join("file")]).expect_err("a file");
     assert!(e.reason.contains("not a directory"), "{e}");
