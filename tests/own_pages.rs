@@ -93,8 +93,9 @@ async fn chromium_shows_a_room_s_own_branded_page_in_the_browser_s_language() {
     let rooms = vec![branded, room("plain", 1)];
     let backend = EmbeddedBackend::new(rooms.clone(), Arc::new(SystemClock));
     let app = spawn_with(Config { rooms, ..config() }, backend).await;
-    // One visitor holds the only permit, so the browser waits at place 1.
-    let holder = app.join("brand").await;
+    // One visitor holds each room's only permit, so the browser waits at
+    // place 1 (and is not carried off the page by an admission).
+    let holders = [app.join("brand").await, app.join("plain").await];
 
     let browser = Driver::start_in_language("fr-FR,fr").await;
     browser.goto(&app.url("/queue/brand?return=%2F")).await;
@@ -144,6 +145,6 @@ async fn chromium_shows_a_room_s_own_branded_page_in_the_browser_s_language() {
     assert_eq!(brand_shown, false);
 
     browser.quit().await;
-    drop(holder);
+    drop(holders);
     app.stop().await;
 }
