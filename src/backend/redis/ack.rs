@@ -21,6 +21,7 @@
 //! notes the primary connection's id before its script and after, the
 //! round before its pipeline and after, and only equal ids count.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -55,6 +56,9 @@ struct Pending {
 
 pub struct Acks {
     wait: RedisWait,
+    /// The last round fell short: logged once when it starts and once
+    /// when it ends, not once per round.
+    short: AtomicBool,
     pending: Mutex<Pending>,
     done: watch::Sender<Round>,
 }
@@ -67,6 +71,7 @@ impl Acks {
     pub fn new(wait: RedisWait) -> Arc<Self> {
         Arc::new(Self {
             wait,
+            short: AtomicBool::new(false),
             pending: Mutex::default(),
             done: watch::Sender::new(Round {
                 number: 0,
@@ -168,14 +173,19 @@ impl Acks {
             return Err(moved());
         }
         if acked < self.wait.replicas {
-            tracing::warn!(
-                acked,
-                wanted = self.wait.replicas,
-                "redis replicas did not confirm in time: requests fail with 503 meanwhile"
-            );
+            if !self.short.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    acked,
+                    wanted = self.wait.replicas,
+                    "redis replicas did not confirm in time: changes fail with 503 until they do"
+                );
+            }
             return Err(BackendError::NotReplicated {
                 retry_after: retry_after(self.wait.timeout),
             });
+        }
+        if self.short.swap(false, Ordering::Relaxed) {
+            tracing::info!(acked, "redis replicas confirm changes again");
         }
         Ok(id)
     }
