@@ -19,7 +19,8 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{Backend, RoomSnapshot};
+use crate::backend::{Backend, LineReset, RoomSnapshot};
+use crate::engine::rules::Mode;
 use crate::engine::{RoomId, Timestamp, WaitSnapshot};
 use crate::sync::lock;
 use crate::webhooks::{EventType, WebhookEvent, Webhooks};
@@ -178,6 +179,29 @@ impl Monitor {
         window(s, self.now_ms(), raw)
     }
 
+    /// A change of mode, announced by the one call that made it (an
+    /// operator's `PATCH`, or the purchase that took the last unit), so
+    /// that with several instances it is sent once: `room.mode_changed`,
+    /// and `room.sold_out` when the room became sold out.
+    pub fn mode_changed(&self, before: Mode, s: &RoomSnapshot, reason: &str) {
+        let now = s.settings.mode;
+        if before == now {
+            return;
+        }
+        let changed = json!({ "previous_mode": before, "reason": reason });
+        let e = event(EventType::RoomModeChanged, s, changed, self.now_ms());
+        self.webhooks.send(&e, None);
+        if now == Mode::SoldOut {
+            let e = event(
+                EventType::RoomSoldOut,
+                s,
+                json!({ "reason": reason }),
+                self.now_ms(),
+            );
+            self.webhooks.send(&e, None);
+        }
+    }
+
     /// A snapshot taken just before (to know what changed, even if no
     /// sample was taken yet) or just after an operator's change (to fire its
     /// webhooks now).
@@ -185,6 +209,25 @@ impl Monitor {
         let mut rooms = lock(&self.rooms);
         let h = rooms.entry(s.settings.id.clone()).or_default();
         self.detect(h, s);
+    }
+
+    /// A room's line was found lost and started again here: tell the
+    /// operators' receivers (`room.reset`, with the new line's figures).
+    pub async fn line_reset(&self, reset: &LineReset) {
+        let s = match self.backend.room(&reset.room).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(room = %reset.room, error = %e, "monitor: cannot read a reset room");
+                return;
+            }
+        };
+        let e = event(
+            EventType::RoomReset,
+            &s,
+            json!({ "epoch": reset.epoch.to_string() }),
+            self.now_ms(),
+        );
+        self.webhooks.send(&e, None);
     }
 
     fn record(&self, s: &RoomSnapshot, t: u64) -> Sample {
@@ -287,6 +330,8 @@ fn event(kind: EventType, s: &RoomSnapshot, extra: serde_json::Value, now_ms: u6
         "paused": s.settings.paused,
         "open": s.view.open,
         "closed": s.view.closed,
+        "mode": s.settings.mode,
+        "stock": s.settings.stock,
     });
     if let (Some(d), Some(extra)) = (data.as_object_mut(), extra.as_object()) {
         d.extend(extra.clone());

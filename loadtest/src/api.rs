@@ -67,6 +67,39 @@ impl Api {
         )
     }
 
+    /// A join carrying a JSON body (a proof-of-work solution, an enqueue
+    /// token).
+    pub fn join_request_with(&self, body: &serde_json::Value) -> Vec<u8> {
+        let body = body.to_string();
+        request(
+            "POST",
+            &format!("/api/rooms/{}/join", self.room),
+            &self.host,
+            &[("Content-Type", "application/json")],
+            body.as_bytes(),
+        )
+    }
+
+    pub fn challenge_request(&self) -> Vec<u8> {
+        request(
+            "GET",
+            &format!("/api/rooms/{}/challenge", self.room),
+            &self.host,
+            &[],
+            b"",
+        )
+    }
+
+    /// Send a prepared request and take whatever answer comes.
+    pub async fn send(
+        &self,
+        conn: &mut Conn,
+        stage: &str,
+        req: &[u8],
+    ) -> Result<Response, Failure> {
+        Self::call(conn, stage, req).await
+    }
+
     pub fn gate_request(&self, token: &str) -> Vec<u8> {
         let cookie = format!("narabu_{}={token}", self.room);
         request(

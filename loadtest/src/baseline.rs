@@ -30,6 +30,13 @@ pub struct Baseline {
     _stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
+impl Baseline {
+    /// The baseline's process, when it has one of its own (for its CPU time).
+    pub fn pid(&self) -> Option<u32> {
+        self._child.as_ref().and_then(tokio::process::Child::id)
+    }
+}
+
 /// Serve the baseline in a process of its own (the tool re-executed with
 /// the hidden `baseline-server` command), like the server it is compared to.
 pub async fn spawn_process() -> anyhow::Result<Baseline> {

@@ -37,6 +37,10 @@ pub enum Scenario {
     Baseline(HammerArgs),
     /// K waiting event streams: server memory per stream, fan-out of one change, hand-off latency.
     Streams(StreamsArgs),
+    /// A flood of joins without proof of work (and a bot with a fixed hash budget) against
+    /// a `pow` room while honest visitors solve and join; also what a refused and a verified
+    /// join cost the server next to a trivial handler.
+    Bots(BotsArgs),
     /// Internal: one client process of `streams`, driven over stdin/stdout.
     #[command(hide = true)]
     StreamWorker,
@@ -174,6 +178,48 @@ pub struct StreamsArgs {
     /// command counts around the fan-out's wave.
     #[arg(long, value_parser = crate::probe::parse_redis_url)]
     pub redis: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BotsArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Honest visitors, who solve each challenge at full speed, join and wait their turn.
+    #[arg(long, default_value_t = 100)]
+    pub honest: usize,
+    /// Over how many seconds the honest visitors arrive, evenly spread.
+    #[arg(long, default_value_t = 5.0)]
+    pub over: f64,
+    /// How long an admitted honest visitor stays before leaving, in ms.
+    #[arg(long, default_value_t = 50)]
+    pub hold_ms: u64,
+    /// Connections sending joins without a solution as fast as answers come back.
+    #[arg(long, default_value_t = 16)]
+    pub flood_connections: usize,
+    /// How long the flood lasts, in seconds (the honest visitors may take longer).
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// The paying bot's budget of SHA-256 hashes per second (0: no paying bot).
+    #[arg(long, default_value_t = 100_000)]
+    pub bot_hashes_per_second: u64,
+    /// Seconds to hammer the trivial handler and refused joins for the cost figures (0: skip).
+    #[arg(long, default_value_t = 3.0)]
+    pub cost_seconds: f64,
+    /// Joins with a verified solution to time for the cost figures (each solved first).
+    #[arg(long, default_value_t = 300)]
+    pub cost_solutions: usize,
+    /// Connections for the cost figures.
+    #[arg(long, default_value_t = 16)]
+    pub connections: usize,
+    /// The server's process id, to read its CPU time per request from /proc.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+    /// Admissions reaching the tool this close together (ms) count as simultaneous in the order check.
+    #[arg(long, default_value_t = 50.0)]
+    pub order_slack_ms: f64,
+    /// Serve the baseline inside this process instead of a child process.
+    #[arg(long, hide = true)]
+    pub baseline_in_process: bool,
 }
 
 impl Common {
@@ -380,6 +426,38 @@ pub fn validate(scenario: &Scenario) -> Result<(), String> {
                 return Err(format!(
                     "{per_target} streams per instance: a server process may open 20000 files, so add --target instances or open fewer streams"
                 ));
+            }
+            Ok(())
+        }
+        Scenario::Bots(a) => {
+            common(&a.common)?;
+            one_target(&a.common, "bots")?;
+            if a.honest == 0 || a.honest > 10_000 {
+                return Err("--honest must be 1 to 10000".into());
+            }
+            if !(a.over >= 0.0 && a.over <= 3600.0) {
+                return Err("--over must be 0 to 3600 seconds".into());
+            }
+            if a.flood_connections > 1_000 {
+                return Err("--flood-connections must be at most 1000".into());
+            }
+            if a.connections == 0 || a.connections > 1_000 {
+                return Err("--connections must be 1 to 1000".into());
+            }
+            if !(a.seconds > 0.0 && a.seconds <= 600.0) {
+                return Err("--seconds must be more than 0 and at most 600".into());
+            }
+            if !(0.0..=600.0).contains(&a.cost_seconds) {
+                return Err("--cost-seconds must be 0 to 600".into());
+            }
+            if a.cost_solutions > 100_000 {
+                return Err("--cost-solutions must be at most 100000".into());
+            }
+            if a.bot_hashes_per_second > 100_000_000 {
+                return Err("--bot-hashes-per-second must be at most 100000000".into());
+            }
+            if a.order_slack_ms.is_nan() || a.order_slack_ms < 0.0 {
+                return Err("--order-slack-ms must not be negative".into());
             }
             Ok(())
         }

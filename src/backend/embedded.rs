@@ -28,6 +28,7 @@ use super::{
     TicketSignal,
 };
 use crate::config::Durability;
+use crate::engine::rules::StockTaken;
 use crate::engine::{
     Clock, Departure, DrawRecord, EventSink, JoinError, Joined, Room, RoomEvent, RoomId,
     RoomSettings, TickReport, TicketId, TicketState, TicketStatus,
@@ -385,14 +386,17 @@ impl EmbeddedBackend {
     }
 
     /// The room and the engine's ticket id, if the ticket is of this
-    /// incarnation and was ever issued.
+    /// incarnation (else its line was reset) and was ever issued.
     fn ticket(&self, id: &RoomId, t: TicketRef) -> Result<(Arc<Room>, TicketId), BackendError> {
         let room = self.get(id)?;
         let ticket = TicketId::try_from(t.id).map_err(|_| BackendError::NoSuchTicket)?;
         // Not `ticket >= room.issued()`: the count lags a push that
         // finished while an earlier slot is still being written, so a
         // ticket just issued could read as unknown.
-        if t.epoch != room.epoch() || room.state_of(ticket).is_none() {
+        if t.epoch != room.epoch() {
+            return Err(BackendError::LineReset);
+        }
+        if room.state_of(ticket).is_none() {
             return Err(BackendError::NoSuchTicket);
         }
         Ok((room, ticket))
@@ -511,6 +515,14 @@ impl Backend for EmbeddedBackend {
 
     async fn join(&self, id: &RoomId, request: JoinRequest) -> Result<JoinOutcome, BackendError> {
         let room = self.get(id)?;
+        // A ticket of a line that was reset is answered as such, like an
+        // ended one, unless a new ticket is asked for.
+        if let Some(held) = request.held
+            && held.epoch != room.epoch()
+            && !request.replace_ended
+        {
+            return Err(BackendError::LineReset);
+        }
         if let Some(held) = request.held
             && let Ok((_, ticket)) = self.ticket(id, held)
         {
@@ -544,6 +556,7 @@ impl Backend for EmbeddedBackend {
             room.join(request.identity).map_err(|e| match e {
                 JoinError::Closed => BackendError::Closed(id.clone()),
                 JoinError::Full => BackendError::Full(id.clone()),
+                JoinError::SoldOut => BackendError::SoldOut(id.clone()),
             })
         };
         let (joined, appended) = journal::recording(|| match limit {
@@ -579,6 +592,19 @@ impl Backend for EmbeddedBackend {
             self.admission_durable(id, ticket).await?;
         }
         room.status(ticket).ok_or(BackendError::NoSuchTicket)
+    }
+
+    async fn renew(&self, id: &RoomId, tickets: &[TicketRef]) -> Result<Duration, BackendError> {
+        let room = self.get(id)?;
+        let epoch = room.epoch();
+        room.renew(
+            tickets
+                .iter()
+                .filter(|t| t.epoch == epoch)
+                .filter_map(|t| TicketId::try_from(t.id).ok())
+                .filter(|&t| room.state_of(t).is_some()),
+        );
+        Ok(room.settings().away_grace)
     }
 
     async fn depart(
@@ -656,6 +682,17 @@ impl Backend for EmbeddedBackend {
         let ((), appended) = journal::recording(|| room.patch(&patch));
         self.durable(appended).await?;
         Ok(Self::room_snapshot(&room))
+    }
+
+    async fn purchase(
+        &self,
+        id: &RoomId,
+        purchased: u64,
+    ) -> Result<Option<StockTaken>, BackendError> {
+        let room = self.get(id)?;
+        let (taken, appended) = journal::recording(|| room.purchase(purchased));
+        self.durable(appended).await?;
+        Ok(taken)
     }
 
     async fn close_room(&self, id: &RoomId) -> Result<(), BackendError> {

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use super::{ConfigError, join_field};
 use crate::access::{AccessSettings, ChallengeMode, EnqueueMode, SharedKey};
+use crate::engine::rules::{Mode, STOCK_MAX, mode_with_stock};
 use crate::engine::{Order, RoomId, RoomSettings};
 
 /// Smallest and largest room: one permit up to a million (a bigger room is
@@ -68,6 +69,12 @@ pub struct RoomTable {
         skip_serializing_if = "Option::is_none"
     )]
     pub queue_idle: Option<Duration>,
+    #[serde(
+        default,
+        with = "opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub away_grace: Option<Duration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub join_limit_per_minute: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -83,6 +90,12 @@ pub struct RoomTable {
     pub order: Option<Order>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
+    /// `queue`, `passthrough`, `maintenance` or `sold_out`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    /// Units left to sell; at 0 the room is sold out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stock: Option<u64>,
     // Access: proof of work and enqueue tokens (crate::access).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub challenge: Option<ChallengeMode>,
@@ -116,11 +129,14 @@ impl RoomTable {
             pass_idle: None,
             arrival_grace: None,
             queue_idle: None,
+            away_grace: None,
             join_limit_per_minute: None,
             admit_per_minute: None,
             opens_at: None,
             order: None,
             paused: None,
+            mode: None,
+            stock: None,
             challenge: None,
             pow_difficulty: None,
             pow_difficulty_max: None,
@@ -153,6 +169,9 @@ impl RoomTable {
         if let Some(v) = self.queue_idle {
             s.queue_idle = v;
         }
+        if let Some(v) = self.away_grace {
+            s.away_grace = v;
+        }
         if let Some(v) = self.join_limit_per_minute {
             s.join_limit_per_minute = v;
         }
@@ -164,6 +183,12 @@ impl RoomTable {
         if let Some(v) = self.paused {
             s.paused = v;
         }
+        let field = |name: &str| join_field(field_prefix, name);
+        if let Some(v) = self.stock {
+            check_stock(&field("stock"), v)?;
+            s.stock = Some(v);
+        }
+        s.mode = stock_mode(&field("mode"), self.mode, s.stock)?.unwrap_or_default();
         self.fill_access(&mut s.access);
         validate_room(&s, field_prefix)?;
         Ok(s)
@@ -227,11 +252,14 @@ impl From<&RoomSettings> for RoomTable {
             pass_idle: Some(s.pass_idle),
             arrival_grace: Some(s.arrival_grace),
             queue_idle: Some(s.queue_idle),
+            away_grace: Some(s.away_grace),
             join_limit_per_minute: Some(s.join_limit_per_minute),
             admit_per_minute: s.admit_per_minute,
             opens_at: s.opens_at,
             order: Some(s.order),
             paused: Some(s.paused),
+            mode: Some(s.mode),
+            stock: s.stock,
             challenge: Some(s.access.challenge),
             pow_difficulty: Some(s.access.pow_difficulty),
             pow_difficulty_max: Some(s.access.pow_difficulty_max),
@@ -257,6 +285,7 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
     ] {
         check_timeout(&field(name), value)?;
     }
+    check_away_grace(&field("away_grace"), s.away_grace, s.queue_idle)?;
     if let Some(cap) = s.admit_per_minute {
         check_admit_per_minute(&field("admit_per_minute"), cap)?;
     }
@@ -313,6 +342,71 @@ pub fn check_timeout(field: &str, value: Duration) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+/// The shortest `away_grace`: below a second a stream's reconnect (the
+/// browser waits a few seconds) could not keep its place.
+pub const AWAY_GRACE_MIN: Duration = Duration::from_secs(1);
+
+/// `away_grace`: at least a second, and shorter than `queue_idle` (an away
+/// ticket must be able to come back before it is abandoned).
+pub fn check_away_grace(
+    field: &str,
+    away_grace: Duration,
+    queue_idle: Duration,
+) -> Result<(), ConfigError> {
+    if away_grace < AWAY_GRACE_MIN {
+        return Err(ConfigError::new(
+            field,
+            format!(
+                "must be at least {}, got {}",
+                show(AWAY_GRACE_MIN),
+                show(away_grace)
+            ),
+        ));
+    }
+    if away_grace >= queue_idle {
+        return Err(ConfigError::new(
+            field,
+            format!(
+                "must be shorter than queue_idle ({}), got {}",
+                show(queue_idle),
+                show(away_grace)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub fn check_stock(field: &str, stock: u64) -> Result<(), ConfigError> {
+    if stock <= STOCK_MAX {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        field,
+        format!("must be at most {STOCK_MAX}, got {stock}"),
+    ))
+}
+
+/// The mode a room is given beside its stock (`rules::mode_with_stock`):
+/// a stock of 0 is sold out, so another mode given with it is refused
+/// rather than silently overridden. `None`: no mode given, none implied.
+pub fn stock_mode(
+    field: &str,
+    mode: Option<Mode>,
+    stock: Option<u64>,
+) -> Result<Option<Mode>, ConfigError> {
+    let implied = mode_with_stock(mode.unwrap_or_default(), stock);
+    match mode {
+        Some(m) if m != implied => Err(ConfigError::new(
+            field,
+            format!(
+                "cannot be {m} while stock is 0 (the room is sold out: give more stock to reopen it)"
+            ),
+        )),
+        _ if implied.closes() => Ok(Some(implied)),
+        _ => Ok(mode),
+    }
 }
 
 pub fn check_admit_per_minute(field: &str, cap: u32) -> Result<(), ConfigError> {

@@ -3,18 +3,20 @@
 //! on every ticket's state and position and on where every permit is, and
 //! the invariants of the design brief must hold after every step.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
 
+use super::rules::Mode;
 use super::*;
 
 const T0: u64 = 1_800_000_000_000;
 const QUEUE_IDLE: u64 = 30_000;
 const PASS_IDLE: u64 = 60_000;
 const ARRIVAL_GRACE: u64 = 20_000;
+const AWAY_GRACE: u64 = 10_000;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -27,6 +29,7 @@ enum Op {
     Advance(u64),
     SetCapacity(u32),
     Pause(bool),
+    SetMode(Mode),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -40,6 +43,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0u64..25_000).prop_map(Op::Advance),
         1 => (0u32..6).prop_map(Op::SetCapacity),
         1 => any::<bool>().prop_map(Op::Pause),
+        1 => proptest::sample::select(Mode::ALL.to_vec()).prop_map(Op::SetMode),
     ]
 }
 
@@ -60,8 +64,12 @@ struct Model {
     tray: u64,
     debt: u64,
     paused: bool,
+    mode: Mode,
     queue: Vec<usize>,
     head: usize,
+    /// Queue indices of away tickets whose visitor came back: ahead of the
+    /// main line, lowest first.
+    back: BTreeSet<usize>,
     tickets: Vec<MTicket>,
     identities: HashMap<u8, usize>,
     admissions: u64,
@@ -76,8 +84,10 @@ impl Model {
             tray: 0,
             debt: 0,
             paused: false,
+            mode: Mode::Queue,
             queue: Vec::new(),
             head: 0,
+            back: BTreeSet::new(),
             tickets: Vec::new(),
             identities: HashMap::new(),
             admissions: 0,
@@ -91,7 +101,29 @@ impl Model {
             .count() as u64
     }
 
-    fn join(&mut self, identity: Option<u8>) -> (usize, bool) {
+    fn admitting(&self) -> bool {
+        !self.paused && self.mode.admits()
+    }
+
+    /// `passthrough`: everyone in line goes in, each permit borrowed.
+    fn admit_everyone(&mut self) {
+        if self.admitting() && self.mode.admits_everyone() {
+            while self.pop().is_some() {
+                self.debt += 1;
+            }
+        }
+    }
+
+    fn join(&mut self, identity: Option<u8>) -> Option<(usize, bool)> {
+        if self.mode.closes() {
+            return None;
+        }
+        let joined = self.join_line(identity);
+        self.admit_everyone();
+        Some(joined)
+    }
+
+    fn join_line(&mut self, identity: Option<u8>) -> (usize, bool) {
         if let Some(i) = identity.and_then(|i| self.identities.get(&i)) {
             return (*i, false);
         }
@@ -113,15 +145,32 @@ impl Model {
         self.tickets[id].last_seen + QUEUE_IDLE < self.now
     }
 
+    fn away(&self, id: usize) -> bool {
+        self.tickets[id].last_seen + AWAY_GRACE < self.now
+    }
+
+    fn queued(&self) -> bool {
+        self.head < self.queue.len() || !self.back.is_empty()
+    }
+
     fn pop(&mut self) -> Option<usize> {
-        while self.head < self.queue.len() {
-            let id = self.queue[self.head];
-            self.head += 1;
+        while self.queued() {
+            let id = match self.back.pop_first() {
+                Some(qi) => self.queue[qi],
+                None => {
+                    self.head += 1;
+                    self.queue[self.head - 1]
+                }
+            };
             if self.tickets[id].state != TicketState::Waiting {
                 continue;
             }
             if self.quiet(id) {
                 self.tickets[id].state = TicketState::Abandoned;
+                continue;
+            }
+            if self.away(id) {
+                self.tickets[id].state = TicketState::Away;
                 continue;
             }
             let t = &mut self.tickets[id];
@@ -138,7 +187,7 @@ impl Model {
             self.debt -= 1;
             return;
         }
-        if !self.paused && self.pop().is_some() {
+        if self.admitting() && self.pop().is_some() {
             return;
         }
         self.tray += 1;
@@ -150,7 +199,10 @@ impl Model {
                 self.tickets[id].state = admitted_to;
                 self.give_back();
             }
-            TicketState::Waiting => self.tickets[id].state = waiting_to,
+            TicketState::Waiting | TicketState::Away => {
+                self.tickets[id].state = waiting_to;
+                self.back.remove(&id);
+            }
             _ => {}
         }
     }
@@ -169,6 +221,11 @@ impl Model {
             t.last_seen = t.last_seen.max(now);
             if t.state == TicketState::Admitted {
                 t.arrived = true;
+            }
+            if t.state == TicketState::Away {
+                t.state = TicketState::Waiting;
+                // Ticket ids are queue indices here (no lottery).
+                self.back.insert(id);
             }
         }
     }
@@ -196,7 +253,7 @@ impl Model {
             }
         }
         self.pay_debt();
-        if !self.paused {
+        if self.admitting() {
             loop {
                 if self.hand == 0 {
                     self.hand += std::mem::take(&mut self.tray);
@@ -205,7 +262,7 @@ impl Model {
                         break;
                     }
                 }
-                if self.head >= self.queue.len() {
+                if !self.queued() {
                     break;
                 }
                 match self.pop() {
@@ -213,10 +270,16 @@ impl Model {
                     None => break,
                 }
             }
+            self.admit_everyone();
         }
         for i in self.head..self.queue.len() {
             let id = self.queue[i];
             if self.tickets[id].state == TicketState::Waiting && self.quiet(id) {
+                self.tickets[id].state = TicketState::Abandoned;
+            }
+        }
+        for id in 0..self.tickets.len() {
+            if self.tickets[id].state == TicketState::Away && self.quiet(id) {
                 self.tickets[id].state = TicketState::Abandoned;
             }
         }
@@ -247,11 +310,14 @@ impl Model {
             return None;
         }
         let index = self.queue.iter().position(|&q| q == id)?;
-        let ahead = self.queue[..index]
+        if self.back.contains(&index) {
+            return Some(self.back.range(..index).count() as u64 + 1);
+        }
+        let ahead = self.queue[self.head.min(index)..index]
             .iter()
             .filter(|&&q| self.tickets[q].state == TicketState::Waiting)
             .count() as u64;
-        Some(ahead + 1)
+        Some(self.back.len() as u64 + ahead + 1)
     }
 }
 
@@ -262,6 +328,7 @@ fn run(initial_capacity: u32, ops: Vec<Op>) -> Result<(), TestCaseError> {
     settings.queue_idle = Duration::from_millis(QUEUE_IDLE);
     settings.pass_idle = Duration::from_millis(PASS_IDLE);
     settings.arrival_grace = Duration::from_millis(ARRIVAL_GRACE);
+    settings.away_grace = Duration::from_millis(AWAY_GRACE);
     let room = Room::new(settings, Arc::new(clock.clone()));
     let mut model = Model::new(initial_capacity);
     let mut last_positions: HashMap<usize, u64> = HashMap::new();
@@ -272,12 +339,15 @@ fn run(initial_capacity: u32, ops: Vec<Op>) -> Result<(), TestCaseError> {
         let pick = |i: usize| (!model.tickets.is_empty()).then(|| i % model.tickets.len());
         match op {
             Op::Join(identity) => {
-                let (expected, is_new) = model.join(identity);
-                let joined = room
-                    .join(identity.map(|i| Identity(u128::from(i))))
-                    .unwrap();
-                prop_assert_eq!(joined.ticket as usize, expected, "idempotent joins");
-                prop_assert_eq!(joined.is_new, is_new);
+                let joined = room.join(identity.map(|i| Identity(u128::from(i))));
+                match model.join(identity) {
+                    Some((expected, is_new)) => {
+                        let joined = joined.unwrap();
+                        prop_assert_eq!(joined.ticket as usize, expected, "idempotent joins");
+                        prop_assert_eq!(joined.is_new, is_new);
+                    }
+                    None => prop_assert_eq!(joined, Err(JoinError::SoldOut)),
+                }
             }
             Op::Leave(i) => {
                 if let Some(id) = pick(i) {
@@ -319,19 +389,26 @@ fn run(initial_capacity: u32, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 model.paused = p;
                 room.set_paused(p);
             }
+            Op::SetMode(m) => {
+                model.mode = m;
+                room.patch(&RoomPatch {
+                    mode: Some(m),
+                    ..RoomPatch::default()
+                });
+            }
         }
 
         // The engine and the model agree on every ticket.
         for id in 0..model.tickets.len() {
             let status = room.status(id as TicketId).unwrap();
             prop_assert_eq!(status.state, model.tickets[id].state, "ticket {}", id);
-            let position = model.position(id);
+            // A returner steps in ahead of the line: the count behind it
+            // grows, what each holder is shown does not (invariant 7).
+            let position = model
+                .position(id)
+                .map(|p| last_positions.get(&id).map_or(p, |&before| p.min(before)));
             prop_assert_eq!(status.position, position, "position of ticket {}", id);
-            // Invariant 6: a waiting visitor's position never goes up.
             if let Some(p) = position {
-                if let Some(&before) = last_positions.get(&id) {
-                    prop_assert!(p <= before, "position of {} went up", id);
-                }
                 last_positions.insert(id, p);
             }
         }
@@ -345,15 +422,16 @@ fn run(initial_capacity: u32, ops: Vec<Op>) -> Result<(), TestCaseError> {
         prop_assert_eq!(ledger.admitted, model.admitted());
         prop_assert_eq!(room.stats().admissions, model.admissions);
 
-        // Invariant 1: above capacity (after a decrease), nobody new gets in.
+        // Invariant 1: above capacity (after a decrease, or after
+        // passthrough), nobody new gets in, unless the room lets everyone in.
         let admitted_now = ledger.admitted;
-        if admitted_now > ledger.capacity {
+        if admitted_now > ledger.capacity && !model.mode.admits_everyone() {
             prop_assert_eq!(room.stats().admissions, admissions_before);
             prop_assert!(admitted_now <= admitted_before);
         }
 
         // Invariant 3: after a tick, no free permit coexists with a waiter.
-        if matches!(op, Op::Tick) && !model.paused && ledger.held + ledger.tray > 0 {
+        if matches!(op, Op::Tick) && model.admitting() && ledger.held + ledger.tray > 0 {
             prop_assert_eq!(room.waiting_count(), 0, "{:?}", ledger);
         }
         prop_assert_eq!(

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::rules::Mode;
 use crate::access::{AccessPatch, AccessSettings};
 
 /// A room's name: `[a-z0-9][a-z0-9-]{0,63}`. It appears in URLs, cookie names
@@ -95,8 +96,14 @@ pub struct RoomSettings {
     pub arrival_grace: Duration,
     /// A waiting visitor with no stream and no poll for this long is skipped.
     pub queue_idle: Duration,
+    /// A waiting visitor whose stream closed (and who has not polled) for
+    /// this long is away: skipped at the head, keeping the number, until
+    /// they come back. Shorter than `queue_idle`.
+    #[serde(default = "default_away_grace")]
+    pub away_grace: Duration,
     /// New tickets per client address per minute, in any sliding minute;
-    /// 0 = off.
+    /// 0 = off. A coarse net against one machine taking the line, not a
+    /// bot defence: thousands of real phones can share one address.
     pub join_limit_per_minute: u32,
     /// A cap on new admissions per minute, besides capacity; `None` = no cap.
     pub admit_per_minute: Option<u32>,
@@ -105,6 +112,15 @@ pub struct RoomSettings {
     pub order: Order,
     /// Admission stopped by an operator; joins still queue.
     pub paused: bool,
+    /// How the room queues now (`rules::Mode`): the fair line,
+    /// passthrough, maintenance or sold out.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Units left to sell; `None` for a room that does not count stock.
+    /// Purchases reported on release take from it; at zero the room is
+    /// sold out.
+    #[serde(default)]
+    pub stock: Option<u64>,
     /// What a join must show (proof of work, an enqueue token). The engine
     /// keeps these with the rest for the backends to store; the HTTP
     /// layer checks them before a join reaches the engine. Boxed: they are
@@ -112,8 +128,21 @@ pub struct RoomSettings {
     pub access: Box<AccessSettings>,
 }
 
+fn default_away_grace() -> Duration {
+    RoomSettings::DEFAULT_AWAY_GRACE
+}
+
 impl RoomSettings {
     pub const DEFAULT_CAPACITY: u32 = 100;
+    /// Long enough for a phone passing through a tunnel.
+    pub const DEFAULT_AWAY_GRACE: Duration = Duration::from_secs(20);
+    /// High enough that a carrier-grade NAT with a few thousand phones
+    /// behind one address, all joining in the opening minute, is never
+    /// refused (each visitor needs one new ticket; twice that is headroom
+    /// for private windows and second devices), low enough that one
+    /// machine cannot fill the line at line rate. Bots are for proof of
+    /// work and enqueue tokens to stop.
+    pub const DEFAULT_JOIN_LIMIT_PER_MINUTE: u32 = 10_000;
 
     /// A room with the documented defaults.
     pub fn new(id: RoomId) -> Self {
@@ -124,11 +153,14 @@ impl RoomSettings {
             pass_idle: Duration::from_secs(10 * 60),
             arrival_grace: Duration::from_secs(2 * 60),
             queue_idle: Duration::from_secs(5 * 60),
-            join_limit_per_minute: 120,
+            away_grace: Self::DEFAULT_AWAY_GRACE,
+            join_limit_per_minute: Self::DEFAULT_JOIN_LIMIT_PER_MINUTE,
             admit_per_minute: None,
             opens_at: None,
             order: Order::Lottery,
             paused: false,
+            mode: Mode::Queue,
+            stock: None,
             access: Box::default(),
         }
     }
@@ -164,12 +196,18 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Patch<T> {
 pub struct RoomPatch {
     pub capacity: Option<u32>,
     pub paused: Option<bool>,
+    /// A new mode; sold out when the stock given is 0
+    /// (`rules::mode_with_stock`).
+    pub mode: Option<Mode>,
+    /// Set the stock left (`Null`: stop counting it).
+    pub stock: Patch<u64>,
     /// Open a scheduled room now (its pre-queue is drawn at once).
     pub open_now: bool,
     pub tick: Option<Duration>,
     pub pass_idle: Option<Duration>,
     pub arrival_grace: Option<Duration>,
     pub queue_idle: Option<Duration>,
+    pub away_grace: Option<Duration>,
     pub join_limit_per_minute: Option<u32>,
     /// `Null` removes the cap.
     pub admit_per_minute: Patch<u32>,
@@ -187,6 +225,14 @@ impl RoomPatch {
         if let Some(v) = self.paused {
             s.paused = v;
         }
+        if let Some(v) = self.mode {
+            s.mode = v;
+        }
+        match self.stock {
+            Patch::Absent => {}
+            Patch::Null => s.stock = None,
+            Patch::Value(v) => s.stock = Some(v),
+        }
         if let Some(v) = self.tick {
             s.tick = v;
         }
@@ -198,6 +244,9 @@ impl RoomPatch {
         }
         if let Some(v) = self.queue_idle {
             s.queue_idle = v;
+        }
+        if let Some(v) = self.away_grace {
+            s.away_grace = v;
         }
         if let Some(v) = self.join_limit_per_minute {
             s.join_limit_per_minute = v;

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use super::rules::{AdmissionRate, PassTimeouts, RoomFacts, WAIT_BUCKETS_MS, wait_bucket};
+use super::rules::{AdmissionRate, Mode, PassTimeouts, RoomFacts, WAIT_BUCKETS_MS, wait_bucket};
 use super::ticket::TicketId;
 
 /// The room as a whole, published through a `tokio::sync::watch` after each
@@ -35,6 +35,12 @@ pub struct RoomView {
     pub paused: bool,
     pub open: bool,
     pub closed: bool,
+    /// How the room queues now (`rules::Mode`).
+    #[serde(default)]
+    pub mode: Mode,
+    /// Units left to sell; `None` for a room that does not count stock.
+    #[serde(default)]
+    pub stock: Option<u64>,
     pub opens_at: Option<u64>,
     /// SHA-256 of the lottery seed (published before opening).
     pub lottery_commitment: Option<String>,
@@ -56,6 +62,8 @@ impl RoomView {
             open: self.open,
             paused: self.paused,
             closed: self.closed,
+            mode: self.mode,
+            stock: self.stock,
             opens_at: self.opens_at,
             waiting,
             free_permits: self.held + self.tray,
@@ -77,6 +85,10 @@ pub(crate) struct Counters {
     pub revocations: AtomicU64,
     pub expirations: AtomicU64,
     pub abandonments: AtomicU64,
+    /// Tickets skipped at the head while their visitor was away.
+    pub skips: AtomicU64,
+    /// Away tickets whose visitor came back.
+    pub returns: AtomicU64,
 }
 
 /// A fixed-bucket histogram of waits, lock-free, in the shape Prometheus
@@ -143,6 +155,10 @@ pub struct RoomStats {
     pub revocations: u64,
     pub expirations: u64,
     pub abandonments: u64,
+    /// Skipped at the head while away (each skip counts).
+    pub skips: u64,
+    /// Away tickets whose visitor came back in time.
+    pub returns: u64,
     pub peak_admitted: u64,
     pub waits: WaitSnapshot,
 }

@@ -1,7 +1,8 @@
 //! The event stream a waiting visitor's page (or app) follows:
 //! `position` events when something they can see changed (at most one a
 //! second), one `admitted` event, `expired`/`left`/`closed` when the ticket
-//! or room ends, and keep-alive comments.
+//! or room ends (`closed` says why: `sold_out` or `closed`), and keep-alive
+//! comments.
 //!
 //! Tens of thousands of these are open at once, so a stream asks the store
 //! nothing when the room changes: it reads its ticket once when it opens,
@@ -11,6 +12,12 @@
 //! which wakes it at once through the ticket's signal, ahead of any wave,
 //! costs it a store read. Keep-alive comments are the connection's: a timer
 //! per response, reset by every event, so an idle room wakes no stream.
+//!
+//! An open stream holds its visitor's presence (`presence`): while it
+//! lives, its ticket is renewed with the others this instance holds, and
+//! when it closes the ticket is away after the room's `away_grace` unless
+//! a stream comes back. A stream whose ticket was skipped while away (its
+//! renewal came late) brings it back at once with one touching read.
 //!
 //! Every event carries an SSE `id:` — the count ahead it showed, for a
 //! position — and the stream starts with `retry:`. A browser that
@@ -33,6 +40,7 @@ use super::error::ApiError;
 use super::extract::{ReturnTo, Visitor};
 use super::fanout::Subscription;
 use super::limits::{ClientIp, StreamSlot};
+use super::presence::StreamHold;
 use super::state::AppState;
 use crate::backend::feed::{Follow, Tracker};
 use crate::backend::{BackendError, TicketRef};
@@ -61,6 +69,15 @@ fn ending(status: Status) -> Event {
         .data(format!(r#"{{"status":"{}"}}"#, status.name()))
 }
 
+/// The event that ends a stream whose line was reset (its ticket names
+/// an incarnation of the room that is gone).
+fn reset_event() -> Event {
+    Event::default()
+        .event("reset")
+        .id(END_ID)
+        .data(r#"{"status":"reset"}"#)
+}
+
 /// The count ahead a reconnecting client last saw, from `Last-Event-ID`.
 fn last_seen(headers: &HeaderMap) -> Option<u64> {
     headers
@@ -70,6 +87,15 @@ fn last_seen(headers: &HeaderMap) -> Option<u64> {
         .trim()
         .parse()
         .ok()
+}
+
+/// The `closed` event: `{"status": "closed", "reason": "sold_out"}`, or
+/// `"closed"` for a room an operator closed or replaced.
+fn closed(reason: &str) -> Event {
+    Event::default()
+        .event(Status::Closed.name())
+        .id(END_ID)
+        .data(format!(r#"{{"status":"closed","reason":"{reason}"}}"#))
 }
 
 /// `GET /api/rooms/{room}/events?return=P`
@@ -83,6 +109,7 @@ pub async fn events(
     // Fail before the stream starts, with a proper status, for a ticket or
     // room that does not exist; the stream starts from what this read.
     let follow = state.backend.follow(&room, ticket.ticket).await?;
+    let hold = state.presence.hold(&room, ticket.ticket)?;
     let slot = state.streams.acquire(client)?;
     let keep_alive = KeepAlive::new()
         .interval(state.settings.keep_alive)
@@ -95,6 +122,7 @@ pub async fn events(
             follow,
             redirect,
             slot,
+            hold,
             last_seen: last_seen(&headers),
         },
     );
@@ -112,13 +140,15 @@ struct Opened {
     redirect: Option<String>,
     /// Held for as long as the stream lives.
     slot: StreamSlot,
+    /// The ticket's presence, held for as long as the stream lives.
+    hold: StreamHold,
     last_seen: Option<u64>,
 }
 
 /// The event for a status that ends the stream, if it does.
 fn final_event(status: &TicketStatus, redirect: Option<&str>) -> Option<Event> {
     if status.closed {
-        return Some(ending(Status::Closed));
+        return Some(closed(status.closed_reason()));
     }
     match status.status() {
         Status::Waiting => None,
@@ -151,14 +181,10 @@ fn stream(
     opened: Opened,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     async_stream::stream! {
-        let Opened { follow, redirect, slot, last_seen } = opened;
-        let _slot = slot;
+        let Opened { follow, redirect, slot, hold, last_seen } = opened;
+        let _held = (slot, hold);
         let backend = state.backend.clone();
         let Follow { feed, signal, ticket: read } = follow;
-        // presence: the stream holds its ticket's presence here for as long
-        // as it lives. Until connection-bound presence lands, a status read
-        // with activity every `TOUCH` keeps the ticket from being abandoned.
-        let mut touch_at = Instant::now();
         let Subscription { waves: mut view, mut pending } = state.fanout.subscribe(&room, &*feed);
         let mut tracker = Tracker::new(read);
         if let Some(ahead) = last_seen {
@@ -175,12 +201,22 @@ fn stream(
             // The feed's change this count reflects.
             let seen = *view.borrow_and_update();
 
+            if tracker.state() == TicketState::Away {
+                // Skipped while this stream was open (its renewal was
+                // late): the visitor is plainly here, so back in line now.
+                if let Ok(status) = backend.status(&room, ticket, true).await
+                    && status.state == TicketState::Waiting
+                    && let Ok(read) = backend.read_ticket(&room, ticket).await
+                {
+                    tracker.update(read);
+                }
+            }
             let status = tracker.status(&*feed, state.clock.now_ms());
             if let Some(end) = final_event(&status, redirect.as_deref()) {
                 yield Ok(if last_sent.is_none() { end.retry(RETRY) } else { end });
                 return;
             }
-            debug_assert_eq!(tracker.state(), TicketState::Waiting);
+            debug_assert!(tracker.state().is_queued());
 
             let mut held_back = false;
             if !shown.as_ref().is_some_and(|s| s.shows_same_as(&status)) {
@@ -210,6 +246,10 @@ fn stream(
                                 yield Ok(ending(Status::Expired));
                                 return;
                             }
+                            Err(BackendError::LineReset) => {
+                                yield Ok(reset_event());
+                                return;
+                            }
                             // The store is briefly away: the next wave
                             // (or signal) tries again.
                             Err(_) => {}
@@ -219,7 +259,7 @@ fn stream(
                     changed = view.changed() => {
                         if changed.is_err() {
                             // The room was replaced or the backend is going away.
-                            yield Ok(ending(Status::Closed));
+                            yield Ok(closed("closed"));
                             return;
                         }
                         // Every wave is acknowledged: after the count it
@@ -241,16 +281,8 @@ fn stream(
                         // Nothing to do for this wave.
                         pending.handled();
                     }
-                    () = tokio::time::sleep_until(touch_at) => {
-                        touch_at = Instant::now() + TOUCH;
-                        let _ = backend.status(&room, ticket, true).await;
-                    }
                 }
             }
         }
     }
 }
-
-/// How often a stream counts as its ticket's sign of life (see the
-/// `presence:` note in `stream`).
-const TOUCH: Duration = Duration::from_secs(15);

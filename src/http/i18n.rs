@@ -214,10 +214,22 @@ pub struct Strings {
     pub redirecting: &'static str,
     pub closed_title: &'static str,
     pub closed_body: &'static str,
+    /// The closed page when the room sold out.
+    pub sold_out_title: &'static str,
+    pub sold_out_body: &'static str,
+    /// The queue page's notice in mode `maintenance`.
+    pub maintenance_title: &'static str,
+    pub maintenance_body: &'static str,
+    /// `{n}`: the units a stock-aware room has left.
+    pub stock_left: &'static str,
     pub expired_title: &'static str,
     pub expired_body: &'static str,
     pub left_title: &'static str,
     pub left_body: &'static str,
+    /// The line itself started again (its state was lost): every ticket
+    /// of the old line is void.
+    pub reset_title: &'static str,
+    pub reset_body: &'static str,
     pub join_again: &'static str,
     /// `{code}`; the small line above an error page's title.
     pub error_code: &'static str,

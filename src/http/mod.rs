@@ -14,7 +14,10 @@
 //!   credentials, as extractors
 //! - `ticket`, `auth`: the visitor's signed ticket and operators' tokens
 //! - `return_path`: the open-redirect guard for `?return=`
-//! - `limits`: joins per minute and open streams per client address
+//! - `limits`: which address a request counts against, and the coarse
+//!   cap on open streams per address
+//! - `presence`: the streams held per ticket (their cap) and the batched
+//!   renewal of their visitors' presence
 //! - `error`: the JSON error shape
 //! - `edge`: request ids, log spans, HTTP metrics and the header limit,
 //!   around every route
@@ -38,6 +41,7 @@ pub mod i18n;
 pub mod limits;
 pub mod metrics;
 pub mod pages;
+pub mod presence;
 pub mod return_path;
 pub mod router;
 pub mod state;

@@ -130,10 +130,14 @@ impl AdmittedPage {
 pub enum ClosedReason {
     /// The operator closed the room.
     Closed,
+    /// The room sold out (`rules::Mode::SoldOut`).
+    SoldOut,
     /// The ticket was abandoned or its pass revoked.
     Expired,
     /// The visitor left the line.
     Left,
+    /// The line the ticket stood in was reset.
+    Reset,
 }
 
 /// The end of a wait that did not lead to the site: the room closed, the
@@ -155,16 +159,20 @@ impl ClosedPage {
     fn title(&self) -> &'static str {
         match self.reason {
             ClosedReason::Closed => self.t.closed_title,
+            ClosedReason::SoldOut => self.t.sold_out_title,
             ClosedReason::Expired => self.t.expired_title,
             ClosedReason::Left => self.t.left_title,
+            ClosedReason::Reset => self.t.reset_title,
         }
     }
 
     fn body(&self) -> &'static str {
         match self.reason {
             ClosedReason::Closed => self.t.closed_body,
+            ClosedReason::SoldOut => self.t.sold_out_body,
             ClosedReason::Expired => self.t.expired_body,
             ClosedReason::Left => self.t.left_body,
+            ClosedReason::Reset => self.t.reset_body,
         }
     }
 }
@@ -275,6 +283,8 @@ mod tests {
             queue_length: 200_000,
             paused: false,
             closed: false,
+            mode: crate::engine::rules::Mode::Queue,
+            stock: None,
             joined_at: Timestamp(1_795_428_000_000),
             admitted_at: None,
             pass_expires_at: None,
@@ -565,11 +575,13 @@ mod tests {
             let t = lang.strings();
             for (reason, title, body) in [
                 (ClosedReason::Closed, t.closed_title, t.closed_body),
+                (ClosedReason::SoldOut, t.sold_out_title, t.sold_out_body),
                 (ClosedReason::Expired, t.expired_title, t.expired_body),
                 (ClosedReason::Left, t.left_title, t.left_body),
+                (ClosedReason::Reset, t.reset_title, t.reset_body),
             ] {
-                let rejoin =
-                    (reason != ClosedReason::Closed).then(|| "/queue/sale?return=%2F".into());
+                let ended = !matches!(reason, ClosedReason::Closed | ClosedReason::SoldOut);
+                let rejoin = ended.then(|| "/queue/sale?return=%2F".into());
                 let html = ClosedPage {
                     lang,
                     t,

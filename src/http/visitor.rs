@@ -4,7 +4,8 @@
 //! the cookie, and shows the wait; once admitted it answers 303 to the
 //! return path, so a page without JavaScript gets there by its meta
 //! refresh. A ticket that ended shows why, with a way to join again that
-//! really starts a new ticket (`?rejoin=1`).
+//! really starts a new ticket (`?rejoin=1`); so does a ticket whose line
+//! was reset.
 
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -20,6 +21,7 @@ use super::limits::ClientIp;
 use super::pages::{self, ClosedPage, ClosedReason, DrawLink, ErrorPage, PowForm, QueuePage};
 use super::return_path::validate_return_path;
 use super::state::AppState;
+use crate::engine::rules::Mode;
 use crate::engine::{RoomId, TicketState, TicketStatus, Timestamp};
 
 #[derive(Debug, Default, Deserialize)]
@@ -97,14 +99,19 @@ pub async fn queue(
     let joined = match api::join_room(&state, &room, ticket, &headers, client, rejoin, &proof).await
     {
         Ok(joined) => joined,
-        Err(e) if e.code == "room_closed" => {
+        Err(e) if e.code == "room_closed" || e.code == "sold_out" => {
+            let reason = if e.code == "sold_out" {
+                ClosedReason::SoldOut
+            } else {
+                ClosedReason::Closed
+            };
             return pages::html(
                 StatusCode::GONE,
                 &ClosedPage {
                     lang,
                     t: lang.strings(),
                     room: room.to_string(),
-                    reason: ClosedReason::Closed,
+                    reason,
                     rejoin_url: None,
                 },
             );
@@ -123,6 +130,20 @@ pub async fn queue(
             );
         }
         Err(e) if e.code.starts_with("enqueue_token_") => return invite_page(lang, &e),
+        // The cookie's ticket names a line that was reset: said so, with
+        // a way to join the new one.
+        Err(e) if e.code == "line_reset" => {
+            return pages::html(
+                StatusCode::OK,
+                &ClosedPage {
+                    lang,
+                    t: lang.strings(),
+                    room: room.to_string(),
+                    reason: ClosedReason::Reset,
+                    rejoin_url: Some(rejoin_url),
+                },
+            );
+        }
         Err(e) => return page_for_error(lang, &e),
     };
     if !joined.status.state.is_live() || joined.status.closed {
@@ -188,6 +209,8 @@ fn pow_page(
         queue_length: 0,
         paused: false,
         closed: false,
+        mode: Mode::Queue,
+        stock: None,
         joined_at: now,
         admitted_at: None,
         pass_expires_at: None,
@@ -224,14 +247,17 @@ fn invite_page(lang: Lang, refusal: &ApiError) -> Response {
 }
 
 fn ended_page(lang: Lang, room: &RoomId, status: &TicketStatus, rejoin_url: String) -> Response {
-    let reason = if status.closed {
+    let reason = if status.closed && status.mode.closes() {
+        ClosedReason::SoldOut
+    } else if status.closed {
         ClosedReason::Closed
     } else if matches!(status.state, TicketState::Left | TicketState::Released) {
         ClosedReason::Left
     } else {
         ClosedReason::Expired
     };
-    let code = if reason == ClosedReason::Closed {
+    let closed = matches!(reason, ClosedReason::Closed | ClosedReason::SoldOut);
+    let code = if closed {
         StatusCode::GONE
     } else {
         StatusCode::OK
@@ -243,7 +269,7 @@ fn ended_page(lang: Lang, room: &RoomId, status: &TicketStatus, rejoin_url: Stri
             t: lang.strings(),
             room: room.to_string(),
             reason,
-            rejoin_url: (reason != ClosedReason::Closed).then_some(rejoin_url),
+            rejoin_url: (!closed).then_some(rejoin_url),
         },
     )
 }

@@ -3,6 +3,7 @@
 
 mod fair;
 mod hostile;
+mod modes;
 mod proxies;
 mod streams;
 

@@ -1,6 +1,7 @@
 //! The scenarios. Each takes its parsed options and returns a
 //! [`crate::report::Report`]; none prints anything but progress.
 
+pub mod bots;
 pub mod hammered;
 pub mod streams;
 pub mod surge;

@@ -19,7 +19,7 @@ use super::reply::{self, Timeouts, ViewFields, decode};
 use super::{RedisBackend, RoomSnapshot, conn::unavailable};
 use crate::access::AccessSettings;
 use crate::backend::BackendError;
-use crate::engine::rules::{AdmissionRate, AdmitCap, Visible};
+use crate::engine::rules::{AdmissionRate, AdmitCap, Mode, StockTaken, Visible, take_stock};
 use crate::engine::{
     LotterySeed, Order, Patch, PermitLedger, RoomId, RoomPatch, RoomSettings, RoomStats,
     WAIT_BUCKETS_MS, WaitSnapshot,
@@ -51,6 +51,48 @@ impl RedisBackend {
         settings: RoomSettings,
         replace: bool,
     ) -> Result<u64, BackendError> {
+        Ok(self.create_room(settings, replace).await?.0)
+    }
+
+    /// A configured room that Redis no longer has (it restarted without
+    /// persistence, or its data was flushed) is created again, as a new
+    /// line: tickets of the lost one name its old epoch and are told
+    /// their line was reset. Of the instances that find it gone at once,
+    /// the one whose create made the room reports the reset (a log line,
+    /// and `line_resets` for the webhook and the metric). True when the
+    /// room exists again.
+    pub(super) async fn recover(&self, room: &RoomId) -> bool {
+        let Some(settings) = self.configured.iter().find(|s| &s.id == room).cloned() else {
+            return false;
+        };
+        match self.create_room(settings, false).await {
+            Ok((epoch, true)) => {
+                tracing::warn!(
+                    room = %room,
+                    epoch,
+                    "the room's line was lost in Redis (a restart without persistence, or flushed data) and started again; tickets of the old line are told it was reset"
+                );
+                let _ = self.resets.send(crate::backend::LineReset {
+                    room: room.clone(),
+                    epoch,
+                });
+                true
+            }
+            Ok((_, false)) => true,
+            Err(e) => {
+                tracing::debug!(room = %room, error = %e, "could not create a lost room again");
+                false
+            }
+        }
+    }
+
+    /// Create (or replace) a room: its epoch, and whether this call made
+    /// it (false: it existed and was kept).
+    async fn create_room(
+        &self,
+        settings: RoomSettings,
+        replace: bool,
+    ) -> Result<(u64, bool), BackendError> {
         let epoch = rand::random::<u64>().max(1);
         let seed = LotterySeed::random();
         let lottery = settings.order == Order::Lottery;
@@ -60,6 +102,7 @@ impl RedisBackend {
             "pass_idle_ms": ms(settings.pass_idle),
             "arrival_grace_ms": ms(settings.arrival_grace),
             "queue_idle_ms": ms(settings.queue_idle),
+            "away_grace_ms": ms(settings.away_grace),
             "join_limit": settings.join_limit_per_minute.to_string(),
             "opens_at": settings.opens_at.map(|t| t.to_string()).unwrap_or_default(),
             "order": match settings.order {
@@ -67,6 +110,8 @@ impl RedisBackend {
                 Order::Fifo => "fifo",
             },
             "paused": flag(settings.paused),
+            "mode": settings.mode.name(),
+            "stock": settings.stock.map(|v| v.to_string()).unwrap_or_default(),
             "seed": if lottery { seed.to_hex() } else { String::new() },
             "commitment": if lottery { seed.commitment() } else { String::new() },
         });
@@ -97,10 +142,11 @@ impl RedisBackend {
                 // end now, and the follower reads the new one.
                 self.hub.retire(&settings.id);
                 self.publish(&settings.id, &view, true, "", None).await?;
-                Ok(epoch)
+                Ok((epoch, true))
             }
             reply::Changed::Exists { epoch } => epoch
                 .parse()
+                .map(|e| (e, false))
                 .map_err(|_| BackendError::Unavailable("bad epoch in Redis".into())),
             other => Err(unexpected(&other)),
         }
@@ -119,11 +165,20 @@ impl RedisBackend {
         if let Some(v) = patch.paused {
             put("paused", flag(v).to_owned());
         }
+        if let Some(v) = patch.mode {
+            put("mode", v.name().to_owned());
+        }
+        match patch.stock {
+            Patch::Absent => {}
+            Patch::Null => put("stock", String::new()),
+            Patch::Value(v) => put("stock", v.to_string()),
+        }
         for (k, v) in [
             ("tick_ms", patch.tick),
             ("pass_idle_ms", patch.pass_idle),
             ("arrival_grace_ms", patch.arrival_grace),
             ("queue_idle_ms", patch.queue_idle),
+            ("away_grace_ms", patch.away_grace),
         ] {
             if let Some(v) = v {
                 put(k, ms(v));
@@ -151,6 +206,51 @@ impl RedisBackend {
             .await?;
         self.timeouts.remove(room);
         self.after_change(room, &raw).await
+    }
+
+    /// A reported purchase: the stock left and whether this report ends
+    /// the sale are `rules::take_stock`'s, written by `purchase.lua` only
+    /// if the stock is still what they were computed from (else computed
+    /// again from the stock it answers with).
+    pub(super) async fn purchase(
+        &self,
+        room: &RoomId,
+        purchased: u64,
+    ) -> Result<Option<StockTaken>, BackendError> {
+        let meta = self.meta(room).await?;
+        let mut stock = match meta.get("stock") {
+            Some(v) if !v.is_empty() => v.parse::<u64>().unwrap_or(0),
+            _ => return Ok(None),
+        };
+        let mut mode = stored_mode(meta.get("mode"));
+        loop {
+            let taken = take_stock(stock, mode, purchased);
+            let raw = self
+                .run(
+                    &self.scripts.purchase,
+                    room,
+                    self.now(),
+                    &[
+                        &stock.to_string(),
+                        mode.name(),
+                        &taken.left.to_string(),
+                        taken.mode.name(),
+                    ],
+                )
+                .await?;
+            match decode::<reply::Purchase>(&raw)? {
+                reply::Purchase::Ok { view } => {
+                    self.publish(room, &view, false, "", None).await?;
+                    return Ok(Some(taken));
+                }
+                reply::Purchase::Moved { stock: s, mode: m } => {
+                    stock = s;
+                    mode = stored_mode(Some(&m));
+                }
+                reply::Purchase::NoStock => return Ok(None),
+                reply::Purchase::NoRoom => return Err(BackendError::NoSuchRoom(room.clone())),
+            }
+        }
     }
 
     pub(super) async fn close(&self, room: &RoomId) -> Result<(), BackendError> {
@@ -256,6 +356,10 @@ impl RedisBackend {
         settings.pass_idle = dur("pass_idle_ms");
         settings.arrival_grace = dur("arrival_grace_ms");
         settings.queue_idle = dur("queue_idle_ms");
+        // A room stored before presence existed has no grace: the default.
+        if f.0.contains_key("away_grace_ms") {
+            settings.away_grace = dur("away_grace_ms");
+        }
         settings.join_limit_per_minute = u32::try_from(num("join_limit")).unwrap_or(0);
         settings.admit_per_minute =
             Some(u32::try_from(num("admit_cap")).unwrap_or(0)).filter(|&c| c > 0);
@@ -266,6 +370,8 @@ impl RedisBackend {
             Order::Lottery
         };
         settings.paused = num("paused") == 1;
+        settings.mode = stored_mode(f.0.get("mode"));
+        settings.stock = f.0.get("stock").and_then(|v| v.parse().ok());
         *settings.access = AccessSettings::from_fields(|k| f.0.get(k).map(String::as_str));
         let mut view = f.view();
         view.version = num("view_version");
@@ -287,6 +393,8 @@ impl RedisBackend {
                 revocations: num("c_revocations"),
                 expirations: num("c_expirations"),
                 abandonments: num("c_abandonments"),
+                skips: num("c_skips"),
+                returns: num("c_returns"),
                 peak_admitted: num("peak"),
                 waits,
             },
@@ -382,8 +490,8 @@ impl RedisBackend {
                     backend.ensure_worker(&room);
                 }
                 Some(HubEvent::Resubscribed) => {
-                    for settings in backend.configured.clone() {
-                        let _ = backend.create(settings, false).await;
+                    for settings in &backend.configured {
+                        backend.recover(&settings.id).await;
                     }
                 }
                 None => {
@@ -397,6 +505,11 @@ impl RedisBackend {
             }
         }
     }
+}
+
+/// A stored mode; a room stored before modes existed queues.
+fn stored_mode(name: Option<&String>) -> Mode {
+    name.and_then(|m| Mode::from_name(m)).unwrap_or_default()
 }
 
 fn unexpected(reply: &impl std::fmt::Debug) -> BackendError {

@@ -26,6 +26,7 @@ fn room_script(constants: &str, body: &str) -> Script {
 pub struct Scripts {
     pub join: Script,
     pub status: Script,
+    pub presence: Script,
     pub depart: Script,
     pub tick: Script,
     pub publish: Script,
@@ -33,6 +34,7 @@ pub struct Scripts {
     pub patch: Script,
     pub open: Script,
     pub close: Script,
+    pub purchase: Script,
     pub snapshot: Script,
     pub follow: Script,
     pub lease_extend: Script,
@@ -45,6 +47,7 @@ impl Scripts {
         Self {
             join: room_script(&c, include_str!("join.lua")),
             status: room_script(&c, include_str!("status.lua")),
+            presence: room_script(&c, include_str!("presence.lua")),
             depart: room_script(&c, include_str!("depart.lua")),
             tick: room_script(&c, include_str!("tick.lua")),
             publish: room_script(&c, include_str!("publish.lua")),
@@ -52,6 +55,7 @@ impl Scripts {
             patch: room_script(&c, include_str!("patch.lua")),
             open: room_script(&c, include_str!("open.lua")),
             close: room_script(&c, include_str!("close.lua")),
+            purchase: room_script(&c, include_str!("purchase.lua")),
             snapshot: room_script(&c, include_str!("snapshot.lua")),
             follow: room_script(&c, include_str!("follow.lua")),
             lease_extend: Script::new(include_str!("lease_extend.lua")),

@@ -8,7 +8,10 @@
 //!   from its facts and the room's; the one status type that goes out
 //! - `rate`: the smoothed admission rate and the cap on admissions
 //! - `publish`: when a changed room view is worth sending to every stream
+//! - `presence`: what the head does with a ticket whose visitor may be gone
 //! - `capacity`: where permits go when capacity changes
+//! - `mode`: queueing modes (queue, passthrough, maintenance, sold out)
+//!   and the stock a room has left
 //! - `join_limit`: new tickets per address in a sliding minute
 //! - `waits`: the wait histogram's buckets
 //!
@@ -19,6 +22,8 @@
 
 mod capacity;
 mod join_limit;
+mod mode;
+mod presence;
 mod publish;
 mod rate;
 mod state;
@@ -27,6 +32,8 @@ mod waits;
 
 pub use capacity::{Counter, GROW, Plan, SHRINK, Transfer, resize};
 pub use join_limit::{JOIN_WINDOW_MS, join_allowance, join_window_start};
+pub use mode::{Mode, STOCK_MAX, StockTaken, mode_with_stock, take_stock};
+pub use presence::{AtHead, PresenceTimeouts, RENEWALS_PER_GRACE, away_cutoff, renew_every};
 pub use publish::{Visible, worth_publishing};
 pub use rate::{AdmissionRate, AdmitCap};
 pub use state::{Status, TicketState};
@@ -65,6 +72,24 @@ pub fn lua_constants() -> String {
     let _ = writeln!(lua, "local JOIN_WINDOW_MS = {JOIN_WINDOW_MS}");
     let _ = writeln!(lua, "local RESIZE_GROW = {}", GROW.to_lua());
     let _ = writeln!(lua, "local RESIZE_SHRINK = {}", SHRINK.to_lua());
+    // Modes by what they do, as sets of the names stores keep them as.
+    let modes = |keep: fn(Mode) -> bool| -> String {
+        let names: Vec<String> = Mode::ALL
+            .into_iter()
+            .filter(|m| keep(*m))
+            .map(|m| format!("{} = true", m.name()))
+            .collect();
+        format!("{{{}}}", names.join(", "))
+    };
+    let _ = writeln!(lua, "local MODE_ADMITS = {}", modes(Mode::admits));
+    let _ = writeln!(
+        lua,
+        "local MODE_ADMITS_EVERYONE = {}",
+        modes(Mode::admits_everyone)
+    );
+    let _ = writeln!(lua, "local MODE_CLOSES = {}", modes(Mode::closes));
+    let _ = writeln!(lua, "local MODE_DEFAULT = '{}'", Mode::default().name());
+    let _ = writeln!(lua, "local MODE_SOLD_OUT = '{}'", Mode::SoldOut.name());
     let ended: Vec<String> = TicketState::ALL
         .iter()
         .filter_map(|s| Some(format!("[{}] = 'c_{}'", s.code(), s.ended_counter()?)))
@@ -87,5 +112,7 @@ mod tests {
         assert!(lua.contains("local MAX_TICKETS = 67104768\n"));
         assert!(lua.contains("local RESIZE_SHRINK = {from = {'hand', 'tray'}, to = 'debt'}\n"));
         assert!(lua.contains("[5] = 'c_leaves'"));
+        assert!(lua.contains("local MODE_ADMITS = {queue = true, passthrough = true}\n"));
+        assert!(lua.contains("local MODE_CLOSES = {sold_out = true}\n"));
     }
 }

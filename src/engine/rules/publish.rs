@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use super::mode::Mode;
 use crate::engine::view::RoomView;
 
 /// What of a room view a visitor or an operator could notice: everything
@@ -21,6 +22,8 @@ pub struct Visible<'a> {
     paused: bool,
     open: bool,
     closed: bool,
+    mode: Mode,
+    stock: Option<u64>,
     opens_at: Option<u64>,
     lottery_commitment: Option<&'a str>,
     lottery_seed: Option<&'a str>,
@@ -44,6 +47,8 @@ impl<'a> Visible<'a> {
             paused: v.paused,
             open: v.open,
             closed: v.closed,
+            mode: v.mode,
+            stock: v.stock,
             opens_at: v.opens_at,
             lottery_commitment: v.lottery_commitment.as_deref(),
             lottery_seed: v.lottery_seed.as_deref(),

@@ -11,6 +11,7 @@
 use serde::Deserialize;
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
+use super::mode::Mode;
 use super::rate::AdmissionRate;
 use super::state::{Status, TicketState};
 use crate::engine::clock::Timestamp;
@@ -37,6 +38,10 @@ pub struct RoomFacts {
     pub open: bool,
     pub paused: bool,
     pub closed: bool,
+    /// How the room queues now; `sold_out` closes it like `closed`.
+    pub mode: Mode,
+    /// Units left to sell, for a room that counts its stock.
+    pub stock: Option<u64>,
     pub opens_at: Option<u64>,
     /// Tickets waiting in all.
     pub waiting: u64,
@@ -118,7 +123,11 @@ pub struct TicketStatus {
     pub progress: f64,
     pub queue_length: u64,
     pub paused: bool,
+    /// The room closed (deleted, or sold out: see `mode`).
     pub closed: bool,
+    pub mode: Mode,
+    /// Units left to sell, for a room that counts its stock.
+    pub stock: Option<u64>,
     pub joined_at: Timestamp,
     pub admitted_at: Option<Timestamp>,
     /// For an admitted ticket: when the pass lapses without activity.
@@ -143,6 +152,18 @@ impl TicketStatus {
             && eta_range(self) == eta_range(other)
             && self.queue_length == other.queue_length
             && self.paused == other.paused
+            && self.mode == other.mode
+            && self.stock == other.stock
+    }
+
+    /// Why a closed room closed, as the `closed` event and the page say it:
+    /// `sold_out` or `closed`.
+    pub fn closed_reason(&self) -> &'static str {
+        if self.mode.closes() {
+            self.mode.name()
+        } else {
+            "closed"
+        }
     }
 
     /// Progress as a whole percentage, 0 to 100.
@@ -153,11 +174,11 @@ impl TicketStatus {
 
 /// The wire form: `{status, number, position, ahead, eta_seconds,
 /// eta_low_seconds, eta_high_seconds, progress, queue_length, paused,
-/// opens_at, pass_expires_at, updated_at}`, times in RFC 3339, progress to
-/// three decimals.
+/// mode, stock, opens_at, pass_expires_at, updated_at}`, times in RFC 3339,
+/// progress to three decimals.
 impl Serialize for TicketStatus {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_struct("TicketStatus", 13)?;
+        let mut m = s.serialize_struct("TicketStatus", 15)?;
         m.serialize_field("status", &self.status())?;
         m.serialize_field("number", &self.number)?;
         m.serialize_field("position", &self.position)?;
@@ -168,6 +189,8 @@ impl Serialize for TicketStatus {
         m.serialize_field("progress", &((self.progress * 1000.0).round() / 1000.0))?;
         m.serialize_field("queue_length", &self.queue_length)?;
         m.serialize_field("paused", &self.paused)?;
+        m.serialize_field("mode", &self.mode)?;
+        m.serialize_field("stock", &self.stock)?;
         m.serialize_field("opens_at", &self.opens_at)?;
         m.serialize_field("pass_expires_at", &self.pass_expires_at)?;
         m.serialize_field("updated_at", &self.at)?;
@@ -194,7 +217,9 @@ pub fn ticket_status(
         progress: 0.0,
         queue_length: room.waiting,
         paused: room.paused,
-        closed: room.closed,
+        closed: room.closed || room.mode.closes(),
+        mode: room.mode,
+        stock: room.stock,
         joined_at: Timestamp(t.joined_at),
         admitted_at: None,
         pass_expires_at: None,
@@ -236,10 +261,10 @@ pub fn progress(ahead: u64, initial_ahead: u64) -> f64 {
 }
 
 /// The wait for the ticket at `position`, or `None` while nobody is being
-/// admitted (closed, paused, not open yet) or nothing was admitted lately
+/// admitted (closed, paused, not open yet, a mode that admits nobody) or nothing was admitted lately
 /// to estimate from.
 pub fn eta(position: u64, room: &RoomFacts) -> Option<Eta> {
-    if !room.open || room.paused || room.closed {
+    if !room.open || room.paused || room.closed || !room.mode.admits() {
         return None;
     }
     if position <= room.free_permits {
@@ -382,7 +407,7 @@ mod tests {
                 "status": "waiting", "number": 5, "position": 5, "ahead": 4,
                 "eta_seconds": 2, "eta_low_seconds": 2, "eta_high_seconds": 2,
                 "progress": 0.123, "queue_length": 12, "paused": false,
-                "opens_at": null, "pass_expires_at": null,
+                "mode": "queue", "stock": null, "opens_at": null, "pass_expires_at": null,
                 "updated_at": "2026-12-01T01:00:00Z"
             })
         );

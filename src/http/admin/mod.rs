@@ -26,16 +26,18 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::access::AccessBook;
+use super::api::{self, PurchaseBody};
 use super::auth::require_admin;
 use super::error::ApiError;
 use super::extract::{Admin, Room};
 use super::state::AppState;
 use crate::backend::{BackendError, RoomSnapshot, TicketRef};
 use crate::config::{ConfigError, RoomTable};
+use crate::engine::rules::Mode;
 use crate::engine::{Departure, Handoff, Order, RoomId, Timestamp};
 use crate::monitor::{Sample, quantile};
 use crate::token::MAX_TOKEN_LEN;
@@ -49,6 +51,10 @@ pub struct RoomBody {
     pub epoch: u64,
     /// `open`, `paused`, `scheduled` (before `opens_at`) or `closed`.
     pub state: &'static str,
+    /// `queue`, `passthrough`, `maintenance` or `sold_out`.
+    pub mode: Mode,
+    /// Units left to sell; `null` for a room that does not count stock.
+    pub stock: Option<u64>,
     pub settings: RoomTable,
     pub capacity: u64,
     pub waiting: u64,
@@ -103,6 +109,8 @@ impl RoomBody {
             id: s.settings.id.clone(),
             epoch: s.epoch,
             state,
+            mode: s.settings.mode,
+            stock: s.settings.stock,
             settings: RoomTable::from(&s.settings),
             capacity: s.ledger.capacity,
             waiting: s.view.waiting,
@@ -238,7 +246,8 @@ pub async fn put_room(
     Ok((status, Json(body(&state, &s))).into_response())
 }
 
-/// `PATCH /admin/rooms/{room}`: change capacity, pause or resume, open now,
+/// `PATCH /admin/rooms/{room}`: change the mode, the stock left, capacity,
+/// pause or resume, open now,
 /// the admission cap (`null` removes it), the tick, timeouts, the join
 /// limit, or the access rules (`null` retires a previous enqueue key).
 /// Applies live, in one step: fields left out stay as they are, so two
@@ -268,14 +277,19 @@ pub async fn patch_room(
     let before = state.backend.room(&id).await?;
     state.monitor.observe(&before);
     patch::check_access(&mut change, &before.settings).map_err(|e| invalid(&e))?;
+    patch::check_mode(&change, &before.settings).map_err(|e| invalid(&e))?;
     let s = state.backend.patch_room(&id, change.clone()).await?;
     state.monitor.observe(&s);
+    state
+        .monitor
+        .mode_changed(before.settings.mode, &s, "operator");
     state.access.observe(&s, state.clock.now_ms());
     tracing::info!(
         room = %id,
         capacity = s.settings.capacity,
         previous_capacity = before.settings.capacity,
         paused = s.settings.paused,
+        mode = %s.settings.mode,
         open_now = change.open_now,
         "admin: room changed"
     );
@@ -363,6 +377,40 @@ pub async fn revoke(
     Ok(Json(
         json!({ "revoked": revoked, "was": was, "permit": permit }),
     ))
+}
+
+/// The body of `POST /admin/rooms/{room}/purchases`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PurchaseReport {
+    pub purchased: u64,
+}
+
+/// `POST /admin/rooms/{room}/purchases` with `{"purchased": n}`: sales the
+/// origin could not report with a release (a phone order, a batch), taken
+/// off the room's stock like a release's `purchased`. 409 for a room that
+/// does not count stock.
+pub async fn purchases(
+    State(state): State<AppState>,
+    _: Admin,
+    Room(id): Room,
+    bytes: Bytes,
+) -> Result<Json<PurchaseBody>, ApiError> {
+    let report: PurchaseReport =
+        serde_path_to_error::deserialize(Value::Object(object(&bytes)?))
+            .map_err(|e| invalid_field(&e.path().to_string(), e.into_inner().to_string()))?;
+    let Some(taken) = api::record_purchase(&state, &id, report.purchased).await? else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "no_stock",
+            "This room does not count stock: give it one first (PATCH {\"stock\": n}).",
+        ));
+    };
+    Ok(Json(PurchaseBody::new(
+        report.purchased,
+        Some(taken),
+        taken.mode,
+    )))
 }
 
 // ----- the live stream ----------------------------------------------------

@@ -10,21 +10,26 @@ use serde::{Deserialize, Deserializer};
 
 use crate::access::{AccessPatch, ChallengeMode, EnqueueMode, SharedKey};
 use crate::config::{
-    ConfigError, check_admit_per_minute, check_capacity, check_tick, check_timeout, opt_duration,
+    ConfigError, check_admit_per_minute, check_away_grace, check_capacity, check_stock, check_tick,
+    check_timeout, opt_duration, stock_mode,
 };
+use crate::engine::rules::Mode;
 use crate::engine::{Patch, RoomPatch, RoomSettings};
 
 /// The keys `PATCH` accepts: a room's running settings. `id`, `order` and
 /// `opens_at` shape a room's line and need a `PUT`.
-pub const PATCHABLE: [&str; 18] = [
+pub const PATCHABLE: [&str; 21] = [
     "capacity",
     "paused",
+    "mode",
+    "stock",
     "open_now",
     "admit_per_minute",
     "tick",
     "pass_idle",
     "arrival_grace",
     "queue_idle",
+    "away_grace",
     "join_limit_per_minute",
     "challenge",
     "pow_difficulty",
@@ -47,6 +52,10 @@ pub struct PatchBody {
     capacity: Patch<u32>,
     #[serde(default)]
     paused: Patch<bool>,
+    #[serde(default)]
+    mode: Patch<Mode>,
+    #[serde(default)]
+    stock: Patch<u64>,
     #[serde(default, deserialize_with = "open_now")]
     open_now: Patch<bool>,
     #[serde(default, deserialize_with = "duration")]
@@ -57,6 +66,8 @@ pub struct PatchBody {
     arrival_grace: Patch<Duration>,
     #[serde(default, deserialize_with = "duration")]
     queue_idle: Patch<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    away_grace: Patch<Duration>,
     #[serde(default)]
     join_limit_per_minute: Patch<u32>,
     #[serde(default)]
@@ -132,14 +143,22 @@ impl PatchBody {
         if let Patch::Value(cap) = self.admit_per_minute {
             check_admit_per_minute("admit_per_minute", cap)?;
         }
+        let mut mode = required("mode", self.mode)?;
+        if let Patch::Value(stock) = self.stock {
+            check_stock("stock", stock)?;
+            mode = stock_mode("mode", mode, Some(stock))?;
+        }
         Ok(RoomPatch {
             capacity,
             paused: required("paused", self.paused)?,
+            mode,
+            stock: self.stock,
             open_now: matches!(self.open_now, Patch::Value(true)),
             tick,
             pass_idle,
             arrival_grace,
             queue_idle,
+            away_grace: required("away_grace", self.away_grace)?,
             join_limit_per_minute: required("join_limit_per_minute", self.join_limit_per_minute)?,
             admit_per_minute: self.admit_per_minute,
             access: AccessPatch {
@@ -157,12 +176,26 @@ impl PatchBody {
     }
 }
 
+/// `away_grace` must stay shorter than `queue_idle`, whichever of the two
+/// the patch changes.
+fn check_presence(patch: &RoomPatch, current: &RoomSettings) -> Result<(), ConfigError> {
+    if patch.away_grace.is_none() && patch.queue_idle.is_none() {
+        return Ok(());
+    }
+    check_away_grace(
+        "away_grace",
+        patch.away_grace.unwrap_or(current.away_grace),
+        patch.queue_idle.unwrap_or(current.queue_idle),
+    )
+}
+
 /// The access rules a patch leaves must hold together (a maximum not below
 /// the difficulty, a key for invite-only, a previous key only beside a
 /// current one), checked against the room as it is. A new difficulty
 /// without a maximum keeps a fixed difficulty fixed (the maximum follows
 /// it) and a rising one rising.
 pub fn check_access(patch: &mut RoomPatch, current: &RoomSettings) -> Result<(), ConfigError> {
+    check_presence(patch, current)?;
     let a = &mut patch.access;
     if a.is_empty() {
         return Ok(());
@@ -181,6 +214,17 @@ pub fn check_access(patch: &mut RoomPatch, current: &RoomSettings) -> Result<(),
     a.apply_to(&mut next);
     next.validate()
         .map_err(|(field, message)| ConfigError::new(field, message))
+}
+
+/// A room out of stock stays sold out: another mode needs more stock with
+/// it (checked against the room as it is, like the access rules).
+pub fn check_mode(patch: &RoomPatch, current: &RoomSettings) -> Result<(), ConfigError> {
+    let stock = match patch.stock {
+        Patch::Absent => current.stock,
+        Patch::Null => None,
+        Patch::Value(v) => Some(v),
+    };
+    stock_mode("mode", patch.mode, stock).map(|_| ())
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use narabu::backend::{Backend, BackendError, JoinRequest, RoomPatch};
-use narabu::engine::{Identity, Patch, TicketState};
+use narabu::engine::{Identity, Patch, RoomSettings, TicketState};
 
 use super::{rid, state};
 use narabu_testkit::redis_server::{Harness, Kind};
@@ -18,6 +18,7 @@ use narabu_testkit::room;
 conformance!(
     the_join_limit_holds_across_instances,
     a_visitor_with_a_ticket_is_never_limited,
+    a_carrier_nat_is_not_limited_by_default,
     concurrent_patches_of_different_fields_all_take_effect,
     a_patch_with_null_removes_the_cap_and_keeps_the_rest,
 );
@@ -84,6 +85,41 @@ async fn the_join_limit_holds_across_instances(kind: Kind) {
     );
     let snap = h.backend.room(&rid("r")).await.unwrap();
     assert_eq!(snap.stats.joins, 5 + 1 + 1 + 1);
+}
+
+/// Thousands of phones behind one carrier-grade NAT all join in the
+/// opening minute: with the default limit every one gets a ticket, over
+/// three instances. The limit still exists: a machine that keeps going
+/// past it in the same minute is refused.
+async fn a_carrier_nat_is_not_limited_by_default(kind: Kind) {
+    let s = room("r", 1);
+    let limit = s.join_limit_per_minute;
+    assert_eq!(limit, RoomSettings::DEFAULT_JOIN_LIMIT_PER_MINUTE);
+    let h = Harness::instances(kind, vec![s], 3).await;
+    let phones = 4_000;
+    // One join every 15 ms: the 4,000 joins span the opening minute.
+    for i in 0..phones {
+        let joined = h.backends[i % 3]
+            .join(&rid("r"), from("192.0.2.1"))
+            .await
+            .unwrap_or_else(|e| panic!("phone {i} refused: {e}"));
+        assert!(joined.is_new);
+        h.clock.advance(Duration::from_millis(15));
+    }
+    let snap = h.backend.room(&rid("r")).await.unwrap();
+    assert_eq!(snap.stats.joins, phones as u64);
+    // A single machine flooding from the address meets the limit within
+    // the same minute.
+    let mut refused = None;
+    for i in phones..2 * limit as usize {
+        if let Err(e) = h.backends[i % 3].join(&rid("r"), from("192.0.2.1")).await {
+            refused = Some((i, e));
+            break;
+        }
+    }
+    let (i, e) = refused.expect("the limit never held");
+    assert!(matches!(e, BackendError::JoinLimited { .. }), "{e}");
+    assert!(i < 2 * limit as usize);
 }
 
 async fn a_visitor_with_a_ticket_is_never_limited(kind: Kind) {
