@@ -104,6 +104,9 @@ pub enum Join {
     SoldOut,
     Full,
     NoRoom,
+    /// The carried ticket names another incarnation of the room, and no
+    /// new ticket was asked for.
+    Reset,
 }
 
 /// One ticket of a batched status read: its facts, or unknown (`{x = 'noticket'}`).

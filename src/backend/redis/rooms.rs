@@ -51,6 +51,48 @@ impl RedisBackend {
         settings: RoomSettings,
         replace: bool,
     ) -> Result<u64, BackendError> {
+        Ok(self.create_room(settings, replace).await?.0)
+    }
+
+    /// A configured room that Redis no longer has (it restarted without
+    /// persistence, or its data was flushed) is created again, as a new
+    /// line: tickets of the lost one name its old epoch and are told
+    /// their line was reset. Of the instances that find it gone at once,
+    /// the one whose create made the room reports the reset (a log line,
+    /// and `line_resets` for the webhook and the metric). True when the
+    /// room exists again.
+    pub(super) async fn recover(&self, room: &RoomId) -> bool {
+        let Some(settings) = self.configured.iter().find(|s| &s.id == room).cloned() else {
+            return false;
+        };
+        match self.create_room(settings, false).await {
+            Ok((epoch, true)) => {
+                tracing::warn!(
+                    room = %room,
+                    epoch,
+                    "the room's line was lost in Redis (a restart without persistence, or flushed data) and started again; tickets of the old line are told it was reset"
+                );
+                let _ = self.resets.send(crate::backend::LineReset {
+                    room: room.clone(),
+                    epoch,
+                });
+                true
+            }
+            Ok((_, false)) => true,
+            Err(e) => {
+                tracing::debug!(room = %room, error = %e, "could not create a lost room again");
+                false
+            }
+        }
+    }
+
+    /// Create (or replace) a room: its epoch, and whether this call made
+    /// it (false: it existed and was kept).
+    async fn create_room(
+        &self,
+        settings: RoomSettings,
+        replace: bool,
+    ) -> Result<(u64, bool), BackendError> {
         let epoch = rand::random::<u64>().max(1);
         let seed = LotterySeed::random();
         let lottery = settings.order == Order::Lottery;
@@ -100,10 +142,11 @@ impl RedisBackend {
                 // end now, and the follower reads the new one.
                 self.hub.retire(&settings.id);
                 self.publish(&settings.id, &view, true, "", None).await?;
-                Ok(epoch)
+                Ok((epoch, true))
             }
             reply::Changed::Exists { epoch } => epoch
                 .parse()
+                .map(|e| (e, false))
                 .map_err(|_| BackendError::Unavailable("bad epoch in Redis".into())),
             other => Err(unexpected(&other)),
         }
@@ -447,8 +490,8 @@ impl RedisBackend {
                     backend.ensure_worker(&room);
                 }
                 Some(HubEvent::Resubscribed) => {
-                    for settings in backend.configured.clone() {
-                        let _ = backend.create(settings, false).await;
+                    for settings in &backend.configured {
+                        backend.recover(&settings.id).await;
                     }
                 }
                 None => {
