@@ -39,45 +39,58 @@ pub const OPENS_AT_MAX: u64 = 253_402_207_200_000;
 ///
 /// It deserializes from TOML and from JSON alike, and serializes back to the
 /// same shape, so the admin API can show a room in the form it accepts.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RoomTable {
+    /// The room. The path names it, so a `PUT` body may leave it out (the
+    /// document marks it read-only); one that gives it must give the path's.
+    #[schema(required = false, read_only)]
     pub id: RoomId,
+    // The bounds in `schema` attributes repeat CAPACITY_MIN/MAX (the
+    // attributes take literals only); a test in `http::openapi` keeps them
+    // equal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1_000_000)]
     pub capacity: Option<u32>,
     #[serde(
         default,
         with = "opt_duration",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, example = "10m")]
     pub tick: Option<Duration>,
     #[serde(
         default,
         with = "opt_duration",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, example = "10m")]
     pub pass_idle: Option<Duration>,
     #[serde(
         default,
         with = "opt_duration",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, example = "10m")]
     pub arrival_grace: Option<Duration>,
     #[serde(
         default,
         with = "opt_duration",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, example = "10m")]
     pub queue_idle: Option<Duration>,
     #[serde(
         default,
         with = "opt_duration",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, example = "20s")]
     pub away_grace: Option<Duration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub join_limit_per_minute: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
     pub admit_per_minute: Option<u32>,
     /// Unix milliseconds; written as RFC 3339 with an offset.
     #[serde(
@@ -85,6 +98,7 @@ pub struct RoomTable {
         with = "opt_opens_at",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub opens_at: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub order: Option<Order>,
@@ -110,13 +124,19 @@ pub struct RoomTable {
     /// Shared keys are write-only: never written back out (the admin API
     /// shows whether one is set, not what it is).
     #[serde(default, skip_serializing)]
+    #[schema(value_type = Option<String>, write_only)]
     pub enqueue_key: Option<SharedKey>,
     #[serde(default, skip_serializing)]
+    #[schema(value_type = Option<String>, write_only)]
     pub enqueue_previous_key: Option<SharedKey>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enqueue_public_key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enqueue_previous_public_key: Option<String>,
+    /// The room's own page templates (and `messages/`), over the
+    /// instance's; checked when the room is loaded or changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub templates_dir: Option<String>,
 }
 
 impl RoomTable {
@@ -146,6 +166,7 @@ impl RoomTable {
             enqueue_previous_key: None,
             enqueue_public_key: None,
             enqueue_previous_public_key: None,
+            templates_dir: None,
         }
     }
 
@@ -190,6 +211,7 @@ impl RoomTable {
         }
         s.mode = stock_mode(&field("mode"), self.mode, s.stock)?.unwrap_or_default();
         self.fill_access(&mut s.access);
+        s.templates_dir = self.templates_dir;
         validate_room(&s, field_prefix)?;
         Ok(s)
     }
@@ -269,6 +291,7 @@ impl From<&RoomSettings> for RoomTable {
             enqueue_previous_key: None,
             enqueue_public_key: s.access.enqueue_public_key.clone(),
             enqueue_previous_public_key: s.access.enqueue_previous_public_key.clone(),
+            templates_dir: s.templates_dir.clone(),
         }
     }
 }
@@ -292,6 +315,9 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
     s.access
         .validate()
         .map_err(|(key, message)| ConfigError::new(field(key), message))?;
+    if let Some(dir) = &s.templates_dir {
+        check_templates_dir(&field("templates_dir"), dir)?;
+    }
     if let Some(at) = s.opens_at
         && at > OPENS_AT_MAX
     {
@@ -299,6 +325,21 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
             field("opens_at"),
             "must be before the year 10000",
         ));
+    }
+    Ok(())
+}
+
+/// A directory path as text: what it holds is checked by the pages' own
+/// loader, which names the file and line of what is wrong.
+pub fn check_templates_dir(field: &str, dir: &str) -> Result<(), ConfigError> {
+    if dir.trim().is_empty() {
+        return Err(ConfigError::new(
+            field,
+            "must name a directory (leave it out for the instance's pages)",
+        ));
+    }
+    if dir.len() > 4096 || dir.contains('\0') {
+        return Err(ConfigError::new(field, "is not a usable path"));
     }
     Ok(())
 }

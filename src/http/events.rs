@@ -40,6 +40,7 @@ use super::error::ApiError;
 use super::extract::{ReturnTo, Visitor};
 use super::fanout::Subscription;
 use super::limits::{ClientIp, StreamSlot};
+use super::openapi::{ErrorBody, RoomParam};
 use super::presence::StreamHold;
 use super::state::AppState;
 use crate::backend::feed::{Follow, Tracker};
@@ -98,7 +99,37 @@ fn closed(reason: &str) -> Event {
         .data(format!(r#"{{"status":"closed","reason":"{reason}"}}"#))
 }
 
-/// `GET /api/rooms/{room}/events?return=P`
+/// Follow a ticket as Server-Sent Events
+///
+/// `position` events (at most one a second, only on change; data as the
+/// `status` answer), one `admitted` event (`{status, redirect,
+/// pass_expires_at}`), or `expired`, `left` (`{status}`) or `closed`
+/// (`{status, reason}`, the reason `closed` or `sold_out`), which end the
+/// stream; keep-alive comments in between. Each event has an `id`
+/// (the count ahead it showed): send it back as `Last-Event-ID` on
+/// reconnecting.
+#[utoipa::path(
+    get,
+    path = "/api/rooms/{room}/events",
+    tag = "visitors",
+    params(
+        RoomParam,
+        ("return" = Option<String>, Query,
+         description = "A relative path on this site for the `admitted` event's `redirect`."),
+        ("Last-Event-ID" = Option<String>, Header,
+         description = "The `id` of the last event seen, when reconnecting."),
+    ),
+    security(("ticket" = [])),
+    responses(
+        (status = 200, description = "The stream.", content_type = "text/event-stream", body = String),
+        (status = 400, description = "`return` is not a relative path on this site.", body = ErrorBody),
+        (status = 401, description = "No ticket, a damaged one, or one of another room.", body = ErrorBody),
+        (status = 404, description = "No such room.", body = ErrorBody),
+        (status = 410, description = "The line this ticket stood in was reset (the room started again): join again.", body = ErrorBody),
+        (status = 429, description = "Too many open streams from this address, or for this ticket.", body = ErrorBody),
+        (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
+    ),
+)]
 pub async fn events(
     State(state): State<AppState>,
     ReturnTo(redirect): ReturnTo,

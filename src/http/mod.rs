@@ -9,7 +9,8 @@
 //! - `events`: the Server-Sent Events stream a waiting page follows
 //! - `fanout`: room-view changes relayed to those streams, paced
 //! - `gate`: what a reverse proxy asks on every protected request
-//! - `health`: liveness and readiness
+//! - `health`: liveness and readiness; `openapi`: this API described as
+//!   an OpenAPI 3.1 document, generated from the handlers and their types
 //! - `extract`: the room of the path, the visitor's ticket and operators'
 //!   credentials, as extractors
 //! - `ticket`, `auth`: the visitor's signed ticket and operators' tokens
@@ -40,6 +41,7 @@ pub mod health;
 pub mod i18n;
 pub mod limits;
 pub mod metrics;
+pub mod openapi;
 pub mod pages;
 pub mod presence;
 pub mod return_path;

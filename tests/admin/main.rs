@@ -4,6 +4,7 @@
 
 mod churn;
 mod metrics;
+mod pages;
 mod standard_webhooks;
 mod webhooks;
 
@@ -547,5 +548,19 @@ async fn revoke_takes_a_permit_back_once() {
         );
     }
     assert_eq!(app.status("sale", &b).await["status"], "admitted");
+
+    // A ticket of the room's line before a PUT replaced it is not in this
+    // room: 404, as the document says, not the visitors' 410.
+    let (status, _) = admin(
+        &app,
+        reqwest::Method::PUT,
+        "/admin/rooms/sale",
+        Some(json!({"capacity": 1})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, err) = revoke(json!({"ticket": b.token})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{err}");
+    assert_eq!(err["error"], "unknown_ticket");
     app.stop().await;
 }

@@ -38,8 +38,8 @@ pub use publish::{Visible, worth_publishing};
 pub use rate::{AdmissionRate, AdmitCap};
 pub use state::{Status, TicketState};
 pub use status::{
-    Eta, PassCutoffs, PassTimeouts, RoomFacts, TicketFacts, TicketStatus, eta, progress,
-    quiet_cutoff, ticket_status,
+    Eta, PassCutoffs, PassTimeouts, RoomFacts, StatusBody, TicketFacts, TicketStatus, eta,
+    progress, quiet_cutoff, ticket_status,
 };
 pub use waits::{WAIT_BUCKETS_MS, wait_bucket};
 

@@ -96,7 +96,7 @@ impl TicketState {
 /// What a ticket's holder is told: the API's `status`, the event names of
 /// the stream and the page shown. Coarser than [`TicketState`]: a visitor
 /// need not know whether an operator or the worker ended the wait.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     Waiting,

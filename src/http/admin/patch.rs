@@ -10,15 +10,15 @@ use serde::{Deserialize, Deserializer};
 
 use crate::access::{AccessPatch, ChallengeMode, EnqueueMode, SharedKey};
 use crate::config::{
-    ConfigError, check_admit_per_minute, check_away_grace, check_capacity, check_stock, check_tick,
-    check_timeout, opt_duration, stock_mode,
+    ConfigError, check_admit_per_minute, check_away_grace, check_capacity, check_stock,
+    check_templates_dir, check_tick, check_timeout, opt_duration, stock_mode,
 };
 use crate::engine::rules::Mode;
 use crate::engine::{Patch, RoomPatch, RoomSettings};
 
 /// The keys `PATCH` accepts: a room's running settings. `id`, `order` and
 /// `opens_at` shape a room's line and need a `PUT`.
-pub const PATCHABLE: [&str; 21] = [
+pub const PATCHABLE: [&str; 22] = [
     "capacity",
     "paused",
     "mode",
@@ -40,56 +40,84 @@ pub const PATCHABLE: [&str; 21] = [
     "enqueue_previous_key",
     "enqueue_public_key",
     "enqueue_previous_public_key",
+    "templates_dir",
 ];
 
 /// Keys of a room that a running room cannot change.
 pub const FIXED: [&str; 3] = ["id", "order", "opens_at"];
 
-#[derive(Debug, Default, Deserialize)]
+/// Each key left out keeps its value; `null` clears the optional ones
+/// (`admit_per_minute`, the enqueue keys) and is refused for the others.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[schema(as = RoomPatch)]
 #[serde(deny_unknown_fields)]
 pub struct PatchBody {
     #[serde(default)]
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 1_000_000)]
     capacity: Patch<u32>,
     #[serde(default)]
+    #[schema(value_type = Option<bool>)]
     paused: Patch<bool>,
     #[serde(default)]
+    #[schema(value_type = Option<Mode>)]
     mode: Patch<Mode>,
     #[serde(default)]
+    #[schema(value_type = Option<u64>)]
     stock: Patch<u64>,
     #[serde(default, deserialize_with = "open_now")]
+    #[schema(value_type = Option<bool>)]
     open_now: Patch<bool>,
     #[serde(default, deserialize_with = "duration")]
+    #[schema(value_type = Option<String>, example = "10m")]
     tick: Patch<Duration>,
     #[serde(default, deserialize_with = "duration")]
+    #[schema(value_type = Option<String>, example = "10m")]
     pass_idle: Patch<Duration>,
     #[serde(default, deserialize_with = "duration")]
+    #[schema(value_type = Option<String>, example = "10m")]
     arrival_grace: Patch<Duration>,
     #[serde(default, deserialize_with = "duration")]
+    #[schema(value_type = Option<String>, example = "10m")]
     queue_idle: Patch<Duration>,
     #[serde(default, deserialize_with = "duration")]
+    #[schema(value_type = Option<String>, example = "20s")]
     away_grace: Patch<Duration>,
     #[serde(default)]
+    #[schema(value_type = Option<u32>)]
     join_limit_per_minute: Patch<u32>,
     #[serde(default)]
+    #[schema(value_type = Option<u32>, minimum = 1)]
     admit_per_minute: Patch<u32>,
     #[serde(default)]
+    #[schema(value_type = Option<ChallengeMode>)]
     challenge: Patch<ChallengeMode>,
     #[serde(default)]
+    #[schema(value_type = Option<u8>)]
     pow_difficulty: Patch<u8>,
     #[serde(default)]
+    #[schema(value_type = Option<u8>)]
     pow_difficulty_max: Patch<u8>,
     #[serde(default)]
+    #[schema(value_type = Option<u32>)]
     pow_rise_per_second: Patch<u32>,
     #[serde(default)]
+    #[schema(value_type = Option<EnqueueMode>)]
     enqueue: Patch<EnqueueMode>,
     #[serde(default)]
+    #[schema(value_type = Option<String>, write_only)]
     enqueue_key: Patch<SharedKey>,
     #[serde(default)]
+    #[schema(value_type = Option<String>, write_only)]
     enqueue_previous_key: Patch<SharedKey>,
     #[serde(default)]
+    #[schema(value_type = Option<String>)]
     enqueue_public_key: Patch<String>,
     #[serde(default)]
+    #[schema(value_type = Option<String>)]
     enqueue_previous_public_key: Patch<String>,
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    templates_dir: Patch<String>,
 }
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Patch<Duration>, D::Error> {
@@ -140,6 +168,9 @@ impl PatchBody {
             }
         }
         let [(_, _, pass_idle), (_, _, arrival_grace), (_, _, queue_idle)] = timeouts;
+        if let Patch::Value(dir) = &self.templates_dir {
+            check_templates_dir("templates_dir", dir)?;
+        }
         if let Patch::Value(cap) = self.admit_per_minute {
             check_admit_per_minute("admit_per_minute", cap)?;
         }
@@ -172,6 +203,7 @@ impl PatchBody {
                 enqueue_public_key: self.enqueue_public_key,
                 enqueue_previous_public_key: self.enqueue_previous_public_key,
             },
+            templates_dir: self.templates_dir,
         })
     }
 }
