@@ -36,11 +36,11 @@ use crate::webhooks::EventType;
 use crate::webhooks::signing::SigningKey;
 
 use redis::RedisKeys;
-pub use redis::{RedisTarget, SentinelTarget};
+pub use redis::{RedisTarget, RedisWait, SentinelTarget};
 pub use room::{
     CAPACITY_MAX, CAPACITY_MIN, OPENS_AT_MAX, RoomTable, TICK_MAX, TICK_MIN, TIMEOUT_MAX,
-    check_admit_per_minute, check_capacity, check_stock, check_tick, check_timeout, opt_duration,
-    parse_rfc3339_ms, stock_mode, validate_room,
+    check_admit_per_minute, check_away_grace, check_capacity, check_stock, check_tick,
+    check_timeout, opt_duration, parse_rfc3339_ms, stock_mode, validate_room,
 };
 pub use secret::Secret;
 use values::{ProxyNet, RedactedUrl, check_http_url, check_public_url, listen_address};
@@ -218,8 +218,16 @@ pub struct Config {
     pub trusted_proxies: Vec<IpNet>,
     pub log_format: LogFormat,
     pub on_backend_error: OnBackendError,
-    /// Open event streams per client address; 0 turns the limit off.
+    /// When a change counts as acknowledged on Redis (off: once the
+    /// primary has it).
+    pub redis_wait: RedisWait,
+    /// Open event streams per client address, a coarse net against one
+    /// host opening thousands; high by default, because a carrier-grade
+    /// NAT puts many visitors behind one address. 0 turns it off.
     pub max_streams_per_address: u32,
+    /// Open event streams per ticket on one instance (a visitor's tabs);
+    /// 0 turns the limit off.
+    pub max_streams_per_ticket: u32,
     /// Absolute base (`https://queue.example.com`, no trailing slash) for
     /// queue URLs handed to proxies; relative URLs when absent.
     pub public_url: Option<String>,
@@ -232,7 +240,8 @@ impl Config {
     pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
     pub const DEFAULT_DATA_DIR: &str = "./narabu-data";
     pub const DEFAULT_ROOM: &str = "default";
-    pub const DEFAULT_MAX_STREAMS_PER_ADDRESS: u32 = 20;
+    pub const DEFAULT_MAX_STREAMS_PER_ADDRESS: u32 = 2000;
+    pub const DEFAULT_MAX_STREAMS_PER_TICKET: u32 = 4;
     pub const DEFAULT_SNAPSHOT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
     /// Reads and validates a TOML file. Errors name the file as given.
@@ -312,7 +321,9 @@ impl Default for Config {
             trusted_proxies: Vec::new(),
             log_format: LogFormat::Plain,
             on_backend_error: OnBackendError::Closed,
+            redis_wait: RedisWait::OFF,
             max_streams_per_address: Self::DEFAULT_MAX_STREAMS_PER_ADDRESS,
+            max_streams_per_ticket: Self::DEFAULT_MAX_STREAMS_PER_TICKET,
             public_url: None,
             webhooks: Vec::new(),
             rooms: vec![RoomSettings::new(room)],
@@ -337,6 +348,9 @@ struct FileConfig {
     redis_master_name: Option<String>,
     redis_password: Option<Secret>,
     redis_sentinel_password: Option<Secret>,
+    redis_wait_replicas: Option<u32>,
+    #[serde(with = "room::opt_duration")]
+    redis_wait_timeout: Option<std::time::Duration>,
     secret: Option<Secret>,
     previous_secret: Option<Secret>,
     admin_token: Option<Secret>,
@@ -346,6 +360,7 @@ struct FileConfig {
     log_format: LogFormat,
     on_backend_error: OnBackendError,
     max_streams_per_address: Option<u32>,
+    max_streams_per_ticket: Option<u32>,
     public_url: Option<String>,
     webhooks: Vec<WebhookTable>,
     rooms: Option<Vec<RoomTable>>,
@@ -455,7 +470,7 @@ fn check_secret(field: &str, secret: &Secret) -> Result<(), ConfigError> {
 impl FileConfig {
     fn into_config(self) -> Result<Config, ConfigError> {
         let defaults = Config::default();
-        let backend = self.backend()?;
+        let (backend, redis_wait) = self.backend()?;
         for (field, secret) in [
             ("secret", &self.secret),
             ("previous_secret", &self.previous_secret),
@@ -507,16 +522,20 @@ impl FileConfig {
             trusted_proxies: self.trusted_proxies.into_iter().map(|p| p.0).collect(),
             log_format: self.log_format,
             on_backend_error: self.on_backend_error,
+            redis_wait,
             max_streams_per_address: self
                 .max_streams_per_address
                 .unwrap_or(defaults.max_streams_per_address),
+            max_streams_per_ticket: self
+                .max_streams_per_ticket
+                .unwrap_or(defaults.max_streams_per_ticket),
             public_url,
             webhooks,
             rooms,
         })
     }
 
-    fn backend(&self) -> Result<Backend, ConfigError> {
+    fn backend(&self) -> Result<(Backend, RedisWait), ConfigError> {
         let redis = RedisKeys {
             url: self.redis_url.as_deref(),
             cluster_nodes: &self.redis_cluster_nodes,
@@ -524,6 +543,8 @@ impl FileConfig {
             master_name: self.redis_master_name.as_deref(),
             password: self.redis_password.as_ref(),
             sentinel_password: self.redis_sentinel_password.as_ref(),
+            wait_replicas: self.redis_wait_replicas,
+            wait_timeout: self.redis_wait_timeout,
         };
         match self.backend {
             // A Redis setting beside the embedded backend usually means a
@@ -534,9 +555,13 @@ impl FileConfig {
                     key,
                     "set, but backend is \"embedded\" (add backend = \"redis\", or remove it)",
                 )),
-                None => Ok(Backend::Embedded),
+                None => Ok((Backend::Embedded, RedisWait::OFF)),
             },
-            BackendKind::Redis => redis.target().map(Backend::Redis),
+            BackendKind::Redis => {
+                let target = redis.target()?;
+                let wait = redis.wait(&target)?;
+                Ok((Backend::Redis(target), wait))
+            }
         }
     }
 }

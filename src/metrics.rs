@@ -72,6 +72,7 @@ pub struct Metrics {
     challenges_refused: Family<RefusalLabels, Counter>,
     enqueue_accepted: Family<RoomLabels, Counter>,
     enqueue_refused: Family<RefusalLabels, Counter>,
+    line_resets: Family<RoomLabels, Counter>,
     /// axum's matched path (`/gate/{room}`) to its label (`/gate/:room`).
     /// Keys are the router's declared routes, a fixed set, so the leaked
     /// labels are bounded; a hit takes a read lock and no allocation.
@@ -158,8 +159,14 @@ impl Metrics {
             "enqueue_tokens_refused",
             "Enqueue tokens refused, by room and reason (missing, malformed, algorithm, bad_signature, expired, not_yet_valid, wrong_room, missing_claim, bad_claim)",
         );
+        let line_resets = family(
+            &mut registry,
+            "line_resets",
+            "Lines found lost in the state store (a Redis restart without persistence, a flushed database) and started again, by room; counted by the instance that started it again",
+        );
         Self {
             registry,
+            line_resets,
             challenges_issued,
             challenges_solved,
             challenges_refused,
@@ -243,6 +250,11 @@ impl Metrics {
 
     pub fn enqueue_refused(&self, room: &str, reason: &'static str) {
         Self::refusal_count(&self.enqueue_refused, room, reason);
+    }
+
+    /// A room's line was found lost and started again.
+    pub fn line_reset(&self, room: &str) {
+        Self::room_count(&self.line_resets, room);
     }
 
     /// The whole page: the service's own counters, then every room's.

@@ -35,7 +35,7 @@ pub use patch::AccessPatch;
 pub use pow::{Challenge, ChallengeKeys, PowError, Solved};
 
 /// What a join must show besides itself.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ChallengeMode {
     /// Nothing: anyone may join (the join limit still applies).
@@ -46,7 +46,7 @@ pub enum ChallengeMode {
 }
 
 /// Whether a join needs the origin's enqueue token.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EnqueueMode {
     #[default]

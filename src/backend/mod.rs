@@ -14,7 +14,8 @@
 //!
 //! Tickets cross this boundary as a [`TicketRef`]: the ticket id plus the
 //! room's epoch (its incarnation), both taken from a verified token, so a
-//! ticket of a deleted-and-recreated room is simply unknown.
+//! ticket of a replaced room, or of a line whose state was lost, is told
+//! so ([`BackendError::LineReset`]) rather than taken for another.
 
 pub mod embedded;
 pub mod feed;
@@ -136,6 +137,11 @@ pub enum BackendError {
     Full(RoomId),
     #[error("unknown ticket")]
     NoSuchTicket,
+    /// The ticket names an incarnation of the room that is gone: the line
+    /// it stood in was reset (its state lost, or the room replaced), so
+    /// its holder has to join again.
+    #[error("the line this ticket stood in was reset")]
+    LineReset,
     /// The join lacks what the room asks of a new ticket (see
     /// [`JoinRequest::refuse_new`]).
     #[error("this room asks more of a new ticket")]
@@ -146,10 +152,23 @@ pub enum BackendError {
     /// The client address made `limit` new tickets in the last minute.
     #[error("too many new tickets from this address: at most {limit} a minute")]
     JoinLimited { limit: u32, retry_after: Duration },
+    /// The change was made, but the replicas did not confirm it in time
+    /// (`redis_wait_replicas`): it is not acknowledged, since a failover
+    /// could lose it. The caller may try again after `retry_after`.
+    #[error("the change was not confirmed by enough replicas in time")]
+    NotReplicated { retry_after: Duration },
     /// The state store cannot be reached (Redis down); the message is safe
     /// to show and holds no secrets.
     #[error("the waiting room's state store is unavailable: {0}")]
     Unavailable(String),
+}
+
+/// A room's line found lost in the store and started again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LineReset {
+    pub room: RoomId,
+    /// The new line's incarnation.
+    pub epoch: u64,
 }
 
 /// Fires whenever a ticket's state may have changed (admitted, expired,
@@ -218,6 +237,13 @@ pub trait Backend: Send + Sync + 'static {
         ticket: TicketRef,
         touch: bool,
     ) -> Result<TicketStatus, BackendError>;
+
+    /// Renew the presence of these tickets' visitors (the live event
+    /// streams this instance holds for the room) in one call, and say how
+    /// long it lasts: the room's `away_grace`. Tickets of another
+    /// incarnation, or ended, are passed over; an away ticket's visitor is
+    /// back.
+    async fn renew(&self, room: &RoomId, tickets: &[TicketRef]) -> Result<Duration, BackendError>;
 
     /// Give a ticket up: leave (handing a permit on), release, revoke.
     async fn depart(
@@ -296,6 +322,14 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Stop workers and flush state; called once on graceful shutdown.
     async fn shutdown(&self);
+
+    /// Rooms whose line this instance found lost in the store and started
+    /// again (one message per reset, on the one instance that did it), for
+    /// the operators' webhook and metric. `None` for a backend that cannot
+    /// lose a line.
+    fn line_resets(&self) -> Option<tokio::sync::broadcast::Receiver<LineReset>> {
+        None
+    }
 
     // ----- shorthands -----------------------------------------------------
 

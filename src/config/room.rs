@@ -39,39 +39,58 @@ pub const OPENS_AT_MAX: u64 = 253_402_207_200_000;
 ///
 /// It deserializes from TOML and from JSON alike, and serializes back to the
 /// same shape, so the admin API can show a room in the form it accepts.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RoomTable {
+    /// The room. The path names it, so a `PUT` body may leave it out (the
+    /// document marks it read-only); one that gives it must give the path's.
+    #[schema(required = false, read_only)]
     pub id: RoomId,
+    // The bounds in `schema` attributes repeat CAPACITY_MIN/MAX (the
+    // attributes take literals only); a test in `http::openapi` keeps them
+    // equal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1_000_000)]
     pub capacity: Option<u32>,
     #[serde(
         default,
         with = "opt_duration",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, example = "10m")]
     pub tick: Option<Duration>,
     #[serde(
         default,
         with = "opt_duration",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, example = "10m")]
     pub pass_idle: Option<Duration>,
     #[serde(
         default,
         with = "opt_duration",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, example = "10m")]
     pub arrival_grace: Option<Duration>,
     #[serde(
         default,
         with = "opt_duration",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, example = "10m")]
     pub queue_idle: Option<Duration>,
+    #[serde(
+        default,
+        with = "opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>, example = "20s")]
+    pub away_grace: Option<Duration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub join_limit_per_minute: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
     pub admit_per_minute: Option<u32>,
     /// Unix milliseconds; written as RFC 3339 with an offset.
     #[serde(
@@ -79,6 +98,7 @@ pub struct RoomTable {
         with = "opt_opens_at",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub opens_at: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub order: Option<Order>,
@@ -104,8 +124,10 @@ pub struct RoomTable {
     /// Shared keys are write-only: never written back out (the admin API
     /// shows whether one is set, not what it is).
     #[serde(default, skip_serializing)]
+    #[schema(value_type = Option<String>, write_only)]
     pub enqueue_key: Option<SharedKey>,
     #[serde(default, skip_serializing)]
+    #[schema(value_type = Option<String>, write_only)]
     pub enqueue_previous_key: Option<SharedKey>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enqueue_public_key: Option<String>,
@@ -123,6 +145,7 @@ impl RoomTable {
             pass_idle: None,
             arrival_grace: None,
             queue_idle: None,
+            away_grace: None,
             join_limit_per_minute: None,
             admit_per_minute: None,
             opens_at: None,
@@ -161,6 +184,9 @@ impl RoomTable {
         }
         if let Some(v) = self.queue_idle {
             s.queue_idle = v;
+        }
+        if let Some(v) = self.away_grace {
+            s.away_grace = v;
         }
         if let Some(v) = self.join_limit_per_minute {
             s.join_limit_per_minute = v;
@@ -242,6 +268,7 @@ impl From<&RoomSettings> for RoomTable {
             pass_idle: Some(s.pass_idle),
             arrival_grace: Some(s.arrival_grace),
             queue_idle: Some(s.queue_idle),
+            away_grace: Some(s.away_grace),
             join_limit_per_minute: Some(s.join_limit_per_minute),
             admit_per_minute: s.admit_per_minute,
             opens_at: s.opens_at,
@@ -274,6 +301,7 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
     ] {
         check_timeout(&field(name), value)?;
     }
+    check_away_grace(&field("away_grace"), s.away_grace, s.queue_idle)?;
     if let Some(cap) = s.admit_per_minute {
         check_admit_per_minute(&field("admit_per_minute"), cap)?;
     }
@@ -327,6 +355,40 @@ pub fn check_timeout(field: &str, value: Duration) -> Result<(), ConfigError> {
         return Err(ConfigError::new(
             field,
             format!("must be at most {}, got {}", show(TIMEOUT_MAX), show(value)),
+        ));
+    }
+    Ok(())
+}
+
+/// The shortest `away_grace`: below a second a stream's reconnect (the
+/// browser waits a few seconds) could not keep its place.
+pub const AWAY_GRACE_MIN: Duration = Duration::from_secs(1);
+
+/// `away_grace`: at least a second, and shorter than `queue_idle` (an away
+/// ticket must be able to come back before it is abandoned).
+pub fn check_away_grace(
+    field: &str,
+    away_grace: Duration,
+    queue_idle: Duration,
+) -> Result<(), ConfigError> {
+    if away_grace < AWAY_GRACE_MIN {
+        return Err(ConfigError::new(
+            field,
+            format!(
+                "must be at least {}, got {}",
+                show(AWAY_GRACE_MIN),
+                show(away_grace)
+            ),
+        ));
+    }
+    if away_grace >= queue_idle {
+        return Err(ConfigError::new(
+            field,
+            format!(
+                "must be shorter than queue_idle ({}), got {}",
+                show(queue_idle),
+                show(away_grace)
+            ),
         ));
     }
     Ok(())

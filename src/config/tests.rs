@@ -60,7 +60,8 @@ fn default_is_the_no_argument_setup() {
     assert!(c.trusted_proxies.is_empty());
     assert_eq!(c.log_format, LogFormat::Plain);
     assert_eq!(c.on_backend_error, OnBackendError::Closed);
-    assert_eq!(c.max_streams_per_address, 20);
+    assert_eq!(c.max_streams_per_address, 2000);
+    assert_eq!(c.max_streams_per_ticket, 4);
     assert_eq!(c.public_url, None);
     assert!(c.webhooks.is_empty());
     assert_eq!(c.rooms.len(), 1);

@@ -24,7 +24,8 @@ pub trait Clock: Send + Sync + 'static {
 /// A moment as Unix milliseconds: what the engine and the stores keep.
 /// Shown to people and programs as RFC 3339 in UTC (`2026-12-01T01:00:00Z`),
 /// formatted here and nowhere else.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, utoipa::ToSchema)]
+#[schema(value_type = String, format = DateTime)]
 pub struct Timestamp(pub u64);
 
 impl Timestamp {

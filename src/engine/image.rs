@@ -310,7 +310,12 @@ impl Room {
         let c = &self.counters;
         let (mut waiting, mut admitted) = (0u64, 0u64);
         for (id, t) in tickets.iter().enumerate() {
-            let state = t.state.unwrap_or(TicketState::Left);
+            // Presence is not journalled: after a restart an away ticket
+            // waits again, and the head judges it afresh.
+            let state = match t.state.unwrap_or(TicketState::Left) {
+                TicketState::Away => TicketState::Waiting,
+                s => s,
+            };
             let ticket = Ticket::restore(
                 state,
                 t.index,
@@ -333,7 +338,7 @@ impl Room {
                         | TicketState::Revoked
                 );
             let counter = match state {
-                TicketState::Waiting => {
+                TicketState::Waiting | TicketState::Away => {
                     waiting += 1;
                     None
                 }

@@ -156,6 +156,9 @@ fn the_lottery_draw_survives_before_and_after_opening() {
         room.view().lottery_commitment
     );
     clock.advance(Duration::from_secs(61));
+    // Their pages are open: the instance renews their presence.
+    room.renew(early.iter().copied());
+    before.renew(early.iter().copied());
     assert!(room.tick().opened);
     assert!(before.tick().opened);
     assert_same(&room, &before);
@@ -194,6 +197,8 @@ fn time_spent_down_counts() {
     s.arrival_grace = Duration::from_secs(60);
     s.pass_idle = Duration::from_secs(600);
     s.queue_idle = Duration::from_secs(300);
+    // Present while down: this is about timeouts counting, not presence.
+    s.away_grace = Duration::from_secs(299);
     let (room, _, _) = recorded_room(s, &clock);
     let ids: Vec<TicketId> = (0..4).map(|_| room.join(None).unwrap().ticket).collect();
     room.tick();

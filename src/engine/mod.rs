@@ -58,7 +58,9 @@ pub use image::{RoomImage, TicketImage};
 pub use lane::LaneIndex;
 pub use lottery::{DrawMismatch, DrawRecord, LotterySeed};
 pub use room::{Departure, Handoff, Identity, JoinError, Joined, Room};
-pub use rules::{AdmissionRate, Eta, Status, TicketState, TicketStatus, WAIT_BUCKETS_MS};
+pub use rules::{
+    AdmissionRate, Eta, Status, StatusBody, TicketState, TicketStatus, WAIT_BUCKETS_MS,
+};
 pub use settings::{InvalidRoomId, Order, Patch, RoomId, RoomPatch, RoomSettings};
 pub use ticket::TicketId;
 pub use view::{PermitLedger, RoomStats, RoomView, TickReport, WaitSnapshot};

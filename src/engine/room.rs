@@ -29,8 +29,8 @@ use super::event::{EventSink, RoomEvent};
 use super::lane::LaneIndex;
 use super::lottery::LotterySeed;
 use super::rules::{
-    self, AdmitCap, Counter, MAX_TICKETS, Mode, PassTimeouts, RoomFacts, StockTaken, TicketFacts,
-    TicketStatus,
+    self, AdmitCap, AtHead, Counter, MAX_TICKETS, Mode, PassTimeouts, PresenceTimeouts, RoomFacts,
+    StockTaken, TicketFacts, TicketStatus,
 };
 use super::settings::{Order, RoomId, RoomPatch, RoomSettings};
 use super::ticket::{Ticket, TicketId, TicketState};
@@ -98,6 +98,7 @@ pub(crate) struct HotSettings {
     /// `rules::Mode`'s code.
     pub mode: AtomicU8,
     pub queue_idle_ms: AtomicU64,
+    pub away_grace_ms: AtomicU64,
     pub pass_idle_ms: AtomicU64,
     pub arrival_grace_ms: AtomicU64,
     /// 0 means no cap.
@@ -113,6 +114,7 @@ impl HotSettings {
             closed: AtomicBool::new(false),
             mode: AtomicU8::new(s.mode.code()),
             queue_idle_ms: AtomicU64::new(millis(s.queue_idle)),
+            away_grace_ms: AtomicU64::new(millis(s.away_grace)),
             pass_idle_ms: AtomicU64::new(millis(s.pass_idle)),
             arrival_grace_ms: AtomicU64::new(millis(s.arrival_grace)),
             admit_per_minute: AtomicU32::new(s.admit_per_minute.unwrap_or(0)),
@@ -122,6 +124,8 @@ impl HotSettings {
     fn store_timeouts(&self, s: &RoomSettings) {
         self.queue_idle_ms
             .store(millis(s.queue_idle), Ordering::Release);
+        self.away_grace_ms
+            .store(millis(s.away_grace), Ordering::Release);
         self.pass_idle_ms
             .store(millis(s.pass_idle), Ordering::Release);
         self.arrival_grace_ms
@@ -144,6 +148,13 @@ impl HotSettings {
 
     pub(crate) fn admit_cap(&self) -> AdmitCap {
         AdmitCap::per_minute(Some(self.admit_per_minute.load(Ordering::Acquire)))
+    }
+
+    pub(crate) fn presence(&self) -> PresenceTimeouts {
+        PresenceTimeouts {
+            away_grace_ms: self.away_grace_ms.load(Ordering::Acquire),
+            queue_idle_ms: self.queue_idle_ms.load(Ordering::Acquire),
+        }
     }
 
     pub(crate) fn timeouts(&self) -> PassTimeouts {
@@ -221,6 +232,8 @@ pub struct Room {
     pub(crate) limiter: AdmitLimiter,
     /// New admissions, for the worker to watch for stalls.
     pub(crate) admitted_log: SegQueue<TicketId>,
+    /// Tickets skipped while away, for the worker to abandon once quiet.
+    pub(crate) skipped_log: SegQueue<TicketId>,
     waiters: DashMap<TicketId, Arc<Notify>>,
     pub(crate) counters: Counters,
     pub(crate) waits: WaitHistogram,
@@ -307,6 +320,7 @@ impl Room {
             waiting: AtomicU64::new(0),
             limiter: AdmitLimiter::default(),
             admitted_log: SegQueue::new(),
+            skipped_log: SegQueue::new(),
             waiters: DashMap::new(),
             counters: Counters::default(),
             waits: WaitHistogram::default(),
@@ -530,18 +544,17 @@ impl Room {
 
     /// Whether anyone might be waiting at the head right now.
     pub(crate) fn has_queued(&self) -> bool {
-        (self.line().head() as usize) < self.queue.count()
+        (self.line().head() as usize) < self.queue.count() || self.line().back_len() > 0
     }
 
-    fn is_quiet(&self, t: &Ticket, now: u64) -> bool {
-        t.last_seen() < rules::quiet_cutoff(now, self.hot.queue_idle_ms.load(Ordering::Acquire))
-    }
-
-    /// Claim the next waiting ticket and admit it. Quiet tickets met on the
-    /// way are marked abandoned and skipped.
-    pub(crate) fn pop_and_admit(&self, now: u64) -> Option<TicketId> {
+    /// The next ticket at the head: a returner first (lowest number), else
+    /// the main line's head, claimed with a CAS.
+    fn claim_head(&self) -> Option<TicketId> {
+        let line = self.line();
+        if let Some(qi) = line.take_back() {
+            return self.queue.get(qi as usize).copied();
+        }
         loop {
-            let line = self.line();
             let head = line.head();
             // A slot whose push has not finished yet reads as the end of the
             // queue; the worker will get it on its next tick.
@@ -549,21 +562,37 @@ impl Room {
             if line
                 .head
                 .compare_exchange(head, head + 1, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
+                .is_ok()
             {
-                continue;
+                return Some(id);
             }
+        }
+    }
+
+    /// Claim the next waiting ticket and admit it. Tickets met on the way
+    /// whose visitor is away are skipped (they keep their number); quiet
+    /// ones are abandoned (`rules::PresenceTimeouts::at_head`).
+    pub(crate) fn pop_and_admit(&self, now: u64) -> Option<TicketId> {
+        loop {
+            let id = self.claim_head()?;
             // Everyone behind moved up one.
             self.changes.mark();
             let Some(t) = self.ticket(id) else { continue };
             if t.state() != TicketState::Waiting {
                 continue;
             }
-            if self.is_quiet(t, now) {
-                if t.transition(TicketState::Waiting, TicketState::Abandoned) {
-                    self.on_left_waiting(id, TicketState::Abandoned);
+            match self.hot.presence().at_head(t.last_seen(), now) {
+                AtHead::Admit => {}
+                AtHead::Skip => {
+                    self.skip(id, t);
+                    continue;
                 }
-                continue;
+                AtHead::Abandon => {
+                    if t.transition(TicketState::Waiting, TicketState::Abandoned) {
+                        self.on_left_waiting(id, TicketState::Abandoned);
+                    }
+                    continue;
+                }
             }
             // The timestamp goes first so the worker never sees an admitted
             // ticket without one.
@@ -589,8 +618,47 @@ impl Room {
         self.notify_ticket(id);
     }
 
-    fn on_left_waiting(&self, id: TicketId, to: TicketState) {
+    /// The head passed a ticket whose visitor is away: it keeps its
+    /// number, out of the line, until its visitor comes back.
+    fn skip(&self, id: TicketId, t: &Ticket) {
+        if !t.transition(TicketState::Waiting, TicketState::Away) {
+            return;
+        }
         self.waiting.fetch_sub(1, Ordering::AcqRel);
+        self.counters.skips.fetch_add(1, Ordering::Relaxed);
+        self.skipped_log.push(id);
+        self.notify_ticket(id);
+        // A sign of life that raced the skip may have missed it: look again.
+        let now = self.clock.now_ms();
+        if self.hot.presence().at_head(t.last_seen(), now) == AtHead::Admit {
+            self.come_back(id, t);
+        }
+    }
+
+    /// An away ticket's visitor is back: it stands ahead of the whole line
+    /// (everyone there joined after it).
+    fn come_back(&self, id: TicketId, t: &Ticket) {
+        let Some(qi) = t.queue_index() else { return };
+        if !t.transition(TicketState::Away, TicketState::Waiting) {
+            return;
+        }
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        self.counters.returns.fetch_add(1, Ordering::Relaxed);
+        self.line().go_back(qi);
+        self.changes.mark();
+        self.notify_ticket(id);
+    }
+
+    fn on_left_waiting(&self, id: TicketId, to: TicketState) {
+        self.on_left_line(id, to, true);
+    }
+
+    /// A queued ticket ended; `was_waiting` when it was in the line (an
+    /// away one was counted out of it when skipped).
+    fn on_left_line(&self, id: TicketId, to: TicketState, was_waiting: bool) {
+        if was_waiting {
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
+        }
         let counter = match to {
             TicketState::Abandoned => &self.counters.abandonments,
             TicketState::Revoked => &self.counters.revocations,
@@ -695,6 +763,11 @@ impl Room {
                         return Departure::LeftQueue;
                     }
                 }
+                TicketState::Away => {
+                    if self.depart_away(id, t, waiting_to) {
+                        return Departure::LeftQueue;
+                    }
+                }
                 other => return Departure::Nothing(other),
             }
         }
@@ -725,17 +798,43 @@ impl Room {
         moved
     }
 
-    /// Record activity: a gate check, a live stream, a status poll.
+    /// An away ticket ends (left, revoked, or abandoned by the worker).
+    pub(crate) fn depart_away(&self, id: TicketId, t: &Ticket, to: TicketState) -> bool {
+        let moved = t.transition(TicketState::Away, to);
+        if moved {
+            // Behind the head already, unless it came back: then it leaves
+            // the back set.
+            self.count_departure(t);
+            self.on_left_line(id, to, false);
+        }
+        moved
+    }
+
+    /// Record activity: a gate check, a live stream, a status poll. An
+    /// away ticket's visitor is back.
     pub fn touch(&self, id: TicketId) -> Option<TicketState> {
         let now = self.clock.now_ms();
-        let (state, arrived) = self.ticket(id)?.touch(now);
+        let t = self.ticket(id)?;
+        let (state, arrived) = t.touch(now);
         if arrived {
             self.emit(RoomEvent::Arrived {
                 ticket: id,
                 at: now,
             });
         }
+        if state == TicketState::Away {
+            self.come_back(id, t);
+            return Some(t.state());
+        }
         Some(state)
+    }
+
+    /// The presence of the visitors of these tickets (an instance's live
+    /// streams), renewed in one call.
+    pub fn renew(&self, ids: impl IntoIterator<Item = TicketId>) {
+        for id in ids {
+            self.touch(id);
+        }
     }
 
     // ----- ticket notifications -----------------------------------------
@@ -832,6 +931,8 @@ impl Room {
             revocations: get(&c.revocations),
             expirations: get(&c.expirations),
             abandonments: get(&c.abandonments),
+            skips: get(&c.skips),
+            returns: get(&c.returns),
             peak_admitted: get(&self.peak_admitted),
             waits: self.waits.snapshot(),
         }

@@ -137,6 +137,8 @@ fn a_pass_that_never_arrives_or_goes_idle_is_revoked_by_the_worker() {
     let (room, clock) = room_with(2, |s| {
         s.arrival_grace = Duration::from_secs(120);
         s.pass_idle = Duration::from_secs(600);
+        // Waiting pages that look in rarely still count as present here.
+        s.away_grace = Duration::from_secs(299);
     });
     let ids = join_n(&room, 4);
     room.tick();
@@ -167,7 +169,11 @@ fn a_pass_that_never_arrives_or_goes_idle_is_revoked_by_the_worker() {
 
 #[test]
 fn quiet_waiters_are_skipped_and_swept() {
-    let (room, clock) = room_with(1, |s| s.queue_idle = Duration::from_secs(300));
+    let (room, clock) = room_with(1, |s| {
+        s.queue_idle = Duration::from_secs(300);
+        // Present between polls: this is about going quiet, not away.
+        s.away_grace = Duration::from_secs(299);
+    });
     let ids = join_n(&room, 4);
     room.tick();
     clock.advance(Duration::from_secs(200));
@@ -246,6 +252,8 @@ fn a_scheduled_room_draws_its_pre_queue_at_opening() {
 
     room.leave(early[3]);
     clock.advance(Duration::from_secs(60));
+    // Their pages are open: the instance renews their presence.
+    room.renew(early.iter().copied());
     let report = room.tick();
     assert!(report.opened);
     let late = room.join(None).unwrap();

@@ -16,8 +16,9 @@ use crate::access::{AccessPatch, AccessSettings};
 
 /// A room's name: `[a-z0-9][a-z0-9-]{0,63}`. It appears in URLs, cookie names
 /// and Redis keys, so nothing else may get in.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, utoipa::ToSchema)]
 #[serde(transparent)]
+#[schema(value_type = String, pattern = r"^[a-z0-9][a-z0-9-]{0,63}$", example = "sale")]
 pub struct RoomId(String);
 
 /// Why a string is not a room name.
@@ -70,7 +71,7 @@ impl<'de> Deserialize<'de> for RoomId {
 
 /// How the pre-queue (visitors who joined before `opens_at`) is ordered at
 /// opening.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Order {
     /// Shuffle the pre-queue once, so arriving early or refreshing gains
@@ -96,6 +97,11 @@ pub struct RoomSettings {
     pub arrival_grace: Duration,
     /// A waiting visitor with no stream and no poll for this long is skipped.
     pub queue_idle: Duration,
+    /// A waiting visitor whose stream closed (and who has not polled) for
+    /// this long is away: skipped at the head, keeping the number, until
+    /// they come back. Shorter than `queue_idle`.
+    #[serde(default = "default_away_grace")]
+    pub away_grace: Duration,
     /// New tickets per client address per minute, in any sliding minute;
     /// 0 = off. A coarse net against one machine taking the line, not a
     /// bot defence: thousands of real phones can share one address.
@@ -123,8 +129,14 @@ pub struct RoomSettings {
     pub access: Box<AccessSettings>,
 }
 
+fn default_away_grace() -> Duration {
+    RoomSettings::DEFAULT_AWAY_GRACE
+}
+
 impl RoomSettings {
     pub const DEFAULT_CAPACITY: u32 = 100;
+    /// Long enough for a phone passing through a tunnel.
+    pub const DEFAULT_AWAY_GRACE: Duration = Duration::from_secs(20);
     /// High enough that a carrier-grade NAT with a few thousand phones
     /// behind one address, all joining in the opening minute, is never
     /// refused (each visitor needs one new ticket; twice that is headroom
@@ -142,6 +154,7 @@ impl RoomSettings {
             pass_idle: Duration::from_secs(10 * 60),
             arrival_grace: Duration::from_secs(2 * 60),
             queue_idle: Duration::from_secs(5 * 60),
+            away_grace: Self::DEFAULT_AWAY_GRACE,
             join_limit_per_minute: Self::DEFAULT_JOIN_LIMIT_PER_MINUTE,
             admit_per_minute: None,
             opens_at: None,
@@ -195,6 +208,7 @@ pub struct RoomPatch {
     pub pass_idle: Option<Duration>,
     pub arrival_grace: Option<Duration>,
     pub queue_idle: Option<Duration>,
+    pub away_grace: Option<Duration>,
     pub join_limit_per_minute: Option<u32>,
     /// `Null` removes the cap.
     pub admit_per_minute: Patch<u32>,
@@ -231,6 +245,9 @@ impl RoomPatch {
         }
         if let Some(v) = self.queue_idle {
             s.queue_idle = v;
+        }
+        if let Some(v) = self.away_grace {
+            s.away_grace = v;
         }
         if let Some(v) = self.join_limit_per_minute {
             s.join_limit_per_minute = v;

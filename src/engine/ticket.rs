@@ -108,20 +108,26 @@ impl Ticket {
         self.admitted_at.store(now_ms, Ordering::Release);
     }
 
+    // SeqCst: a sign of life writes `last_seen` then reads the state, the
+    // head moves the state to away then reads `last_seen` again, and one
+    // of them must see the other (so a visitor who shows up as they are
+    // skipped is put back at once).
     pub(crate) fn last_seen(&self) -> u64 {
-        self.last_seen.load(Ordering::Acquire)
+        self.last_seen.load(Ordering::SeqCst)
     }
 
     /// Record a sign of life; on an admitted ticket it also counts as the
     /// visitor's arrival. Also says whether this was that first arrival.
     pub(crate) fn touch(&self, now_ms: u64) -> (TicketState, bool) {
-        let state = self.state();
+        let mut state = self.state();
         let mut first_arrival = false;
         if state.is_live() {
-            self.last_seen.fetch_max(now_ms, Ordering::AcqRel);
+            self.last_seen.fetch_max(now_ms, Ordering::SeqCst);
             if state == TicketState::Admitted {
                 first_arrival = !self.arrived.swap(true, Ordering::AcqRel);
             }
+            // Read again after the write: the head may have just skipped it.
+            state = self.state();
         }
         (state, first_arrival)
     }

@@ -85,6 +85,10 @@ pub(crate) struct Counters {
     pub revocations: AtomicU64,
     pub expirations: AtomicU64,
     pub abandonments: AtomicU64,
+    /// Tickets skipped at the head while their visitor was away.
+    pub skips: AtomicU64,
+    /// Away tickets whose visitor came back.
+    pub returns: AtomicU64,
 }
 
 /// A fixed-bucket histogram of waits, lock-free, in the shape Prometheus
@@ -151,6 +155,10 @@ pub struct RoomStats {
     pub revocations: u64,
     pub expirations: u64,
     pub abandonments: u64,
+    /// Skipped at the head while away (each skip counts).
+    pub skips: u64,
+    /// Away tickets whose visitor came back in time.
+    pub returns: u64,
     pub peak_admitted: u64,
     pub waits: WaitSnapshot,
 }

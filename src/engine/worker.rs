@@ -23,6 +23,8 @@ pub(crate) struct Worker {
     pub(crate) hand: u64,
     /// Tickets admitted and not yet seen to end, checked for stalls.
     admitted: Vec<TicketId>,
+    /// Tickets skipped while away, checked for quiet past `queue_idle`.
+    away: Vec<TicketId>,
     sweep_cursor: u32,
     pub(crate) rate: AdmissionRate,
     last_tick_ms: u64,
@@ -34,6 +36,7 @@ impl Worker {
         Self {
             hand: capacity,
             admitted: Vec::new(),
+            away: Vec::new(),
             sweep_cursor: 0,
             rate: AdmissionRate::default(),
             last_tick_ms: now,
@@ -67,7 +70,7 @@ impl Room {
                 report.admitted.extend(self.admit_everyone(now));
             }
         }
-        report.abandoned = self.sweep_quiet(&mut w, now);
+        report.abandoned = self.sweep_quiet(&mut w, now) + self.sweep_away(&mut w, now);
         self.observe_rate(&mut w, now);
         self.publish_locked(&w, now, false);
         report
@@ -175,6 +178,32 @@ impl Room {
             }
         }
         w.sweep_cursor = cursor;
+        abandoned
+    }
+
+    /// Abandon away tickets whose visitor stayed quiet past `queue_idle`;
+    /// forget those that came back or ended.
+    fn sweep_away(&self, w: &mut Worker, now: u64) -> u64 {
+        while let Some(id) = self.skipped_log.pop() {
+            w.away.push(id);
+        }
+        let quiet_before = rules::quiet_cutoff(now, self.hot.queue_idle_ms.load(Ordering::Acquire));
+        let mut abandoned = 0;
+        w.away.retain(|&id| {
+            let Some(t) = self.ticket(id) else {
+                return false;
+            };
+            if t.state() != TicketState::Away {
+                return false;
+            }
+            if t.last_seen() >= quiet_before {
+                return true;
+            }
+            if self.depart_away(id, t, TicketState::Abandoned) {
+                abandoned += 1;
+            }
+            false
+        });
         abandoned
     }
 

@@ -26,9 +26,11 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use utoipa::ToSchema;
 
 use super::error::ApiError;
 use super::extract::Room;
+use super::openapi::{ErrorBody, RoomParam};
 use super::state::AppState;
 use crate::access::{Challenge, EnqueueError, PowError, RoomAccess, Solved, account_identity};
 use crate::backend::{Backend, BackendError, NonceSpend, RoomSnapshot};
@@ -42,7 +44,7 @@ const RATE_WINDOW_MS: u64 = 10_000;
 
 /// What a join brings besides itself: fields of the join's JSON body (or,
 /// for the queue page, its query).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Proof {
     /// A challenge token this server issued, and the counter solving it.
@@ -184,7 +186,8 @@ impl AccessBook {
 }
 
 /// A challenge as JSON: what a solver needs (`README.md`, "Proof of work").
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Challenge)]
 pub struct ChallengeBody {
     pub token: String,
     /// Leading zero bits SHA-256(token || decimal counter) must have.
@@ -332,8 +335,20 @@ pub fn admitted(state: &AppState, room: &RoomId, cleared: &Cleared) {
     }
 }
 
-/// `GET /api/rooms/{room}/challenge`: a challenge to solve before joining
-/// (`404 no_challenge` for a room that asks none).
+/// A proof-of-work challenge to solve before joining
+///
+/// `404 no_challenge` for a room that asks none.
+#[utoipa::path(
+    get,
+    path = "/api/rooms/{room}/challenge",
+    tag = "visitors",
+    params(RoomParam),
+    responses(
+        (status = 200, description = "A fresh challenge.", body = ChallengeBody),
+        (status = 404, description = "No such room, or it asks for no proof of work.", body = ErrorBody),
+        (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
+    ),
+)]
 pub async fn challenge(
     State(state): State<AppState>,
     Room(room): Room,

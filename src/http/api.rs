@@ -9,26 +9,31 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use utoipa::ToSchema;
 
 use super::access::{self, Proof};
 use super::error::ApiError;
 use super::extract::{MaybeVisitor, ReleaseKey, Room, Visitor};
 use super::limits::ClientIp;
+use super::openapi::{ErrorBody, RoomParam};
 use super::return_path::validate_return_path;
 use super::state::AppState;
 use super::ticket::{self, VisitorTicket};
 use crate::access::PowError;
 use crate::backend::{BackendError, JoinRequest, TicketRef};
 use crate::engine::rules::{Mode, STOCK_MAX, StockTaken};
-use crate::engine::{Departure, Identity, RoomId, TicketStatus};
+use crate::engine::{Departure, Identity, RoomId, StatusBody, TicketStatus};
 
 /// A join's answer: the ticket's token and its status (the same body as
 /// `status`, with `ticket` first).
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+#[schema(as = Ticket)]
 struct JoinBody<'a> {
+    /// The ticket: send it back as `Authorization: Bearer` (apps), or let
+    /// the room cookie set by this answer carry it (browsers).
     ticket: &'a str,
     #[serde(flatten)]
-    status: &'a TicketStatus,
+    status: StatusBody,
 }
 
 /// The body a join may carry: a proof of work and an enqueue token, for
@@ -161,7 +166,39 @@ pub fn set_cookie(state: &AppState, room: &RoomId, token: String) -> (header::He
     )
 }
 
-/// `POST /api/rooms/{room}/join`
+/// Join the queue
+///
+/// Answers at once with a ticket; it never waits for a permit. Joining
+/// again with the same ticket (cookie or Bearer), `Idempotency-Key` or
+/// enqueue token's account answers the same ticket (200). Rooms with
+/// `challenge = "pow"` or `enqueue = "token"` want the proof in the body;
+/// without it the answer is 403 with what is missing (and a fresh
+/// challenge).
+#[utoipa::path(
+    post,
+    path = "/api/rooms/{room}/join",
+    tag = "visitors",
+    params(
+        RoomParam,
+        ("Idempotency-Key" = Option<String>, Header,
+         description = "One ticket per key and room (1 to 255 visible ASCII characters)."),
+    ),
+    request_body(content = Option<Proof>, content_type = "application/json",
+                 description = "Empty, or the proof a room asks for."),
+    security((), ("ticket" = [])),
+    responses(
+        (status = 201, description = "A new ticket; the room cookie is set.", body = JoinBody),
+        (status = 200, description = "The ticket this visitor already holds.", body = JoinBody),
+        (status = 400, description = "The body is not JSON, or a bad `Idempotency-Key`.", body = ErrorBody),
+        (status = 403, description = "The room wants a solved challenge or an enqueue token.", body = ErrorBody),
+        (status = 404, description = "No such room.", body = ErrorBody),
+        (status = 410, description = "The room is closed.", body = ErrorBody),
+        (status = 413, description = "The body is too large."),
+        (status = 422, description = "The body has an unknown or mistyped field.", body = ErrorBody),
+        (status = 429, description = "Too many new tickets from this address.", body = ErrorBody),
+        (status = 503, description = "The room is full, or the store is briefly unavailable.", body = ErrorBody),
+    ),
+)]
 pub async fn join(
     State(state): State<AppState>,
     MaybeVisitor { room, ticket }: MaybeVisitor,
@@ -178,13 +215,30 @@ pub async fn join(
     };
     let body = Json(JoinBody {
         ticket: &joined.token,
-        status: &joined.status,
+        status: StatusBody::from(&joined.status),
     })
     .into_response();
     Ok((code, [set_cookie(&state, &room, joined.token)], body).into_response())
 }
 
-/// `GET /api/rooms/{room}/status` — also counts as activity.
+/// A ticket's status
+///
+/// Place in line, people ahead, estimated wait; also counts as the
+/// visitor's activity (a waiting ticket polled this way stays present).
+#[utoipa::path(
+    get,
+    path = "/api/rooms/{room}/status",
+    tag = "visitors",
+    params(RoomParam),
+    security(("ticket" = [])),
+    responses(
+        (status = 200, description = "The ticket's status.", body = StatusBody),
+        (status = 401, description = "No ticket, a damaged one, or one of another room.", body = ErrorBody),
+        (status = 404, description = "No such room.", body = ErrorBody),
+        (status = 410, description = "The line this ticket stood in was reset (the room started again): join again.", body = ErrorBody),
+        (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
+    ),
+)]
 pub async fn status(
     State(state): State<AppState>,
     Visitor { room, ticket }: Visitor,
@@ -194,10 +248,27 @@ pub async fn status(
     ))
 }
 
-/// `POST /api/rooms/{room}/leave` — leave the queue, or give the permit
-/// back (handed to the next visitor at once). The queue page's form (a
-/// browser without JavaScript) is sent back to the queue page, which then
-/// says the visitor left.
+/// Leave
+///
+/// Leave the queue, or give the permit back (handed to the next visitor at
+/// once). The queue page's form (a browser without JavaScript) is sent
+/// back to the queue page, which then says the visitor left.
+#[utoipa::path(
+    post,
+    path = "/api/rooms/{room}/leave",
+    tag = "visitors",
+    params(RoomParam),
+    security(("ticket" = [])),
+    responses(
+        (status = 204, description = "Left (also when the ticket had already ended)."),
+        (status = 303, description = "A form post: back to the queue page."),
+        (status = 401, description = "No ticket, a damaged one, or one of another room.", body = ErrorBody),
+        (status = 404, description = "No such room.", body = ErrorBody),
+        (status = 410, description = "The line this ticket stood in was reset (the room started again): join again.", body = ErrorBody),
+        (status = 413, description = "The body is too large."),
+        (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
+    ),
+)]
 pub async fn leave(
     State(state): State<AppState>,
     Visitor { room, ticket }: Visitor,
@@ -222,20 +293,32 @@ pub async fn leave(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// A body naming one ticket: what the origin's backend releases, and what
+/// an operator revokes.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TicketBody {
+    /// The visitor's ticket, as the join answered it.
+    pub ticket: String,
+}
+
 /// The body of a release: the visitor's ticket and, optionally, the units
 /// they bought.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseRequest {
+    /// The visitor's ticket, as the join answered it.
     pub ticket: String,
     /// Units bought, taken off a stock-aware room's stock.
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub purchased: Option<u64>,
 }
 
 /// What a reported purchase did: the answer of a release that carried
 /// `purchased`, and of the operators' purchase report.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Purchase)]
 pub struct PurchaseBody {
     /// For a release: whether a permit was given back (false: the ticket
     /// held none; the purchase counts all the same).
@@ -291,13 +374,33 @@ impl PurchaseBody {
     }
 }
 
-/// `POST /api/rooms/{room}/release` — the origin's backend gives a
-/// visitor's permit back when the purchase is done. Needs the admin token
-/// (or the release key) as `Authorization: Bearer`. With `purchased: n`
-/// the purchase is taken off the room's stock first (so a permit freed by
-/// the last sale goes to nobody), and the answer is 200 with what the
-/// report did ([`PurchaseBody`]); without it, 204, or 409 for a ticket
-/// that holds no permit.
+/// Release a visitor's permit
+///
+/// The origin's backend gives a visitor's permit back when the purchase is
+/// done; it goes to the next in line at once. Needs the release key (or
+/// the admin token). With `purchased: n` the purchase is taken off the
+/// room's stock first (so a permit freed by the last sale goes to nobody),
+/// and the answer is 200 with what the report did; without it, 204, or 409
+/// for a ticket that holds no permit.
+#[utoipa::path(
+    post,
+    path = "/api/rooms/{room}/release",
+    tag = "origin",
+    params(RoomParam),
+    request_body(content = ReleaseRequest, content_type = "application/json"),
+    security(("release" = [])),
+    responses(
+        (status = 200, description = "With `purchased`: what the report did.", body = PurchaseBody),
+        (status = 204, description = "The permit is back and handed on."),
+        (status = 401, description = "No release key, or a damaged ticket or one of another room.", body = ErrorBody),
+        (status = 404, description = "No such room.", body = ErrorBody),
+        (status = 410, description = "The line this ticket stood in was reset (the room started again): join again.", body = ErrorBody),
+        (status = 409, description = "The ticket holds no permit.", body = ErrorBody),
+        (status = 413, description = "The body is too large."),
+        (status = 422, description = "The body is not `{\"ticket\": …, \"purchased\": n}`.", body = ErrorBody),
+        (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
+    ),
+)]
 pub async fn release(
     State(state): State<AppState>,
     _: ReleaseKey,

@@ -82,7 +82,22 @@ fn find(name: &str) -> Option<usize> {
     FILES.iter().position(|file| file.name == name)
 }
 
-async fn serve(Path(name): Path<String>, headers: HeaderMap) -> Response {
+/// The pages' scripts and styles
+#[utoipa::path(
+    get,
+    path = "/static/{file}",
+    tag = "visitors",
+    params(("file" = String, Path, description = "A file name, such as `queue.js`.")),
+    responses(
+        (status = 200, description = "The file.", content(
+            (String = "text/javascript"),
+            (String = "text/css"),
+        )),
+        (status = 304, description = "Not modified since the ETag sent in `If-None-Match`."),
+        (status = 404, description = "No such file."),
+    ),
+)]
+pub async fn serve(Path(name): Path<String>, headers: HeaderMap) -> Response {
     let Some(index) = find(&name) else {
         return StatusCode::NOT_FOUND.into_response();
     };

@@ -13,15 +13,18 @@ use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::error::ApiError;
 use super::extract::MaybeVisitor;
+use super::openapi::{ErrorBody, RoomParam};
 use super::state::AppState;
 use crate::engine::{DrawRecord, TicketId};
 
 /// The draw as published: the body of this endpoint and what
 /// `narabu verify-draw` reads.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[schema(as = Draw)]
 pub struct DrawBody {
     pub room: String,
     /// SHA-256 of the seed, hex: published before the draw.
@@ -31,9 +34,11 @@ pub struct DrawBody {
     pub seed: Option<String>,
     /// The pre-queue's ticket ids in drawn order, once the room has opened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<u32>>)]
     pub order: Option<Vec<TicketId>>,
     /// The ticket asked about (`?ticket=`, or the caller's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u32>)]
     pub ticket: Option<TicketId>,
     /// Its place in the draw, from 1; `null` when it was not drawn (it
     /// joined after opening) or the draw has not happened.
@@ -56,7 +61,23 @@ pub struct DrawQuery {
     ticket: Option<String>,
 }
 
-/// `GET /api/rooms/{room}/draw`
+/// The opening draw's public record
+#[utoipa::path(
+    get,
+    path = "/api/rooms/{room}/draw",
+    tag = "visitors",
+    params(
+        RoomParam,
+        ("ticket" = Option<String>, Query, description = "A ticket id to look up (a whole number)."),
+    ),
+    security((), ("ticket" = [])),
+    responses(
+        (status = 200, description = "The draw.", body = DrawBody),
+        (status = 400, description = "`ticket` is not a ticket id.", body = ErrorBody),
+        (status = 404, description = "No such room, or it has no opening draw.", body = ErrorBody),
+        (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
+    ),
+)]
 pub async fn draw(
     State(state): State<AppState>,
     MaybeVisitor { room, ticket }: MaybeVisitor,

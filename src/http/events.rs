@@ -13,6 +13,12 @@
 //! costs it a store read. Keep-alive comments are the connection's: a timer
 //! per response, reset by every event, so an idle room wakes no stream.
 //!
+//! An open stream holds its visitor's presence (`presence`): while it
+//! lives, its ticket is renewed with the others this instance holds, and
+//! when it closes the ticket is away after the room's `away_grace` unless
+//! a stream comes back. A stream whose ticket was skipped while away (its
+//! renewal came late) brings it back at once with one touching read.
+//!
 //! Every event carries an SSE `id:` — the count ahead it showed, for a
 //! position — and the stream starts with `retry:`. A browser that
 //! reconnects sends the last id back as `Last-Event-ID`: its new stream
@@ -34,6 +40,8 @@ use super::error::ApiError;
 use super::extract::{ReturnTo, Visitor};
 use super::fanout::Subscription;
 use super::limits::{ClientIp, StreamSlot};
+use super::openapi::{ErrorBody, RoomParam};
+use super::presence::StreamHold;
 use super::state::AppState;
 use crate::backend::feed::{Follow, Tracker};
 use crate::backend::{BackendError, TicketRef};
@@ -62,6 +70,15 @@ fn ending(status: Status) -> Event {
         .data(format!(r#"{{"status":"{}"}}"#, status.name()))
 }
 
+/// The event that ends a stream whose line was reset (its ticket names
+/// an incarnation of the room that is gone).
+fn reset_event() -> Event {
+    Event::default()
+        .event("reset")
+        .id(END_ID)
+        .data(r#"{"status":"reset"}"#)
+}
+
 /// The count ahead a reconnecting client last saw, from `Last-Event-ID`.
 fn last_seen(headers: &HeaderMap) -> Option<u64> {
     headers
@@ -82,7 +99,37 @@ fn closed(reason: &str) -> Event {
         .data(format!(r#"{{"status":"closed","reason":"{reason}"}}"#))
 }
 
-/// `GET /api/rooms/{room}/events?return=P`
+/// Follow a ticket as Server-Sent Events
+///
+/// `position` events (at most one a second, only on change; data as the
+/// `status` answer), one `admitted` event (`{status, redirect,
+/// pass_expires_at}`), or `expired`, `left` (`{status}`) or `closed`
+/// (`{status, reason}`, the reason `closed` or `sold_out`), which end the
+/// stream; keep-alive comments in between. Each event has an `id`
+/// (the count ahead it showed): send it back as `Last-Event-ID` on
+/// reconnecting.
+#[utoipa::path(
+    get,
+    path = "/api/rooms/{room}/events",
+    tag = "visitors",
+    params(
+        RoomParam,
+        ("return" = Option<String>, Query,
+         description = "A relative path on this site for the `admitted` event's `redirect`."),
+        ("Last-Event-ID" = Option<String>, Header,
+         description = "The `id` of the last event seen, when reconnecting."),
+    ),
+    security(("ticket" = [])),
+    responses(
+        (status = 200, description = "The stream.", content_type = "text/event-stream", body = String),
+        (status = 400, description = "`return` is not a relative path on this site.", body = ErrorBody),
+        (status = 401, description = "No ticket, a damaged one, or one of another room.", body = ErrorBody),
+        (status = 404, description = "No such room.", body = ErrorBody),
+        (status = 410, description = "The line this ticket stood in was reset (the room started again): join again.", body = ErrorBody),
+        (status = 429, description = "Too many open streams from this address, or for this ticket.", body = ErrorBody),
+        (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
+    ),
+)]
 pub async fn events(
     State(state): State<AppState>,
     ReturnTo(redirect): ReturnTo,
@@ -93,6 +140,7 @@ pub async fn events(
     // Fail before the stream starts, with a proper status, for a ticket or
     // room that does not exist; the stream starts from what this read.
     let follow = state.backend.follow(&room, ticket.ticket).await?;
+    let hold = state.presence.hold(&room, ticket.ticket)?;
     let slot = state.streams.acquire(client)?;
     let keep_alive = KeepAlive::new()
         .interval(state.settings.keep_alive)
@@ -105,6 +153,7 @@ pub async fn events(
             follow,
             redirect,
             slot,
+            hold,
             last_seen: last_seen(&headers),
         },
     );
@@ -122,6 +171,8 @@ struct Opened {
     redirect: Option<String>,
     /// Held for as long as the stream lives.
     slot: StreamSlot,
+    /// The ticket's presence, held for as long as the stream lives.
+    hold: StreamHold,
     last_seen: Option<u64>,
 }
 
@@ -161,14 +212,10 @@ fn stream(
     opened: Opened,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     async_stream::stream! {
-        let Opened { follow, redirect, slot, last_seen } = opened;
-        let _slot = slot;
+        let Opened { follow, redirect, slot, hold, last_seen } = opened;
+        let _held = (slot, hold);
         let backend = state.backend.clone();
         let Follow { feed, signal, ticket: read } = follow;
-        // presence: the stream holds its ticket's presence here for as long
-        // as it lives. Until connection-bound presence lands, a status read
-        // with activity every `TOUCH` keeps the ticket from being abandoned.
-        let mut touch_at = Instant::now();
         let Subscription { waves: mut view, mut pending } = state.fanout.subscribe(&room, &*feed);
         let mut tracker = Tracker::new(read);
         if let Some(ahead) = last_seen {
@@ -185,12 +232,22 @@ fn stream(
             // The feed's change this count reflects.
             let seen = *view.borrow_and_update();
 
+            if tracker.state() == TicketState::Away {
+                // Skipped while this stream was open (its renewal was
+                // late): the visitor is plainly here, so back in line now.
+                if let Ok(status) = backend.status(&room, ticket, true).await
+                    && status.state == TicketState::Waiting
+                    && let Ok(read) = backend.read_ticket(&room, ticket).await
+                {
+                    tracker.update(read);
+                }
+            }
             let status = tracker.status(&*feed, state.clock.now_ms());
             if let Some(end) = final_event(&status, redirect.as_deref()) {
                 yield Ok(if last_sent.is_none() { end.retry(RETRY) } else { end });
                 return;
             }
-            debug_assert_eq!(tracker.state(), TicketState::Waiting);
+            debug_assert!(tracker.state().is_queued());
 
             let mut held_back = false;
             if !shown.as_ref().is_some_and(|s| s.shows_same_as(&status)) {
@@ -218,6 +275,10 @@ fn stream(
                             Ok(read) => tracker.update(read),
                             Err(BackendError::NoSuchTicket | BackendError::NoSuchRoom(_)) => {
                                 yield Ok(ending(Status::Expired));
+                                return;
+                            }
+                            Err(BackendError::LineReset) => {
+                                yield Ok(reset_event());
                                 return;
                             }
                             // The store is briefly away: the next wave
@@ -251,16 +312,8 @@ fn stream(
                         // Nothing to do for this wave.
                         pending.handled();
                     }
-                    () = tokio::time::sleep_until(touch_at) => {
-                        touch_at = Instant::now() + TOUCH;
-                        let _ = backend.status(&room, ticket, true).await;
-                    }
                 }
             }
         }
     }
 }
-
-/// How often a stream counts as its ticket's sign of life (see the
-/// `presence:` note in `stream`).
-const TOUCH: Duration = Duration::from_secs(15);

@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use super::extract::MaybeVisitor;
+use super::openapi::{ErrorBody, RoomParam};
 use super::return_path::validate_return_path;
 use super::state::AppState;
 use super::ticket;
@@ -64,6 +65,30 @@ fn refuse(state: &AppState, room: &RoomId, headers: &HeaderMap, redirect: bool) 
 }
 
 /// `GET /gate/{room}`
+#[utoipa::path(
+    get,
+    path = "/gate/{room}",
+    tag = "gate",
+    params(
+        RoomParam,
+        ("redirect" = Option<String>, Query,
+         description = "`1`: answer a visitor without a live pass with a 302 to the queue (ForwardAuth-style proxies)."),
+        ("X-Original-URI" = Option<String>, Header,
+         description = "The path the visitor asked for (nginx), for the queue's return path."),
+        ("X-Forwarded-Uri" = Option<String>, Header,
+         description = "The same, as Traefik and Caddy send it."),
+    ),
+    security((), ("ticket" = [])),
+    responses(
+        (status = 204, description = "An admitted visitor with a live pass: let the request through (the pass is renewed).",
+         headers(("X-Narabu-Pass-Expires" = String, description = "When the pass lapses without activity (RFC 3339)."))),
+        (status = 302, description = "`?redirect=1` and no live pass: to the queue.",
+         headers(("Location" = String, description = "The queue page, with the return path."))),
+        (status = 401, description = "No live pass: send the visitor to the queue.",
+         headers(("X-Narabu-Queue" = String, description = "The queue page, with the return path."))),
+        (status = 404, description = "No such room.", body = ErrorBody),
+    ),
+)]
 pub async fn gate(
     State(state): State<AppState>,
     visitor: Result<MaybeVisitor, ApiError>,
@@ -111,7 +136,10 @@ pub async fn gate(
             }
             response
         }
-        Ok(_) | Err(BackendError::NoSuchTicket) => refuse(&state, &room, headers, redirect),
+        // A reset line sends the visitor to the queue page, which says so.
+        Ok(_) | Err(BackendError::NoSuchTicket | BackendError::LineReset) => {
+            refuse(&state, &room, headers, redirect)
+        }
         Err(BackendError::NoSuchRoom(_)) => {
             ApiError::from(BackendError::NoSuchRoom(room)).into_response()
         }

@@ -5,12 +5,19 @@ use axum::http::StatusCode;
 
 use super::state::AppState;
 
-/// `GET /healthz`: the process answers.
+/// Liveness: the process answers
+#[utoipa::path(get, path = "/healthz", tag = "service",
+    responses((status = 200, description = "`ok`.", content_type = "text/plain", body = String)))]
 pub async fn healthz() -> &'static str {
     "ok"
 }
 
-/// `GET /readyz`: the backend can serve (Redis reachable, for instance).
+/// Readiness: the backend can serve (Redis reachable, for instance)
+#[utoipa::path(get, path = "/readyz", tag = "service",
+    responses(
+        (status = 200, description = "Ready.", content_type = "text/plain", body = String),
+        (status = 503, description = "Not ready, and why.", content_type = "text/plain", body = String),
+    ))]
 pub async fn readyz(State(state): State<AppState>) -> (StatusCode, String) {
     match state.backend.ready().await {
         Ok(()) => (StatusCode::OK, format!("ready ({})", state.backend.kind())),

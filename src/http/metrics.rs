@@ -9,6 +9,13 @@ use axum::response::{IntoResponse, Response};
 use super::error::ApiError;
 use super::state::AppState;
 
+/// Prometheus metrics
+#[utoipa::path(get, path = "/metrics", tag = "service",
+    responses(
+        (status = 200, description = "Prometheus text; every name starts with `narabu_`.",
+         content_type = "application/openmetrics-text", body = String),
+        (status = 503, description = "The store is briefly unavailable.", body = super::openapi::ErrorBody),
+    ))]
 pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let rooms = state.backend.list_rooms().await?;
     let text = state.metrics.render(rooms);

@@ -9,12 +9,16 @@
 //! - `events`: the Server-Sent Events stream a waiting page follows
 //! - `fanout`: room-view changes relayed to those streams, paced
 //! - `gate`: what a reverse proxy asks on every protected request
-//! - `health`: liveness and readiness
+//! - `health`: liveness and readiness; `openapi`: this API described as
+//!   an OpenAPI 3.1 document, generated from the handlers and their types
 //! - `extract`: the room of the path, the visitor's ticket and operators'
 //!   credentials, as extractors
 //! - `ticket`, `auth`: the visitor's signed ticket and operators' tokens
 //! - `return_path`: the open-redirect guard for `?return=`
-//! - `limits`: joins per minute and open streams per client address
+//! - `limits`: which address a request counts against, and the coarse
+//!   cap on open streams per address
+//! - `presence`: the streams held per ticket (their cap) and the batched
+//!   renewal of their visitors' presence
 //! - `error`: the JSON error shape
 //! - `edge`: request ids, log spans, HTTP metrics and the header limit,
 //!   around every route
@@ -37,7 +41,9 @@ pub mod health;
 pub mod i18n;
 pub mod limits;
 pub mod metrics;
+pub mod openapi;
 pub mod pages;
+pub mod presence;
 pub mod return_path;
 pub mod router;
 pub mod state;

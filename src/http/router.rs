@@ -13,14 +13,31 @@ use tower_http::timeout::TimeoutLayer;
 use super::edge::EdgeLayer;
 use super::error::ApiError;
 use super::state::AppState;
-use super::{access, admin, api, assets, draw, events, gate, health, metrics, visitor};
+use super::{access, admin, api, assets, draw, events, gate, health, metrics, openapi, visitor};
 
 /// Request bodies are tiny JSON objects; anything bigger is refused (413).
 const BODY_LIMIT: usize = 16 * 1024;
 /// Ordinary requests answer in milliseconds; event streams are exempt.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The service: [`routes`] with the layers every request passes through.
 pub fn router(state: AppState) -> Router {
+    routes()
+        // The request id, its log span, the metrics, the header limit and
+        // nosniff; then the body limit. One `layer` call, so one boxed
+        // service per route rather than one per layer.
+        .layer(
+            ServiceBuilder::new()
+                .layer(EdgeLayer::new(state.metrics.clone()))
+                .layer(RequestBodyLimitLayer::new(BODY_LIMIT)),
+        )
+        .with_state(state)
+}
+
+/// Every route, each with its own layers. Every one is described in the
+/// OpenAPI document ([`openapi::ApiDoc`]), which a test checks by walking
+/// this router.
+pub fn routes() -> Router<AppState> {
     // Short requests get a timeout; the event stream lives as long as the
     // visitor waits, so it is routed outside that layer.
     let short = Router::new()
@@ -42,6 +59,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::metrics))
+        .route("/openapi.json", get(openapi::openapi_json))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,
@@ -90,15 +108,6 @@ pub fn router(state: AppState) -> Router {
         .merge(admin_api)
         .merge(assets::router())
         .fallback(not_found)
-        // The request id, its log span, the metrics, the header limit and
-        // nosniff; then the body limit. One `layer` call, so one boxed
-        // service per route rather than one per layer.
-        .layer(
-            ServiceBuilder::new()
-                .layer(EdgeLayer::new(state.metrics.clone()))
-                .layer(RequestBodyLimitLayer::new(BODY_LIMIT)),
-        )
-        .with_state(state)
 }
 
 /// Unknown paths get the API's JSON error, not an empty body.

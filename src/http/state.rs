@@ -44,8 +44,11 @@ pub struct Shared {
     /// Rooms sampled over time: the dashboard's history, windowed figures
     /// and webhook events.
     pub monitor: Arc<crate::monitor::Monitor>,
-    /// Open event streams per client address.
+    /// Open event streams per client address (a coarse net).
     pub streams: Arc<super::limits::StreamLimiter>,
+    /// The streams this instance holds per ticket: their cap, and the
+    /// batched renewal of their visitors' presence.
+    pub presence: Arc<super::presence::Presence>,
     /// Rooms' changes relayed to the streams a group at a time.
     pub fanout: Arc<super::fanout::Fanout>,
     /// Each room's access rules, compiled, and its challenge difficulty.

@@ -4,7 +4,8 @@
 //! the cookie, and shows the wait; once admitted it answers 303 to the
 //! return path, so a page without JavaScript gets there by its meta
 //! refresh. A ticket that ended shows why, with a way to join again that
-//! really starts a new ticket (`?rejoin=1`).
+//! really starts a new ticket (`?rejoin=1`); so does a ticket whose line
+//! was reset.
 
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -17,6 +18,7 @@ use super::error::ApiError;
 use super::extract::MaybeVisitor;
 use super::i18n::Lang;
 use super::limits::ClientIp;
+use super::openapi::RoomParam;
 use super::pages::{self, ClosedPage, ClosedReason, DrawLink, ErrorPage, PowForm, QueuePage};
 use super::return_path::validate_return_path;
 use super::state::AppState;
@@ -59,7 +61,33 @@ fn page_for_error(lang: Lang, e: &ApiError) -> Response {
     response
 }
 
-/// `GET /queue/{room}?return=P&lang=L`
+/// The queue page (HTML)
+///
+/// Joins idempotently and sets the room cookie; shows the wait, or sends an
+/// admitted visitor to the return path.
+#[utoipa::path(
+    get,
+    path = "/queue/{room}",
+    tag = "visitors",
+    params(
+        RoomParam,
+        ("return" = Option<String>, Query, description = "A relative path on this site to go to once admitted."),
+        ("lang" = Option<String>, Query, description = "The page's language (`en`, `ja`, `zh`); else `Accept-Language`."),
+        ("rejoin" = Option<String>, Query, description = "Start a new ticket even if the cookie holds an ended one."),
+        ("enqueue_token" = Option<String>, Query, description = "The origin's invitation to an invite-only room."),
+    ),
+    security((), ("ticket" = [])),
+    responses(
+        (status = 200, description = "The queue page, or a page saying why the ticket ended.", content_type = "text/html", body = String),
+        (status = 303, description = "Admitted: to the return path (or to the page's own address without an invitation)."),
+        (status = 400, description = "A bad return path or a damaged request.", content_type = "text/html", body = String),
+        (status = 403, description = "The room wants a solved challenge or an invitation: the page says how.", content_type = "text/html", body = String),
+        (status = 404, description = "No such room.", content_type = "text/html", body = String),
+        (status = 410, description = "The room is closed.", content_type = "text/html", body = String),
+        (status = 429, description = "Too many new tickets from this address.", content_type = "text/html", body = String),
+        (status = 503, description = "The room is full, or the store is briefly unavailable.", content_type = "text/html", body = String),
+    ),
+)]
 pub async fn queue(
     State(state): State<AppState>,
     visitor: Result<MaybeVisitor, ApiError>,
@@ -129,6 +157,20 @@ pub async fn queue(
             );
         }
         Err(e) if e.code.starts_with("enqueue_token_") => return invite_page(lang, &e),
+        // The cookie's ticket names a line that was reset: said so, with
+        // a way to join the new one.
+        Err(e) if e.code == "line_reset" => {
+            return pages::html(
+                StatusCode::OK,
+                &ClosedPage {
+                    lang,
+                    t: lang.strings(),
+                    room: room.to_string(),
+                    reason: ClosedReason::Reset,
+                    rejoin_url: Some(rejoin_url),
+                },
+            );
+        }
         Err(e) => return page_for_error(lang, &e),
     };
     if !joined.status.state.is_live() || joined.status.closed {

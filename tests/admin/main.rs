@@ -245,7 +245,10 @@ async fn put_creates_and_replaces_rooms_with_the_config_rules() {
         .send()
         .await
         .unwrap();
-    assert_eq!(stale.status(), StatusCode::UNAUTHORIZED);
+    // The old ticket's line was reset by the replacement, and is told so.
+    assert_eq!(stale.status(), StatusCode::GONE);
+    let stale: Value = stale.json().await.unwrap();
+    assert_eq!(stale["error"], "line_reset");
 
     for (body, field) in [
         (
@@ -544,5 +547,19 @@ async fn revoke_takes_a_permit_back_once() {
         );
     }
     assert_eq!(app.status("sale", &b).await["status"], "admitted");
+
+    // A ticket of the room's line before a PUT replaced it is not in this
+    // room: 404, as the document says, not the visitors' 410.
+    let (status, _) = admin(
+        &app,
+        reqwest::Method::PUT,
+        "/admin/rooms/sale",
+        Some(json!({"capacity": 1})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, err) = revoke(json!({"ticket": b.token})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{err}");
+    assert_eq!(err["error"], "unknown_ticket");
     app.stop().await;
 }

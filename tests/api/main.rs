@@ -4,6 +4,7 @@
 mod fair;
 mod hostile;
 mod modes;
+mod openapi;
 mod proxies;
 mod streams;
 

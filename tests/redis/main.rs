@@ -5,10 +5,14 @@
 //! room's line through late starts, lost connections and a trimmed log
 //! (`follow`).
 
+mod acknowledged;
 mod cluster;
 mod conformance;
+mod double_worker;
 mod failover;
 mod fair;
 mod follow;
 mod instances;
 mod measure;
+mod reset;
+mod wait;

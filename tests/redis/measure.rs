@@ -2,6 +2,8 @@
 //! and three instances on one Redis, and a trivial axum handler in the same
 //! run as the yardstick (design §5 figures are ratios to it). Run with
 //! `cargo test --release --test redis measure -- --ignored --nocapture`.
+//! The cost of waiting for a replica (`redis_wait_replicas`) is measured
+//! the same way, 0 against 1 in one run.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -59,7 +61,12 @@ async fn rate(urls: Vec<String>) -> f64 {
             let c = reqwest::Client::new();
             while start.elapsed() < RUN {
                 let r = c.post(&url).send().await.unwrap();
-                assert!(r.status().is_success(), "{}", r.status());
+                let status = r.status();
+                assert!(
+                    status.is_success(),
+                    "{status} {}",
+                    r.text().await.unwrap_or_default()
+                );
                 let _ = r.bytes().await;
                 done.fetch_add(1, Ordering::Relaxed);
             }
@@ -121,7 +128,6 @@ async fn measure_join_rates() {
 #[ignore = "a measurement: run by hand in release mode"]
 async fn measure_purchases_under_contention() {
     use narabu::engine::RoomId;
-    use redis::AsyncCommands;
 
     let mut sale = room("sale", 100);
     sale.stock = Some(u64::MAX >> 24);
@@ -163,7 +169,11 @@ async fn measure_purchases_under_contention() {
             t.await.unwrap();
         }
         let reports = done.load(Ordering::Relaxed);
-        let info: String = con.info("commandstats").await.unwrap();
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut con)
+            .await
+            .unwrap();
         // evalsha runs every script; the reads are one HGETALL a report.
         let calls = |cmd: &str| -> u64 {
             info.lines()
@@ -181,4 +191,71 @@ async fn measure_purchases_under_contention() {
             calls("publish"),
         );
     }
+}
+
+/// Joins per second straight through a backend (no HTTP: the figure is
+/// what waiting for a replica costs the store's side), `CLIENTS` at once.
+async fn backend_rate(b: Arc<dyn Backend>) -> f64 {
+    use narabu::backend::JoinRequest;
+    use narabu::engine::RoomId;
+    let room = RoomId::new("sale").unwrap();
+    // Warm: this instance follows the room before the clock starts.
+    b.join(&room, JoinRequest::anonymous()).await.unwrap();
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let (b, room, done) = (b.clone(), room.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            while start.elapsed() < RUN {
+                b.join(&room, JoinRequest::anonymous()).await.unwrap();
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a measurement: run by hand in release mode"]
+async fn measure_join_rates_waiting_for_a_replica() {
+    use narabu::config::RedisWait;
+    use narabu_testkit::redis_ha::{replicated, wait_in_sync};
+
+    let mut sale = room("sale", 100);
+    sale.join_limit_per_minute = 0;
+    let primary = RedisServer::start().await;
+    let replica = RedisServer::start_replica_of(primary.port).await;
+    wait_in_sync(&replica, Duration::from_secs(30)).await;
+    replicated(&primary, "probe", 1).await;
+    let mut rates = Vec::new();
+    for replicas in [0, 1, 0, 1] {
+        let options = RedisOptions {
+            wait: RedisWait {
+                replicas,
+                timeout: RedisWait::DEFAULT_TIMEOUT,
+            },
+            run_workers: false,
+            ..RedisOptions::new(primary.url())
+        };
+        let b = RedisBackend::connect(options, vec![sale.clone()], Arc::new(SystemClock))
+            .await
+            .unwrap();
+        rates.push((replicas, backend_rate(b.clone()).await));
+        b.shutdown().await;
+    }
+    for (replicas, r) in &rates {
+        println!("joins through the backend, redis + 1 replica, wait {replicas}: {r:>8.0} /s");
+    }
+    let mean = |n: u32| {
+        let v: Vec<f64> = rates.iter().filter(|r| r.0 == n).map(|r| r.1).collect();
+        v.iter().sum::<f64>() / v.len() as f64
+    };
+    println!(
+        "waiting for 1 replica: {:.2} x the joins per second of not waiting",
+        mean(1) / mean(0)
+    );
 }

@@ -10,7 +10,8 @@
 local old = redis.call('HGET', META, 'epoch')
 if old and ARGV[3] ~= '1' then return reply({r = 'exists', epoch = old}) end
 if old then
-  for _, name in ipairs({'tk', 'q', 'pre', 'ids', 'seen', 'adm', 'pas', 'draw', 'dep', 'back'}) do
+  for _, name in ipairs({'tk', 'q', 'pre', 'ids', 'seen', 'adm', 'pas', 'draw', 'dep', 'back',
+      'away'}) do
     redis.call('UNLINK', P .. old .. ':' .. name)
   end
   redis.call('DEL', META)
@@ -23,7 +24,7 @@ local seed, commitment = '', ''
 if open == '0' then seed, commitment = s.seed, s.commitment end
 redis.call('HSET', META, 'epoch', EPOCH, 'capacity', s.capacity, 'tick_ms', s.tick_ms,
   'pass_idle_ms', s.pass_idle_ms, 'arrival_grace_ms', s.arrival_grace_ms,
-  'queue_idle_ms', s.queue_idle_ms, 'join_limit', s.join_limit, 'admit_cap', s.admit_cap,
+  'queue_idle_ms', s.queue_idle_ms, 'away_grace_ms', s.away_grace_ms, 'join_limit', s.join_limit, 'admit_cap', s.admit_cap,
   'cap_interval_us', s.cap_interval_us, 'cap_tolerance_us', s.cap_tolerance_us, 'tat_us', '0',
   'opens_at', s.opens_at, 'order', s.order, 'paused', s.paused, 'mode', s.mode,
   'stock', s.stock, 'seed', seed,

@@ -11,7 +11,11 @@
 --   q     sorted set: waiting tickets placed in the queue, by queue index
 --   pre   list: the pre-queue (tickets that joined before opening)
 --   ids   hash: identity -> ticket id
---   seen  sorted set: waiting tickets, by their last sign of life
+--   seen  sorted set: waiting and away tickets, by their last sign of life
+--         (the instances' batched presence renewals write only this)
+--   back  sorted set: away tickets whose visitor came back, by queue index
+--         (they stand ahead of `q`)
+--   away  sorted set: tickets skipped at the head while away, by queue index
 --   adm   sorted set: admitted tickets not yet arrived, by admission time
 --   pas   sorted set: admitted tickets that arrived, by their last activity
 -- and of the room whatever its epoch:
@@ -118,12 +122,17 @@ local function facts(t, ahead)
     v = t.arrived == 1, i = t.init, h = ahead}
 end
 
--- Tickets still waiting ahead of a waiting, placed ticket: its rank in the
--- queue, never more than was shown before.
+-- Tickets still waiting ahead of a waiting, placed ticket: its rank among
+-- the returners, or all of them and its rank in the queue; never more than
+-- was shown before.
 local function ahead_of(t)
   if t.state ~= WAITING or t.qi < 0 then return nil end
-  local rank = redis.call('ZRANK', K('q'), S(t.id))
-  if not rank then return nil end
+  local rank = redis.call('ZRANK', K('back'), S(t.id))
+  if not rank then
+    rank = redis.call('ZRANK', K('q'), S(t.id))
+    if not rank then return nil end
+    rank = rank + redis.call('ZCARD', K('back'))
+  end
   if rank < t.shown then
     t.shown = rank
     t.dirty = true
@@ -131,9 +140,24 @@ local function ahead_of(t)
   return t.shown
 end
 
+-- An away ticket's visitor is back: ahead of the whole queue (everyone in
+-- it joined later).
+local function come_back(t)
+  t.state = WAITING
+  t.dirty = true
+  redis.call('ZREM', K('away'), S(t.id))
+  redis.call('ZADD', K('back'), t.qi, S(t.id))
+  incr('waiting', 1)
+  incr('c_returns', 1)
+  log_back(t)
+end
+
 -- A sign of life: on a waiting ticket it keeps its place; on an admitted
--- one it is its arrival and renews its pass.
+-- one it is its arrival and renews its pass; an away one is back.
 local function touch(t)
+  if t.state == AWAY then
+    come_back(t)
+  end
   if t.state ~= WAITING and t.state ~= ADMITTED then return end
   if NOW > t.seen then t.seen = NOW end
   if t.state == ADMITTED then
@@ -150,24 +174,32 @@ end
 
 -- Timeouts the caller computed its cutoffs with must be the room's: else
 -- the answer is 'stale' with the room's, and the caller asks again.
-local function stale(queue_idle, pass_idle, grace)
+-- (`away` is compared with what a room made before presence existed has:
+-- nothing, read as '0'.)
+local function stale(queue_idle, pass_idle, grace, away)
   if (queue_idle == nil or queue_idle == M['queue_idle_ms'])
       and (pass_idle == nil or pass_idle == M['pass_idle_ms'])
-      and (grace == nil or grace == M['arrival_grace_ms']) then
+      and (grace == nil or grace == M['arrival_grace_ms'])
+      and (away == nil or away == (M['away_grace_ms'] or '0')) then
     return nil
   end
   return reply({r = 'stale', queue_idle_ms = n('queue_idle_ms'),
-    pass_idle_ms = n('pass_idle_ms'), arrival_grace_ms = n('arrival_grace_ms')})
+    pass_idle_ms = n('pass_idle_ms'), arrival_grace_ms = n('arrival_grace_ms'),
+    away_grace_ms = n('away_grace_ms')})
 end
 
--- A waiting ticket leaves the line: on its own (a leave, a revocation, the
--- quiet sweep) or, `popped`, when the head reached it.
+-- A waiting (or away) ticket leaves the line: on its own (a leave, a
+-- revocation, the quiet sweep) or, `popped`, when the head reached it.
 local function left_waiting(t, to, popped)
+  local was = t.state
   t.state = to
   save_ticket(t)
   redis.call('ZREM', K('q'), S(t.id))
   redis.call('ZREM', K('seen'), S(t.id))
-  incr('waiting', -1)
+  redis.call('ZREM', K('back'), S(t.id))
+  redis.call('ZREM', K('away'), S(t.id))
+  -- An away ticket was counted out of the line when it was skipped.
+  if was == WAITING then incr('waiting', -1) end
   incr(ENDED_COUNTER[to], 1)
   if popped then log_pop(t, 'gone') else log_dep(t) end
 end
@@ -195,17 +227,49 @@ local function take_slot()
   return true
 end
 
--- Claims the head of the queue and admits it; tickets quiet since before
--- `quiet_before` met on the way are abandoned and skipped. Returns the
--- admitted id or nil.
-local function pop_and_admit(quiet_before)
+-- Whether anyone may be at the head: in the queue, or back from away.
+local function queued()
+  return redis.call('ZCARD', K('q')) + redis.call('ZCARD', K('back')) > 0
+end
+
+-- The next ticket at the head: a returner first (lowest number), else the
+-- queue's head.
+local function claim_head()
+  local head = redis.call('ZPOPMIN', K('back'))
+  if #head == 0 then head = redis.call('ZPOPMIN', K('q')) end
+  return head[1]
+end
+
+-- The head passed a ticket whose visitor is away: it keeps its number, out
+-- of the line, until its visitor comes back (or stays quiet past
+-- queue_idle: the sweep abandons it from `seen`).
+local function skip(t)
+  t.state = AWAY
+  save_ticket(t)
+  redis.call('ZADD', K('away'), t.qi, S(t.id))
+  incr('waiting', -1)
+  incr('c_skips', 1)
+  log_pop(t, 'away')
+end
+
+-- Claims the head of the queue and admits it. Met on the way, tickets last
+-- seen before `quiet_before` are abandoned and those last seen before
+-- `away_before` are skipped (rules::PresenceTimeouts::at_head gives both
+-- cutoffs). Returns the admitted id or nil.
+local function pop_and_admit(quiet_before, away_before)
+  away_before = away_before or 0
   while true do
-    local head = redis.call('ZPOPMIN', K('q'))
-    if #head == 0 then return nil end
-    local t = load_ticket(head[1])
+    local sid = claim_head()
+    if not sid then return nil end
+    local t = load_ticket(sid)
     if t and t.state == WAITING then
+      -- Renewals write only `seen`'s score.
+      local score = tonumber(redis.call('ZSCORE', K('seen'), sid))
+      if score and score > t.seen then t.seen = score end
       if t.seen < quiet_before then
         left_waiting(t, ABANDONED, true)
+      elseif t.seen < away_before then
+        skip(t)
       else
         t.state = ADMITTED
         t.admat = NOW
@@ -236,13 +300,13 @@ end
 
 -- A permit comes back: pay capacity debt, else hand it to the head, else
 -- the tray. Returns 'retired' | 'to', id | 'tray'.
-local function give_back(quiet_before)
+local function give_back(quiet_before, away_before)
   if n('debt') > 0 then
     incr('debt', -1)
     return 'retired'
   end
-  if admitting() and redis.call('ZCARD', K('q')) > 0 and take_slot() then
-    local id = pop_and_admit(quiet_before)
+  if admitting() and queued() and take_slot() then
+    local id = pop_and_admit(quiet_before, away_before)
     if id then
       incr('c_handoffs', 1)
       return 'to', id
@@ -255,10 +319,10 @@ end
 -- passthrough: admit everyone in line, in order, each on a permit
 -- borrowed as debt (rules::Mode) that the tick pays from the hand and
 -- finishers by retiring theirs. Returns the admitted ids.
-local function admit_everyone(quiet_before)
+local function admit_everyone(quiet_before, away_before)
   local ids = {}
-  while redis.call('ZCARD', K('q')) > 0 do
-    local id = pop_and_admit(quiet_before)
+  while queued() do
+    local id = pop_and_admit(quiet_before, away_before)
     if not id then break end
     incr('debt', 1)
     ids[#ids + 1] = id

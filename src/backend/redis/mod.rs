@@ -25,6 +25,7 @@
 //! with Retry-After; the gate follows `on_backend_error`), and the
 //! connection manager reconnects by itself when it returns.
 
+mod ack;
 mod batch;
 mod conn;
 mod follower;
@@ -54,7 +55,7 @@ use super::{
     Backend, BackendError, Ending, JoinOutcome, JoinRequest, RoomPatch, RoomSnapshot, TicketRef,
     TicketSignal,
 };
-use crate::config::RedisTarget;
+use crate::config::{RedisTarget, RedisWait};
 use crate::engine::rules::{self, RoomFacts, StockTaken};
 use crate::engine::{
     Clock, Departure, DrawRecord, Handoff, RoomId, RoomSettings, TickReport, TicketId, TicketState,
@@ -75,6 +76,8 @@ pub struct RedisOptions {
     pub lease: Duration,
     /// Off in tests that drive `tick` themselves on virtual time.
     pub run_workers: bool,
+    /// Whether changes wait for replicas before they are acknowledged.
+    pub wait: RedisWait,
 }
 
 impl RedisOptions {
@@ -86,6 +89,7 @@ impl RedisOptions {
             target: target.into(),
             lease: Self::DEFAULT_LEASE,
             run_workers: true,
+            wait: RedisWait::OFF,
         }
     }
 }
@@ -96,6 +100,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("target", &self.target)
             .field("lease", &self.lease)
             .field("run_workers", &self.run_workers)
+            .field("wait", &self.wait)
             .finish_non_exhaustive()
     }
 }
@@ -103,6 +108,8 @@ impl std::fmt::Debug for RedisOptions {
 pub struct RedisBackend {
     weak: Weak<Self>,
     conn: Conn,
+    /// Replicas' confirmations, when changes wait for them.
+    acks: Arc<ack::Acks>,
     scripts: Scripts,
     clock: Arc<dyn Clock>,
     options: RedisOptions,
@@ -120,6 +127,8 @@ pub struct RedisBackend {
     /// with other timeouts than the room's answers with the room's, and is
     /// asked again.
     timeouts: DashMap<RoomId, Timeouts>,
+    /// Lines this instance found lost and started again (`recover`).
+    resets: tokio::sync::broadcast::Sender<super::LineReset>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
 }
@@ -144,9 +153,13 @@ impl RedisBackend {
         clock: Arc<dyn Clock>,
     ) -> anyhow::Result<Arc<Self>> {
         let (conn, subscriptions) = Conn::connect(&options.target).await?;
+        if options.wait.is_on() {
+            ack::check_replicas(&conn, options.wait).await;
+        }
         let backend = Arc::new_cyclic(|weak| Self {
             weak: weak.clone(),
             conn,
+            acks: ack::Acks::new(options.wait),
             scripts: Scripts::new(),
             clock,
             options,
@@ -156,6 +169,7 @@ impl RedisBackend {
             followers: DashMap::new(),
             instance: format!("{:016x}", rand::random::<u64>()),
             timeouts: DashMap::new(),
+            resets: tokio::sync::broadcast::channel(64).0,
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
         });
@@ -261,16 +275,22 @@ impl RedisBackend {
         rules::ticket_status(&facts.ticket(), facts.ahead(), room, now)
     }
 
-    /// The quiet cutoff for a hand-off, and the `queue_idle` it was made
-    /// with ('?' before this room's timeouts are known: the script then
-    /// answers with them).
-    fn quiet_args(&self, room: &RoomId, now: u64) -> [String; 2] {
+    /// The quiet cutoff for a hand-off and the `queue_idle` it was made
+    /// with, the away cutoff and the `away_grace` it was made with ('?'
+    /// before this room's timeouts are known: the script then answers with
+    /// them).
+    fn quiet_args(&self, room: &RoomId, now: u64) -> [String; 4] {
         match self.timeouts.get(room) {
-            Some(t) => [
-                rules::quiet_cutoff(now, t.queue_idle_ms).to_string(),
-                t.queue_idle_ms.to_string(),
-            ],
-            None => ["0".into(), "?".into()],
+            Some(t) => {
+                let [away_before, away_grace] = t.away_args(now);
+                [
+                    rules::quiet_cutoff(now, t.queue_idle_ms).to_string(),
+                    t.queue_idle_ms.to_string(),
+                    away_before,
+                    away_grace,
+                ]
+            }
+            None => ["0".into(), "?".into(), "0".into(), "?".into()],
         }
     }
 
@@ -286,8 +306,19 @@ impl RedisBackend {
                 args.push(r.id.to_string());
             }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let written = self.acks.before(&self.conn);
             let answer = match self.run(&self.scripts.status, &key.0, now, &args).await {
                 Ok(raw) => decode::<reply::Status>(&raw),
+                Err(e) => Err(e),
+            };
+            // What a read shows (an admission above all) is shown once the
+            // replicas have it.
+            let answer = match answer {
+                Ok(status) => self
+                    .acks
+                    .confirm(&self.conn, written)
+                    .await
+                    .map(|()| status),
                 Err(e) => Err(e),
             };
             match answer {
@@ -315,8 +346,132 @@ impl RedisBackend {
         }
     }
 
+    /// Run `f`; if the room is gone from Redis and is one of the
+    /// configured rooms, create it again (`recover`, a reset line) and run
+    /// `f` once more.
+    async fn or_recovered<T, F, Fut>(&self, room: &RoomId, f: F) -> Result<T, BackendError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, BackendError>>,
+    {
+        match f().await {
+            Err(BackendError::NoSuchRoom(_)) if self.recover(room).await => f().await,
+            other => other,
+        }
+    }
+
+    async fn join_once(
+        &self,
+        room: &RoomId,
+        request: JoinRequest,
+    ) -> Result<JoinOutcome, BackendError> {
+        let now = self.now();
+        let identity = request
+            .identity
+            .map(|i| format!("{:032x}", i.0))
+            .unwrap_or_default();
+        let (held_epoch, held_id) = request
+            .held
+            .map(|t| (t.epoch.to_string(), t.id.to_string()))
+            .unwrap_or_default();
+        let client = request.client.map(|c| c.to_string()).unwrap_or_default();
+        let since = rules::join_window_start(now).to_string();
+        let replace = if request.replace_ended { "1" } else { "0" };
+        let refuse = if request.refuse_new { "1" } else { "0" };
+        let (nonce, nonce_ttl) = request
+            .nonce
+            .map(|n| {
+                let ttl = n.until_ms.saturating_sub(now).max(1);
+                (hex::encode(n.nonce), ttl.to_string())
+            })
+            .unwrap_or_default();
+        let written = self.acks.before(&self.conn);
+        let raw = self
+            .run(
+                &self.scripts.join,
+                room,
+                now,
+                &[
+                    &identity,
+                    &held_epoch,
+                    &held_id,
+                    replace,
+                    &client,
+                    &since,
+                    refuse,
+                    &nonce,
+                    &nonce_ttl,
+                ],
+            )
+            .await?;
+        match decode::<reply::Join>(&raw)? {
+            reply::Join::Ok {
+                id,
+                new,
+                epoch,
+                t,
+                w,
+            } => {
+                let epoch = epoch
+                    .parse()
+                    .map_err(|_| BackendError::Unavailable("bad epoch in Redis".into()))?;
+                self.acks.confirm(&self.conn, written).await?;
+                let facts = self.room_facts(room, w).await?;
+                Ok(JoinOutcome {
+                    ticket: TicketRef { epoch, id },
+                    is_new: new,
+                    status: Self::status_of(&t, &facts, now),
+                })
+            }
+            reply::Join::Limited { n, oldest, limit } => {
+                match rules::join_allowance(limit, n, Some(oldest), now) {
+                    Err(retry_after) => Err(BackendError::JoinLimited { limit, retry_after }),
+                    // The log said full as of the script; a moment later
+                    // it may not be: the visitor may try again at once.
+                    Ok(()) => Err(BackendError::JoinLimited {
+                        limit,
+                        retry_after: Duration::from_millis(1),
+                    }),
+                }
+            }
+            reply::Join::Denied => Err(BackendError::AccessDenied),
+            reply::Join::Spent => Err(BackendError::NonceSpent),
+            reply::Join::Closed => Err(BackendError::Closed(room.clone())),
+            reply::Join::SoldOut => Err(BackendError::SoldOut(room.clone())),
+            reply::Join::Full => Err(BackendError::Full(room.clone())),
+            reply::Join::NoRoom => Err(BackendError::NoSuchRoom(room.clone())),
+            reply::Join::Reset => Err(BackendError::LineReset),
+        }
+    }
+
     /// One ticket's facts through the batched status reads.
     async fn read_facts(
+        &self,
+        room: &RoomId,
+        t: TicketRef,
+        touch: bool,
+    ) -> Result<(reply::Facts, u64), BackendError> {
+        match self
+            .or_recovered(room, || self.read_facts_once(room, t, touch))
+            .await
+        {
+            Err(BackendError::NoSuchTicket) => Err(self.why_unknown(room, t).await),
+            other => other,
+        }
+    }
+
+    /// Why a script did not know a ticket: it names another incarnation
+    /// of the room (its line was reset), or a number never issued. Asked
+    /// only then, so a known ticket costs no extra round trip.
+    async fn why_unknown(&self, room: &RoomId, t: TicketRef) -> BackendError {
+        match self.epoch(room).await {
+            Ok(epoch) if epoch != t.epoch => BackendError::LineReset,
+            Ok(_) => BackendError::NoSuchTicket,
+            Err(e) => e,
+        }
+    }
+
+    async fn read_facts_once(
         &self,
         room: &RoomId,
         t: TicketRef,
@@ -410,80 +565,8 @@ impl Backend for RedisBackend {
     }
 
     async fn join(&self, room: &RoomId, request: JoinRequest) -> Result<JoinOutcome, BackendError> {
-        let now = self.now();
-        let identity = request
-            .identity
-            .map(|i| format!("{:032x}", i.0))
-            .unwrap_or_default();
-        let (held_epoch, held_id) = request
-            .held
-            .map(|t| (t.epoch.to_string(), t.id.to_string()))
-            .unwrap_or_default();
-        let client = request.client.map(|c| c.to_string()).unwrap_or_default();
-        let since = rules::join_window_start(now).to_string();
-        let replace = if request.replace_ended { "1" } else { "0" };
-        let refuse = if request.refuse_new { "1" } else { "0" };
-        let (nonce, nonce_ttl) = request
-            .nonce
-            .map(|n| {
-                let ttl = n.until_ms.saturating_sub(now).max(1);
-                (hex::encode(n.nonce), ttl.to_string())
-            })
-            .unwrap_or_default();
-        let raw = self
-            .run(
-                &self.scripts.join,
-                room,
-                now,
-                &[
-                    &identity,
-                    &held_epoch,
-                    &held_id,
-                    replace,
-                    &client,
-                    &since,
-                    refuse,
-                    &nonce,
-                    &nonce_ttl,
-                ],
-            )
-            .await?;
-        match decode::<reply::Join>(&raw)? {
-            reply::Join::Ok {
-                id,
-                new,
-                epoch,
-                t,
-                w,
-            } => {
-                let epoch = epoch
-                    .parse()
-                    .map_err(|_| BackendError::Unavailable("bad epoch in Redis".into()))?;
-                let facts = self.room_facts(room, w).await?;
-                Ok(JoinOutcome {
-                    ticket: TicketRef { epoch, id },
-                    is_new: new,
-                    status: Self::status_of(&t, &facts, now),
-                })
-            }
-            reply::Join::Limited { n, oldest, limit } => {
-                match rules::join_allowance(limit, n, Some(oldest), now) {
-                    Err(retry_after) => Err(BackendError::JoinLimited { limit, retry_after }),
-                    // The log said full as of the script; a moment later
-                    // it may not be: the visitor may try again at once.
-                    Ok(()) => Err(BackendError::JoinLimited {
-                        limit,
-                        retry_after: Duration::from_millis(1),
-                    }),
-                }
-            }
-            reply::Join::Denied => Err(BackendError::AccessDenied),
-            reply::Join::Spent => Err(BackendError::NonceSpent),
-            reply::Join::Closed => Err(BackendError::Closed(room.clone())),
-            reply::Join::SoldOut => Err(BackendError::SoldOut(room.clone())),
-            reply::Join::Full => Err(BackendError::Full(room.clone())),
-            reply::Join::NoRoom => Err(BackendError::NoSuchRoom(room.clone())),
-        }
+        self.or_recovered(room, || self.join_once(room, request.clone()))
+            .await
     }
 
     async fn status(
@@ -495,6 +578,39 @@ impl Backend for RedisBackend {
         let (facts, waiting) = self.read_facts(room, t, touch).await?;
         let room_facts = self.room_facts(room, waiting).await?;
         Ok(Self::status_of(&facts, &room_facts, self.now()))
+    }
+
+    async fn renew(&self, room: &RoomId, tickets: &[TicketRef]) -> Result<Duration, BackendError> {
+        // One call per incarnation named (almost always one).
+        let mut epochs: Vec<u64> = tickets.iter().map(|t| t.epoch).collect();
+        epochs.sort_unstable();
+        epochs.dedup();
+        if epochs.is_empty() {
+            epochs.push(0);
+        }
+        let mut grace = RoomSettings::DEFAULT_AWAY_GRACE;
+        for epoch in epochs {
+            let mut args = vec![epoch.to_string()];
+            args.extend(
+                tickets
+                    .iter()
+                    .filter(|t| t.epoch == epoch)
+                    .map(|t| t.id.to_string()),
+            );
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let raw = self
+                .run(&self.scripts.presence, room, self.now(), &args)
+                .await?;
+            match decode::<reply::Presence>(&raw)? {
+                reply::Presence::Ok { away_grace_ms, .. } => {
+                    if away_grace_ms > 0 {
+                        grace = Duration::from_millis(away_grace_ms);
+                    }
+                }
+                reply::Presence::NoRoom => return Err(BackendError::NoSuchRoom(room.clone())),
+            }
+        }
+        Ok(grace)
     }
 
     async fn depart(
@@ -511,17 +627,32 @@ impl Backend for RedisBackend {
         };
         for _ in 0..STALE_RETRIES {
             let now = self.now();
-            let [quiet_before, queue_idle] = self.quiet_args(room, now);
+            let [quiet_before, queue_idle, away_before, away_grace] = self.quiet_args(room, now);
+            let written = self.acks.before(&self.conn);
             let raw = self
                 .run(
                     &self.scripts.depart,
                     room,
                     now,
-                    &[&epoch, &id, mode, &quiet_before, &queue_idle],
+                    &[
+                        &epoch,
+                        &id,
+                        mode,
+                        &quiet_before,
+                        &queue_idle,
+                        &away_before,
+                        &away_grace,
+                    ],
                 )
                 .await?;
             let code = |s: u64| u32::try_from(s).unwrap_or(u32::MAX);
-            return Ok(match decode::<reply::Depart>(&raw)? {
+            let answer = decode::<reply::Depart>(&raw)?;
+            if matches!(answer, reply::Depart::Left | reply::Depart::Gave { .. }) {
+                // A departure, and the hand-off it made, count once the
+                // replicas have them.
+                self.acks.confirm(&self.conn, written).await?;
+            }
+            return Ok(match answer {
                 reply::Depart::Left => Departure::LeftQueue,
                 reply::Depart::Gave { to: Some(next), .. } => {
                     Departure::GaveBack(Handoff::To(code(next)))
@@ -531,8 +662,16 @@ impl Backend for RedisBackend {
                 reply::Depart::Nothing { s } => {
                     Departure::Nothing(TicketState::from_code(s).unwrap_or(TicketState::Abandoned))
                 }
-                reply::Depart::NoTicket => return Err(BackendError::NoSuchTicket),
-                reply::Depart::NoRoom => return Err(BackendError::NoSuchRoom(room.clone())),
+                reply::Depart::NoTicket => return Err(self.why_unknown(room, t).await),
+                reply::Depart::NoRoom => {
+                    // A configured room whose line was lost: started
+                    // again, and this ticket is of the old line.
+                    return Err(if self.recover(room).await {
+                        self.why_unknown(room, t).await
+                    } else {
+                        BackendError::NoSuchRoom(room.clone())
+                    });
+                }
                 reply::Depart::Stale(timeouts) => {
                     self.timeouts.insert(room.clone(), timeouts);
                     continue;
@@ -575,7 +714,7 @@ impl Backend for RedisBackend {
         t: TicketRef,
     ) -> Result<TicketSignal, BackendError> {
         if self.epoch(room).await? != t.epoch {
-            return Err(BackendError::NoSuchTicket);
+            return Err(BackendError::LineReset);
         }
         let notify = self.hub.ticket_notify(room, t.epoch, t.id);
         let hub = self.hub.clone();
@@ -637,6 +776,10 @@ impl Backend for RedisBackend {
 
     async fn close_room(&self, room: &RoomId) -> Result<(), BackendError> {
         self.close(room).await
+    }
+
+    fn line_resets(&self) -> Option<tokio::sync::broadcast::Receiver<super::LineReset>> {
+        Some(self.resets.subscribe())
     }
 
     async fn shutdown(&self) {

@@ -9,8 +9,14 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeOwned, Deserializer};
 
 use crate::backend::BackendError;
-use crate::engine::rules::{AdmissionRate, Mode, PassTimeouts, TicketFacts};
-use crate::engine::{RoomView, TicketState};
+use crate::engine::rules::{
+    self, AdmissionRate, Mode, PassTimeouts, PresenceTimeouts, TicketFacts,
+};
+use crate::engine::{RoomSettings, RoomView, TicketState};
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
 
 /// Decode a script's answer.
 pub fn decode<T: DeserializeOwned>(raw: &str) -> Result<T, BackendError> {
@@ -98,6 +104,9 @@ pub enum Join {
     SoldOut,
     Full,
     NoRoom,
+    /// The carried ticket names another incarnation of the room, and no
+    /// new ticket was asked for.
+    Reset,
 }
 
 /// One ticket of a batched status read: its facts, or unknown (`{x = 'noticket'}`).
@@ -126,15 +135,47 @@ pub struct Timeouts {
     pub queue_idle_ms: u64,
     pub pass_idle_ms: u64,
     pub arrival_grace_ms: u64,
+    /// 0 for a room stored before presence existed.
+    #[serde(default)]
+    pub away_grace_ms: u64,
 }
 
 impl Timeouts {
+    /// What the head judges presence by; a room without a stored grace has
+    /// the default one.
+    pub fn presence(&self) -> PresenceTimeouts {
+        let away_grace_ms = match self.away_grace_ms {
+            0 => millis(RoomSettings::DEFAULT_AWAY_GRACE),
+            ms => ms,
+        };
+        PresenceTimeouts {
+            away_grace_ms,
+            queue_idle_ms: self.queue_idle_ms,
+        }
+    }
+
+    /// The away cutoff at `now`, and the grace as the room stores it (for
+    /// the script's check that the two agree).
+    pub fn away_args(&self, now: u64) -> [String; 2] {
+        [
+            rules::away_cutoff(now, self.presence().away_grace_ms).to_string(),
+            self.away_grace_ms.to_string(),
+        ]
+    }
+
     pub fn pass(&self) -> PassTimeouts {
         PassTimeouts {
             pass_idle_ms: self.pass_idle_ms,
             arrival_grace_ms: self.arrival_grace_ms,
         }
     }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "r", rename_all = "lowercase")]
+pub enum Presence {
+    Ok { away_grace_ms: u64 },
+    NoRoom,
 }
 
 #[derive(Debug, Deserialize)]

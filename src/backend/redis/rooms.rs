@@ -51,6 +51,48 @@ impl RedisBackend {
         settings: RoomSettings,
         replace: bool,
     ) -> Result<u64, BackendError> {
+        Ok(self.create_room(settings, replace).await?.0)
+    }
+
+    /// A configured room that Redis no longer has (it restarted without
+    /// persistence, or its data was flushed) is created again, as a new
+    /// line: tickets of the lost one name its old epoch and are told
+    /// their line was reset. Of the instances that find it gone at once,
+    /// the one whose create made the room reports the reset (a log line,
+    /// and `line_resets` for the webhook and the metric). True when the
+    /// room exists again.
+    pub(super) async fn recover(&self, room: &RoomId) -> bool {
+        let Some(settings) = self.configured.iter().find(|s| &s.id == room).cloned() else {
+            return false;
+        };
+        match self.create_room(settings, false).await {
+            Ok((epoch, true)) => {
+                tracing::warn!(
+                    room = %room,
+                    epoch,
+                    "the room's line was lost in Redis (a restart without persistence, or flushed data) and started again; tickets of the old line are told it was reset"
+                );
+                let _ = self.resets.send(crate::backend::LineReset {
+                    room: room.clone(),
+                    epoch,
+                });
+                true
+            }
+            Ok((_, false)) => true,
+            Err(e) => {
+                tracing::debug!(room = %room, error = %e, "could not create a lost room again");
+                false
+            }
+        }
+    }
+
+    /// Create (or replace) a room: its epoch, and whether this call made
+    /// it (false: it existed and was kept).
+    async fn create_room(
+        &self,
+        settings: RoomSettings,
+        replace: bool,
+    ) -> Result<(u64, bool), BackendError> {
         let epoch = rand::random::<u64>().max(1);
         let seed = LotterySeed::random();
         let lottery = settings.order == Order::Lottery;
@@ -60,6 +102,7 @@ impl RedisBackend {
             "pass_idle_ms": ms(settings.pass_idle),
             "arrival_grace_ms": ms(settings.arrival_grace),
             "queue_idle_ms": ms(settings.queue_idle),
+            "away_grace_ms": ms(settings.away_grace),
             "join_limit": settings.join_limit_per_minute.to_string(),
             "opens_at": settings.opens_at.map(|t| t.to_string()).unwrap_or_default(),
             "order": match settings.order {
@@ -99,10 +142,11 @@ impl RedisBackend {
                 // end now, and the follower reads the new one.
                 self.hub.retire(&settings.id);
                 self.publish(&settings.id, &view, true, "", None).await?;
-                Ok(epoch)
+                Ok((epoch, true))
             }
             reply::Changed::Exists { epoch } => epoch
                 .parse()
+                .map(|e| (e, false))
                 .map_err(|_| BackendError::Unavailable("bad epoch in Redis".into())),
             other => Err(unexpected(&other)),
         }
@@ -134,6 +178,7 @@ impl RedisBackend {
             ("pass_idle_ms", patch.pass_idle),
             ("arrival_grace_ms", patch.arrival_grace),
             ("queue_idle_ms", patch.queue_idle),
+            ("away_grace_ms", patch.away_grace),
         ] {
             if let Some(v) = v {
                 put(k, ms(v));
@@ -180,6 +225,7 @@ impl RedisBackend {
         let mut mode = stored_mode(meta.get("mode"));
         loop {
             let taken = take_stock(stock, mode, purchased);
+            let written = self.acks.before(&self.conn);
             let raw = self
                 .run(
                     &self.scripts.purchase,
@@ -195,6 +241,8 @@ impl RedisBackend {
                 .await?;
             match decode::<reply::Purchase>(&raw)? {
                 reply::Purchase::Ok { view } => {
+                    // A sale counted is a sale a failover must not forget.
+                    self.acks.confirm(&self.conn, written).await?;
                     self.publish(room, &view, false, "", None).await?;
                     return Ok(Some(taken));
                 }
@@ -311,6 +359,10 @@ impl RedisBackend {
         settings.pass_idle = dur("pass_idle_ms");
         settings.arrival_grace = dur("arrival_grace_ms");
         settings.queue_idle = dur("queue_idle_ms");
+        // A room stored before presence existed has no grace: the default.
+        if f.0.contains_key("away_grace_ms") {
+            settings.away_grace = dur("away_grace_ms");
+        }
         settings.join_limit_per_minute = u32::try_from(num("join_limit")).unwrap_or(0);
         settings.admit_per_minute =
             Some(u32::try_from(num("admit_cap")).unwrap_or(0)).filter(|&c| c > 0);
@@ -344,6 +396,8 @@ impl RedisBackend {
                 revocations: num("c_revocations"),
                 expirations: num("c_expirations"),
                 abandonments: num("c_abandonments"),
+                skips: num("c_skips"),
+                returns: num("c_returns"),
                 peak_admitted: num("peak"),
                 waits,
             },
@@ -439,8 +493,8 @@ impl RedisBackend {
                     backend.ensure_worker(&room);
                 }
                 Some(HubEvent::Resubscribed) => {
-                    for settings in backend.configured.clone() {
-                        let _ = backend.create(settings, false).await;
+                    for settings in &backend.configured {
+                        backend.recover(&settings.id).await;
                     }
                 }
                 None => {

@@ -26,6 +26,7 @@ fn room_script(constants: &str, body: &str) -> Script {
 pub struct Scripts {
     pub join: Script,
     pub status: Script,
+    pub presence: Script,
     pub depart: Script,
     pub tick: Script,
     pub publish: Script,
@@ -46,6 +47,7 @@ impl Scripts {
         Self {
             join: room_script(&c, include_str!("join.lua")),
             status: room_script(&c, include_str!("status.lua")),
+            presence: room_script(&c, include_str!("presence.lua")),
             depart: room_script(&c, include_str!("depart.lua")),
             tick: room_script(&c, include_str!("tick.lua")),
             publish: room_script(&c, include_str!("publish.lua")),

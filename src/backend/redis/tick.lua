@@ -4,7 +4,9 @@
 -- (an operator's or a test's tick). ARGV[4] = admitted-but-never-arrived
 -- cutoff, ARGV[5] = idle-pass cutoff, ARGV[6] = quiet cutoff
 -- (rules::PassTimeouts::cutoffs, rules::quiet_cutoff), ARGV[7..9] = the
--- queue_idle, pass_idle and arrival_grace they were computed with.
+-- queue_idle, pass_idle and arrival_grace they were computed with,
+-- ARGV[10] = the away cutoff (rules::away_cutoff), ARGV[11] = the
+-- away_grace it was computed with.
 -- Returns {r = 'notowner'} | {r = 'open_needed'} | {r = 'noroom'} | {r = 'stale', ...}
 --       | {r = 'ok', closed = true, tick_ms}
 --       | {r = 'ok', tick_ms, from_tray, abandoned, admitted = [ids], expired = [ids],
@@ -14,10 +16,10 @@ if ARGV[3] ~= '' and redis.call('GET', P .. 'lease') ~= ARGV[3] then
 end
 if not room({'closed', 'open', 'opens_at', 'paused', 'mode', 'hand', 'tray', 'debt', 'cap_interval_us',
     'cap_tolerance_us', 'tat_us', 'queue_idle_ms', 'pass_idle_ms', 'arrival_grace_ms', 'tick_ms',
-    'peak', 'c_admissions', 'last_tick_ms', 'adm_at_last_tick'}) then
+    'peak', 'c_admissions', 'last_tick_ms', 'adm_at_last_tick', 'away_grace_ms'}) then
   return reply({r = 'noroom'})
 end
-local again = stale(ARGV[7], ARGV[8], ARGV[9])
+local again = stale(ARGV[7], ARGV[8], ARGV[9], ARGV[11])
 if again then return again end
 if M['closed'] == '1' then return reply({r = 'ok', closed = true, tick_ms = n('tick_ms')}) end
 if M['open'] ~= '1' and M['opens_at'] and M['opens_at'] ~= ''
@@ -54,7 +56,7 @@ local function pay_debt()
 end
 pay_debt()
 
-local quiet_before = tonumber(ARGV[6])
+local quiet_before, away_before = tonumber(ARGV[6]), tonumber(ARGV[10])
 local admitted, from_tray = {}, 0
 if admitting() then
   while true do
@@ -68,24 +70,24 @@ if admitting() then
       pay_debt()
       if n('hand') == 0 then break end
     end
-    if redis.call('ZCARD', K('q')) == 0 or not take_slot() then break end
-    local id = pop_and_admit(quiet_before)
+    if not queued() or not take_slot() then break end
+    local id = pop_and_admit(quiet_before, away_before)
     if not id then break end
     incr('hand', -1)
     admitted[#admitted + 1] = id
   end
   if MODE_ADMITS_EVERYONE[mode()] then
-    for _, id in ipairs(admit_everyone(quiet_before)) do admitted[#admitted + 1] = id end
+    for _, id in ipairs(admit_everyone(quiet_before, away_before)) do admitted[#admitted + 1] = id end
   end
 end
 
--- Mark quiet waiting tickets abandoned, a bounded slice per tick.
+-- Mark quiet waiting (and away) tickets abandoned, a bounded slice per tick.
 local abandoned = 0
 local quiet = redis.call('ZRANGEBYSCORE', K('seen'), '-inf', '(' .. ARGV[6],
   'LIMIT', 0, SWEEP_BUDGET)
 for _, sid in ipairs(quiet) do
   local t = load_ticket(sid)
-  if t and t.state == WAITING then
+  if t and (t.state == WAITING or t.state == AWAY) then
     left_waiting(t, ABANDONED)
     abandoned = abandoned + 1
   else

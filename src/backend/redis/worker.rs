@@ -35,14 +35,22 @@ impl RedisBackend {
                         t.queue_idle_ms.to_string(),
                         t.pass_idle_ms.to_string(),
                         t.arrival_grace_ms.to_string(),
+                        t.away_args(now)[0].clone(),
+                        t.away_args(now)[1].clone(),
                     ]
                 }
                 None => std::array::from_fn(|_| "?".to_owned()),
             };
             let mut all = vec![owner];
             all.extend(args.iter().map(String::as_str));
+            let written = self.acks.before(&self.conn);
             let raw = self.run(&self.scripts.tick, room, now, &all).await?;
-            match decode::<reply::Tick>(&raw)? {
+            let answer = decode::<reply::Tick>(&raw)?;
+            if matches!(answer, reply::Tick::Ok { .. }) {
+                // Its admissions are published once the replicas have them.
+                self.acks.confirm(&self.conn, written).await?;
+            }
+            match answer {
                 reply::Tick::NotOwner => return Ok(None),
                 reply::Tick::NoRoom => return Err(BackendError::NoSuchRoom(room.clone())),
                 reply::Tick::Stale(timeouts) => {
@@ -94,6 +102,20 @@ impl RedisBackend {
         Err(BackendError::Unavailable(
             "the room's tick did not settle".into(),
         ))
+    }
+}
+
+impl RedisBackend {
+    /// One tick as the worker holding lease `token` runs it: `None`, with
+    /// nothing changed, when the room's lease is not that token (the
+    /// script checks it). The worker loop does the same; tests call it to
+    /// run two workers for one room at once.
+    pub async fn tick_as_worker(
+        &self,
+        room: &RoomId,
+        token: &str,
+    ) -> Result<Option<TickReport>, BackendError> {
+        Ok(self.tick_as(room, token).await?.map(|(report, _)| report))
     }
 }
 
@@ -166,6 +188,9 @@ pub(super) async fn run_worker(me: Weak<RedisBackend>, room: RoomId) {
                     holding = false;
                     wake = now + renew_every;
                     continue;
+                }
+                Err(BackendError::NoSuchRoom(_)) if backend.recover(&room).await => {
+                    next_tick = now;
                 }
                 Err(e) => {
                     tracing::debug!(room = %room, error = %e, "tick failed");

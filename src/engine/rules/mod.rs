@@ -8,6 +8,7 @@
 //!   from its facts and the room's; the one status type that goes out
 //! - `rate`: the smoothed admission rate and the cap on admissions
 //! - `publish`: when a changed room view is worth sending to every stream
+//! - `presence`: what the head does with a ticket whose visitor may be gone
 //! - `capacity`: where permits go when capacity changes
 //! - `mode`: queueing modes (queue, passthrough, maintenance, sold out)
 //!   and the stock a room has left
@@ -22,6 +23,7 @@
 mod capacity;
 mod join_limit;
 mod mode;
+mod presence;
 mod publish;
 mod rate;
 mod state;
@@ -31,12 +33,13 @@ mod waits;
 pub use capacity::{Counter, GROW, Plan, SHRINK, Transfer, resize};
 pub use join_limit::{JOIN_WINDOW_MS, join_allowance, join_window_start};
 pub use mode::{Mode, STOCK_MAX, StockTaken, mode_with_stock, take_stock};
+pub use presence::{AtHead, PresenceTimeouts, RENEWALS_PER_GRACE, away_cutoff, renew_every};
 pub use publish::{Visible, worth_publishing};
 pub use rate::{AdmissionRate, AdmitCap};
 pub use state::{Status, TicketState};
 pub use status::{
-    Eta, PassCutoffs, PassTimeouts, RoomFacts, TicketFacts, TicketStatus, eta, progress,
-    quiet_cutoff, ticket_status,
+    Eta, PassCutoffs, PassTimeouts, RoomFacts, StatusBody, TicketFacts, TicketStatus, eta,
+    progress, quiet_cutoff, ticket_status,
 };
 pub use waits::{WAIT_BUCKETS_MS, wait_bucket};
 

@@ -24,7 +24,9 @@
 use serde::{Deserialize, Serialize};
 
 /// How a room treats its visitors now.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// The fair line: admission by the permits, in ticket order.

@@ -26,11 +26,16 @@ pub enum TicketState {
     Left = 5,
     /// Went quiet in the queue past `queue_idle`; skipped when reached.
     Abandoned = 6,
+    /// Skipped at the head while its visitor was absent (no live stream,
+    /// nothing heard for `away_grace`). Keeps its number; its visitor's
+    /// return puts it ahead of the line again, `queue_idle` of quiet
+    /// abandons it.
+    Away = 7,
 }
 
 impl TicketState {
     /// Every state, in code order.
-    pub const ALL: [TicketState; 7] = [
+    pub const ALL: [TicketState; 8] = [
         Self::Waiting,
         Self::Admitted,
         Self::Released,
@@ -38,6 +43,7 @@ impl TicketState {
         Self::Expired,
         Self::Left,
         Self::Abandoned,
+        Self::Away,
     ];
 
     /// The number a store keeps this state as.
@@ -59,18 +65,25 @@ impl TicketState {
             Self::Expired => "expired",
             Self::Left => "left",
             Self::Abandoned => "abandoned",
+            Self::Away => "away",
         }
     }
 
+    /// Holds a place or a permit (an away ticket still holds its place).
     pub fn is_live(self) -> bool {
-        matches!(self, Self::Waiting | Self::Admitted)
+        matches!(self, Self::Waiting | Self::Admitted | Self::Away)
+    }
+
+    /// Waiting for a permit, in the line or skipped while away.
+    pub fn is_queued(self) -> bool {
+        matches!(self, Self::Waiting | Self::Away)
     }
 
     /// The room counter an end in this state counts in (`RoomStats`'s
     /// field); `None` for the live states.
     pub const fn ended_counter(self) -> Option<&'static str> {
         match self {
-            Self::Waiting | Self::Admitted => None,
+            Self::Waiting | Self::Admitted | Self::Away => None,
             Self::Released => Some("releases"),
             Self::Revoked => Some("revocations"),
             Self::Expired => Some("expirations"),
@@ -83,7 +96,7 @@ impl TicketState {
 /// What a ticket's holder is told: the API's `status`, the event names of
 /// the stream and the page shown. Coarser than [`TicketState`]: a visitor
 /// need not know whether an operator or the worker ended the wait.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     Waiting,
@@ -103,7 +116,8 @@ impl Status {
             return Self::Closed;
         }
         match state {
-            TicketState::Waiting => Self::Waiting,
+            // Away is the store's business: its visitor, back, waits again.
+            TicketState::Waiting | TicketState::Away => Self::Waiting,
             TicketState::Admitted => Self::Admitted,
             TicketState::Released | TicketState::Left => Self::Left,
             TicketState::Revoked | TicketState::Expired | TicketState::Abandoned => Self::Expired,
@@ -134,7 +148,7 @@ mod tests {
                 serde_json::json!(s.name())
             );
         }
-        assert_eq!(TicketState::from_code(7), None);
+        assert_eq!(TicketState::from_code(8), None);
     }
 
     #[test]

@@ -8,8 +8,9 @@
 //! (`Departures`), the Redis backend with the rank in its queue set, and a
 //! stream may compute it from a replica of either.
 
-use serde::Deserialize;
-use serde::ser::{Serialize, SerializeStruct, Serializer};
+use serde::ser::Serializer;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::mode::Mode;
 use super::rate::AdmissionRate;
@@ -172,29 +173,67 @@ impl TicketStatus {
     }
 }
 
-/// The wire form: `{status, number, position, ahead, eta_seconds,
-/// eta_low_seconds, eta_high_seconds, progress, queue_length, paused,
-/// mode, stock, opens_at, pass_expires_at, updated_at}`, times in RFC 3339,
-/// progress to three decimals.
+/// The wire form of a [`TicketStatus`]: times in RFC 3339, progress to
+/// three decimals. The API's JSON and its OpenAPI schema are both made from
+/// this one struct, so they cannot disagree.
+#[derive(Serialize, ToSchema)]
+#[schema(as = TicketStatus)]
+pub struct StatusBody {
+    pub status: Status,
+    /// Queue number (1-based); `null` in the pre-queue before the draw.
+    pub number: Option<u64>,
+    /// Place in line (1 = next); `null` unless waiting and placed.
+    #[schema(minimum = 1)]
+    pub position: Option<u64>,
+    /// Tickets still waiting ahead.
+    pub ahead: Option<u64>,
+    /// Expected wait; `null` when not waiting or not yet estimable.
+    pub eta_seconds: Option<u64>,
+    pub eta_low_seconds: Option<u64>,
+    pub eta_high_seconds: Option<u64>,
+    /// 0.0 at join, 1.0 at the head of the line.
+    #[schema(minimum = 0.0, maximum = 1.0)]
+    pub progress: f64,
+    /// Tickets waiting in the room.
+    pub queue_length: u64,
+    pub paused: bool,
+    /// How the room queues now; `sold_out` comes with `status: closed`.
+    pub mode: Mode,
+    /// Units left to sell, for a room that counts its stock.
+    pub stock: Option<u64>,
+    /// While the room has not opened yet.
+    pub opens_at: Option<Timestamp>,
+    /// For an admitted ticket: when the pass lapses without activity.
+    pub pass_expires_at: Option<Timestamp>,
+    /// When this status was computed.
+    pub updated_at: Timestamp,
+}
+
+impl From<&TicketStatus> for StatusBody {
+    fn from(t: &TicketStatus) -> Self {
+        Self {
+            status: t.status(),
+            number: t.number,
+            position: t.position,
+            ahead: t.ahead,
+            eta_seconds: t.eta.map(|e| e.expected_secs),
+            eta_low_seconds: t.eta.map(|e| e.low_secs),
+            eta_high_seconds: t.eta.map(|e| e.high_secs),
+            progress: (t.progress * 1000.0).round() / 1000.0,
+            queue_length: t.queue_length,
+            paused: t.paused,
+            mode: t.mode,
+            stock: t.stock,
+            opens_at: t.opens_at,
+            pass_expires_at: t.pass_expires_at,
+            updated_at: t.at,
+        }
+    }
+}
+
 impl Serialize for TicketStatus {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_struct("TicketStatus", 15)?;
-        m.serialize_field("status", &self.status())?;
-        m.serialize_field("number", &self.number)?;
-        m.serialize_field("position", &self.position)?;
-        m.serialize_field("ahead", &self.ahead)?;
-        m.serialize_field("eta_seconds", &self.eta.map(|e| e.expected_secs))?;
-        m.serialize_field("eta_low_seconds", &self.eta.map(|e| e.low_secs))?;
-        m.serialize_field("eta_high_seconds", &self.eta.map(|e| e.high_secs))?;
-        m.serialize_field("progress", &((self.progress * 1000.0).round() / 1000.0))?;
-        m.serialize_field("queue_length", &self.queue_length)?;
-        m.serialize_field("paused", &self.paused)?;
-        m.serialize_field("mode", &self.mode)?;
-        m.serialize_field("stock", &self.stock)?;
-        m.serialize_field("opens_at", &self.opens_at)?;
-        m.serialize_field("pass_expires_at", &self.pass_expires_at)?;
-        m.serialize_field("updated_at", &self.at)?;
-        m.end()
+        StatusBody::from(self).serialize(s)
     }
 }
 

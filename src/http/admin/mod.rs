@@ -14,7 +14,7 @@
 //! `PATCH` bodies use the same keys, each field left out, `null` or given
 //! (`patch`); both answer 422 naming the field.
 
-mod patch;
+pub(crate) mod patch;
 
 use std::convert::Infallible;
 
@@ -28,12 +28,14 @@ use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use utoipa::ToSchema;
 
 use super::access::AccessBook;
 use super::api::{self, PurchaseBody};
 use super::auth::require_admin;
 use super::error::ApiError;
 use super::extract::{Admin, Room};
+use super::openapi::{ErrorBody, RoomParam};
 use super::state::AppState;
 use crate::backend::{BackendError, RoomSnapshot, TicketRef};
 use crate::config::{ConfigError, RoomTable};
@@ -44,12 +46,14 @@ use crate::token::MAX_TOKEN_LEN;
 
 /// A room as operators see it: settings in the shape `PUT` accepts, live
 /// counts, figures over the last minute and totals since creation.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Room)]
 pub struct RoomBody {
     pub id: RoomId,
     /// The room's incarnation: bumped by every `PUT`, voiding old tickets.
     pub epoch: u64,
     /// `open`, `paused`, `scheduled` (before `opens_at`) or `closed`.
+    #[schema(value_type = String, example = "open")]
     pub state: &'static str,
     /// `queue`, `passthrough`, `maintenance` or `sold_out`.
     pub mode: Mode,
@@ -90,6 +94,7 @@ pub struct RoomBody {
     pub lottery_seed: Option<String>,
     /// Proof of work and enqueue tokens: the modes, the difficulty asked
     /// now, and which keys are set (never the keys themselves).
+    #[schema(value_type = Object)]
     pub access: Value,
     pub updated_at: Timestamp,
 }
@@ -195,8 +200,27 @@ fn table(id: &RoomId, mut map: Map<String, Value>) -> Result<RoomTable, ApiError
 
 // ----- rooms -------------------------------------------------------------
 
-/// `GET /admin/rooms`
-pub async fn list(State(state): State<AppState>, _: Admin) -> Result<Json<Value>, ApiError> {
+/// Every room.
+#[derive(Serialize, ToSchema)]
+#[schema(as = RoomList)]
+pub struct RoomList {
+    pub rooms: Vec<RoomBody>,
+}
+
+/// Every room with its live figures
+#[utoipa::path(
+    get,
+    path = "/admin/rooms",
+    tag = "admin",
+    security(("admin" = [])),
+    responses(
+        (status = 200, description = "Every room.", body = RoomList),
+        (status = 401, description = "No admin token, or a wrong one.", body = ErrorBody),
+        (status = 404, description = "The admin API is off (no admin token configured).", body = ErrorBody),
+        (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
+    ),
+)]
+pub async fn list(State(state): State<AppState>, _: Admin) -> Result<Json<RoomList>, ApiError> {
     let rooms: Vec<RoomBody> = state
         .backend
         .list_rooms()
@@ -204,10 +228,23 @@ pub async fn list(State(state): State<AppState>, _: Admin) -> Result<Json<Value>
         .iter()
         .map(|s| body(&state, s))
         .collect();
-    Ok(Json(json!({ "rooms": rooms })))
+    Ok(Json(RoomList { rooms }))
 }
 
-/// `GET /admin/rooms/{room}`
+/// One room with its live figures
+#[utoipa::path(
+    get,
+    path = "/admin/rooms/{room}",
+    tag = "admin",
+    params(RoomParam),
+    security(("admin" = [])),
+    responses(
+        (status = 200, description = "The room.", body = RoomBody),
+        (status = 401, description = "No admin token, or a wrong one.", body = ErrorBody),
+        (status = 404, description = "No such room, or the admin API is off.", body = ErrorBody),
+        (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
+    ),
+)]
 pub async fn get_room(
     State(state): State<AppState>,
     _: Admin,
@@ -217,9 +254,29 @@ pub async fn get_room(
     Ok(Json(body(&state, &s)))
 }
 
-/// `PUT /admin/rooms/{room}`: create, or replace (a new epoch: the old
-/// room's tickets are void and its streams are told it closed). 201 for a
-/// new room, 200 for a replaced one.
+/// Create or replace a room
+///
+/// The body has the keys of a `[[rooms]]` table of the config file; `id`
+/// may be left out. Replacing starts a new epoch: the old room's tickets
+/// are void and its streams are told it closed.
+#[utoipa::path(
+    put,
+    path = "/admin/rooms/{room}",
+    tag = "admin",
+    params(RoomParam),
+    request_body(content = RoomTable, content_type = "application/json"),
+    security(("admin" = [])),
+    responses(
+        (status = 201, description = "A new room.", body = RoomBody),
+        (status = 200, description = "The room, replaced.", body = RoomBody),
+        (status = 400, description = "The body is not JSON.", body = ErrorBody),
+        (status = 401, description = "No admin token, or a wrong one.", body = ErrorBody),
+        (status = 404, description = "The admin API is off, or the path names no possible room.", body = ErrorBody),
+        (status = 413, description = "The body is too large."),
+        (status = 422, description = "A field is unknown or out of range; the message names it.", body = ErrorBody),
+        (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
+    ),
+)]
 pub async fn put_room(
     State(state): State<AppState>,
     _: Admin,
@@ -246,13 +303,32 @@ pub async fn put_room(
     Ok((status, Json(body(&state, &s))).into_response())
 }
 
-/// `PATCH /admin/rooms/{room}`: change the mode, the stock left, capacity,
-/// pause or resume, open now,
-/// the admission cap (`null` removes it), the tick, timeouts, the join
-/// limit, or the access rules (`null` retires a previous enqueue key).
-/// Applies live, in one step: fields left out stay as they are, so two
-/// operators changing different fields at once both get their change.
-/// Lowering capacity admits nobody new until the admitted count is below it.
+/// Change a running room
+///
+/// The mode, the stock left, capacity, pause or resume, open now, the
+/// admission cap (`null` removes it), the tick, timeouts, the join limit, or the access rules (`null`
+/// retires a previous enqueue key). Applies live, in one step: fields left
+/// out stay as they are, so two operators changing different fields at
+/// once both get their change. Lowering capacity admits nobody new until
+/// the admitted count is below it.
+#[utoipa::path(
+    patch,
+    path = "/admin/rooms/{room}",
+    tag = "admin",
+    params(RoomParam),
+    request_body(content = patch::PatchBody, content_type = "application/json"),
+    security(("admin" = [])),
+    responses(
+        (status = 200, description = "The room, changed.", body = RoomBody),
+        (status = 400, description = "The body is not JSON.", body = ErrorBody),
+        (status = 401, description = "No admin token, or a wrong one.", body = ErrorBody),
+        (status = 404, description = "No such room, or the admin API is off.", body = ErrorBody),
+        (status = 410, description = "The room is closed.", body = ErrorBody),
+        (status = 413, description = "The body is too large."),
+        (status = 422, description = "A field is unknown, fixed or out of range; the message names it.", body = ErrorBody),
+        (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
+    ),
+)]
 pub async fn patch_room(
     State(state): State<AppState>,
     _: Admin,
@@ -296,9 +372,23 @@ pub async fn patch_room(
     Ok(Json(body(&state, &s)))
 }
 
-/// `DELETE /admin/rooms/{room}`: close the room. Joins are refused, waiting
-/// visitors' streams get `closed` and their page says so; admitted visitors
-/// keep their pass until they leave.
+/// Close a room
+///
+/// Joins are refused, waiting visitors' streams get `closed` and their page
+/// says so; admitted visitors keep their pass until they leave.
+#[utoipa::path(
+    delete,
+    path = "/admin/rooms/{room}",
+    tag = "admin",
+    params(RoomParam),
+    security(("admin" = [])),
+    responses(
+        (status = 204, description = "Closed (also when it already was)."),
+        (status = 401, description = "No admin token, or a wrong one.", body = ErrorBody),
+        (status = 404, description = "No such room, or the admin API is off.", body = ErrorBody),
+        (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
+    ),
+)]
 pub async fn delete_room(
     State(state): State<AppState>,
     _: Admin,
@@ -313,16 +403,49 @@ pub async fn delete_room(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `POST /admin/rooms/{room}/revoke` with `{"ticket": "<token>"}`: takes a
-/// waiting ticket out of the line or an admitted one's permit (handed to
-/// the next in line). Revoking a ticket that already ended frees nothing
-/// and says so.
+/// What a revocation did.
+#[derive(Serialize, ToSchema)]
+#[schema(as = Revoked)]
+pub struct RevokeBody {
+    /// Whether this call ended the ticket (false: it had already ended).
+    pub revoked: bool,
+    /// What the ticket was: `waiting`, `admitted`, or how it had ended.
+    #[schema(value_type = String)]
+    pub was: &'static str,
+    /// Where an admitted ticket's permit went: `handed_to_next`, `tray` or
+    /// `retired` (capacity was lowered).
+    #[schema(value_type = Option<String>)]
+    pub permit: Option<&'static str>,
+}
+
+/// Revoke a ticket
+///
+/// Takes a waiting ticket out of the line, or an admitted one's permit
+/// (handed to the next in line). Revoking a ticket that already ended
+/// frees nothing and says so.
+#[utoipa::path(
+    post,
+    path = "/admin/rooms/{room}/revoke",
+    tag = "admin",
+    params(RoomParam),
+    request_body(content = super::api::TicketBody, content_type = "application/json"),
+    security(("admin" = [])),
+    responses(
+        (status = 200, description = "What the revocation did.", body = RevokeBody),
+        (status = 400, description = "The body is not JSON.", body = ErrorBody),
+        (status = 401, description = "No admin token, or a wrong one.", body = ErrorBody),
+        (status = 404, description = "No such room or ticket, or the admin API is off.", body = ErrorBody),
+        (status = 413, description = "The body is too large."),
+        (status = 422, description = "No ticket, a damaged one, or one of another room.", body = ErrorBody),
+        (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
+    ),
+)]
 pub async fn revoke(
     State(state): State<AppState>,
     _: Admin,
     Room(id): Room,
     bytes: Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RevokeBody>, ApiError> {
     let mut map = object(&bytes)?;
     if let Some(key) = map.keys().find(|k| k.as_str() != "ticket") {
         return Err(invalid_field(key, "unknown field, expected ticket"));
@@ -351,7 +474,9 @@ pub async fn revoke(
     };
     let departure = match state.backend.revoke(&id, ticket).await {
         Ok(d) => d,
-        Err(BackendError::NoSuchTicket) => {
+        // A ticket of a replaced room's earlier line is, to an operator,
+        // simply not in this room (visitors are told `line_reset`).
+        Err(BackendError::NoSuchTicket | BackendError::LineReset) => {
             return Err(ApiError::new(
                 StatusCode::NOT_FOUND,
                 "unknown_ticket",
@@ -374,22 +499,45 @@ pub async fn revoke(
         Departure::Nothing(s) => (false, s.name(), None),
     };
     tracing::info!(room = %id, ticket = claim.ticket, revoked, was, "admin: ticket revoked");
-    Ok(Json(
-        json!({ "revoked": revoked, "was": was, "permit": permit }),
-    ))
+    Ok(Json(RevokeBody {
+        revoked,
+        was,
+        permit,
+    }))
 }
 
 /// The body of `POST /admin/rooms/{room}/purchases`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PurchaseReport {
+    /// Units sold.
+    #[schema(minimum = 1)]
     pub purchased: u64,
 }
 
-/// `POST /admin/rooms/{room}/purchases` with `{"purchased": n}`: sales the
-/// origin could not report with a release (a phone order, a batch), taken
-/// off the room's stock like a release's `purchased`. 409 for a room that
-/// does not count stock.
+/// Report purchases
+///
+/// Sales the origin could not report with a release (a phone order, a
+/// batch), taken off the room's stock like a release's `purchased`; the
+/// report that takes the last unit turns the room sold out.
+#[utoipa::path(
+    post,
+    path = "/admin/rooms/{room}/purchases",
+    tag = "admin",
+    params(RoomParam),
+    request_body(content = PurchaseReport, content_type = "application/json"),
+    security(("admin" = [])),
+    responses(
+        (status = 200, description = "What the report did.", body = PurchaseBody),
+        (status = 400, description = "The body is not JSON.", body = ErrorBody),
+        (status = 401, description = "No admin token, or a wrong one.", body = ErrorBody),
+        (status = 404, description = "No such room, or the admin API is off.", body = ErrorBody),
+        (status = 409, description = "The room does not count stock.", body = ErrorBody),
+        (status = 413, description = "The body is too large."),
+        (status = 422, description = "`purchased` is missing or out of range.", body = ErrorBody),
+        (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
+    ),
+)]
 pub async fn purchases(
     State(state): State<AppState>,
     _: Admin,
@@ -415,11 +563,23 @@ pub async fn purchases(
 
 // ----- the live stream ----------------------------------------------------
 
-/// `GET /admin/events`: Server-Sent Events for the dashboard. First a
-/// `history` event with every room's last fifteen minutes of samples, then
-/// an `update` event each second with every room and its newest sample.
-/// The dashboard reads it with `fetch` (so it can send the token header;
-/// `EventSource` cannot).
+/// The dashboard's live stream
+///
+/// Server-Sent Events: first a `history` event with every room's last
+/// fifteen minutes of samples, then an `update` event each second with
+/// every room and its newest sample. The dashboard reads it with `fetch`
+/// (so it can send the token header; `EventSource` cannot).
+#[utoipa::path(
+    get,
+    path = "/admin/events",
+    tag = "admin",
+    security(("admin" = [])),
+    responses(
+        (status = 200, description = "The stream.", content_type = "text/event-stream", body = String),
+        (status = 401, description = "No admin token, or a wrong one.", body = ErrorBody),
+        (status = 404, description = "The admin API is off.", body = ErrorBody),
+    ),
+)]
 pub async fn events(
     State(state): State<AppState>,
     _: Admin,
@@ -459,9 +619,19 @@ pub async fn events(
 #[template(path = "admin.html")]
 struct Dashboard;
 
-/// `GET /admin`: the dashboard. The page itself holds nothing secret; it
-/// asks for the token and sends it with each call. Absent (404) when the
-/// admin API is off.
+/// The operators' dashboard (HTML)
+///
+/// The page itself holds nothing secret; it asks for the token and sends it
+/// with each call. Absent (404) when the admin API is off.
+#[utoipa::path(
+    get,
+    path = "/admin",
+    tag = "admin",
+    responses(
+        (status = 200, description = "The dashboard.", content_type = "text/html", body = String),
+        (status = 404, description = "The admin API is off.", body = ErrorBody),
+    ),
+)]
 pub async fn dashboard(State(state): State<AppState>) -> Response {
     if state.settings.admin_token.is_none() {
         return require_admin(&state, &HeaderMap::new())

@@ -10,15 +10,15 @@ use serde::{Deserialize, Deserializer};
 
 use crate::access::{AccessPatch, ChallengeMode, EnqueueMode, SharedKey};
 use crate::config::{
-    ConfigError, check_admit_per_minute, check_capacity, check_stock, check_tick, check_timeout,
-    opt_duration, stock_mode,
+    ConfigError, check_admit_per_minute, check_away_grace, check_capacity, check_stock, check_tick,
+    check_timeout, opt_duration, stock_mode,
 };
 use crate::engine::rules::Mode;
 use crate::engine::{Patch, RoomPatch, RoomSettings};
 
 /// The keys `PATCH` accepts: a room's running settings. `id`, `order` and
 /// `opens_at` shape a room's line and need a `PUT`.
-pub const PATCHABLE: [&str; 20] = [
+pub const PATCHABLE: [&str; 21] = [
     "capacity",
     "paused",
     "mode",
@@ -29,6 +29,7 @@ pub const PATCHABLE: [&str; 20] = [
     "pass_idle",
     "arrival_grace",
     "queue_idle",
+    "away_grace",
     "join_limit_per_minute",
     "challenge",
     "pow_difficulty",
@@ -44,48 +45,74 @@ pub const PATCHABLE: [&str; 20] = [
 /// Keys of a room that a running room cannot change.
 pub const FIXED: [&str; 3] = ["id", "order", "opens_at"];
 
-#[derive(Debug, Default, Deserialize)]
+/// Each key left out keeps its value; `null` clears the optional ones
+/// (`admit_per_minute`, the enqueue keys) and is refused for the others.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[schema(as = RoomPatch)]
 #[serde(deny_unknown_fields)]
 pub struct PatchBody {
     #[serde(default)]
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 1_000_000)]
     capacity: Patch<u32>,
     #[serde(default)]
+    #[schema(value_type = Option<bool>)]
     paused: Patch<bool>,
     #[serde(default)]
+    #[schema(value_type = Option<Mode>)]
     mode: Patch<Mode>,
     #[serde(default)]
+    #[schema(value_type = Option<u64>)]
     stock: Patch<u64>,
     #[serde(default, deserialize_with = "open_now")]
+    #[schema(value_type = Option<bool>)]
     open_now: Patch<bool>,
     #[serde(default, deserialize_with = "duration")]
+    #[schema(value_type = Option<String>, example = "10m")]
     tick: Patch<Duration>,
     #[serde(default, deserialize_with = "duration")]
+    #[schema(value_type = Option<String>, example = "10m")]
     pass_idle: Patch<Duration>,
     #[serde(default, deserialize_with = "duration")]
+    #[schema(value_type = Option<String>, example = "10m")]
     arrival_grace: Patch<Duration>,
     #[serde(default, deserialize_with = "duration")]
+    #[schema(value_type = Option<String>, example = "10m")]
     queue_idle: Patch<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    #[schema(value_type = Option<String>, example = "20s")]
+    away_grace: Patch<Duration>,
     #[serde(default)]
+    #[schema(value_type = Option<u32>)]
     join_limit_per_minute: Patch<u32>,
     #[serde(default)]
+    #[schema(value_type = Option<u32>, minimum = 1)]
     admit_per_minute: Patch<u32>,
     #[serde(default)]
+    #[schema(value_type = Option<ChallengeMode>)]
     challenge: Patch<ChallengeMode>,
     #[serde(default)]
+    #[schema(value_type = Option<u8>)]
     pow_difficulty: Patch<u8>,
     #[serde(default)]
+    #[schema(value_type = Option<u8>)]
     pow_difficulty_max: Patch<u8>,
     #[serde(default)]
+    #[schema(value_type = Option<u32>)]
     pow_rise_per_second: Patch<u32>,
     #[serde(default)]
+    #[schema(value_type = Option<EnqueueMode>)]
     enqueue: Patch<EnqueueMode>,
     #[serde(default)]
+    #[schema(value_type = Option<String>, write_only)]
     enqueue_key: Patch<SharedKey>,
     #[serde(default)]
+    #[schema(value_type = Option<String>, write_only)]
     enqueue_previous_key: Patch<SharedKey>,
     #[serde(default)]
+    #[schema(value_type = Option<String>)]
     enqueue_public_key: Patch<String>,
     #[serde(default)]
+    #[schema(value_type = Option<String>)]
     enqueue_previous_public_key: Patch<String>,
 }
 
@@ -155,6 +182,7 @@ impl PatchBody {
             pass_idle,
             arrival_grace,
             queue_idle,
+            away_grace: required("away_grace", self.away_grace)?,
             join_limit_per_minute: required("join_limit_per_minute", self.join_limit_per_minute)?,
             admit_per_minute: self.admit_per_minute,
             access: AccessPatch {
@@ -172,12 +200,26 @@ impl PatchBody {
     }
 }
 
+/// `away_grace` must stay shorter than `queue_idle`, whichever of the two
+/// the patch changes.
+fn check_presence(patch: &RoomPatch, current: &RoomSettings) -> Result<(), ConfigError> {
+    if patch.away_grace.is_none() && patch.queue_idle.is_none() {
+        return Ok(());
+    }
+    check_away_grace(
+        "away_grace",
+        patch.away_grace.unwrap_or(current.away_grace),
+        patch.queue_idle.unwrap_or(current.queue_idle),
+    )
+}
+
 /// The access rules a patch leaves must hold together (a maximum not below
 /// the difficulty, a key for invite-only, a previous key only beside a
 /// current one), checked against the room as it is. A new difficulty
 /// without a maximum keeps a fixed difficulty fixed (the maximum follows
 /// it) and a rising one rising.
 pub fn check_access(patch: &mut RoomPatch, current: &RoomSettings) -> Result<(), ConfigError> {
+    check_presence(patch, current)?;
     let a = &mut patch.access;
     if a.is_empty() {
         return Ok(());

@@ -34,7 +34,7 @@ pub(crate) async fn state(b: &Arc<dyn Backend>, r: &str, t: TicketRef) -> Ticket
     b.status(&rid(r), t, false).await.unwrap().state
 }
 
-async fn balanced(b: &Arc<dyn Backend>, r: &str) {
+pub(crate) async fn balanced(b: &Arc<dyn Backend>, r: &str) {
     let l = b.room(&rid(r)).await.unwrap().ledger;
     assert!(l.balances(), "ledger does not balance: {l:?}");
     assert!(l.admitted <= l.capacity, "over capacity: {l:?}");
@@ -56,6 +56,7 @@ macro_rules! conformance {
 mod changes;
 pub(crate) mod feed;
 mod modes;
+mod presence;
 
 conformance!(
     admits_in_order_up_to_capacity,
@@ -119,7 +120,7 @@ async fn admits_in_order_up_to_capacity(kind: Kind) {
     };
     assert_eq!(
         b.leave(&rid("r"), other_epoch).await,
-        Err(BackendError::NoSuchTicket)
+        Err(BackendError::LineReset)
     );
     assert!(matches!(
         b.join(&rid("nope"), JoinRequest::anonymous()).await,
@@ -238,6 +239,8 @@ async fn stalled_permits_are_revoked_after_grace_and_idle(kind: Kind) {
     let mut s = room("r", 2);
     s.arrival_grace = Duration::from_secs(60);
     s.pass_idle = Duration::from_secs(300);
+    // `next` polls every half minute: present throughout.
+    s.away_grace = Duration::from_secs(60);
     let h = Harness::new(kind, vec![s]).await;
     let b = &h.backend;
     let never = join(b, "r").await;
@@ -431,6 +434,8 @@ async fn opening_with(kind: Kind, order: Order) -> (Vec<TicketRef>, Vec<u64>, Ha
     );
     assert!(!b.tick(&rid("r")).await.unwrap().opened);
     h.clock.advance(Duration::from_secs(61));
+    // Their pages are open: this instance renews their presence.
+    b.renew(&rid("r"), &pre).await.unwrap();
     let report = b.tick(&rid("r")).await.unwrap();
     assert!(report.opened);
     assert_eq!(report.admitted.len(), 29);
@@ -504,11 +509,29 @@ async fn replaced_room_forgets_old_tickets(kind: Kind) {
     let snap = b.put_room(room("r", 5)).await.unwrap();
     assert_ne!(snap.epoch, a.epoch);
     assert_eq!(b.epoch(&rid("r")).await.unwrap(), snap.epoch);
+    // Its line was reset: said so to every call, and to a join that
+    // carries it without asking for a new ticket (the queue page's).
     assert_eq!(
         b.status(&rid("r"), a, true).await,
-        Err(BackendError::NoSuchTicket)
+        Err(BackendError::LineReset)
     );
-    let fresh = b.join(&rid("r"), JoinRequest::anonymous()).await.unwrap();
+    assert_eq!(b.leave(&rid("r"), a).await, Err(BackendError::LineReset));
+    assert_eq!(
+        b.read_ticket(&rid("r"), a).await.map(|_| ()),
+        Err(BackendError::LineReset)
+    );
+    let carried = |replace_ended| JoinRequest {
+        held: Some(a),
+        replace_ended,
+        ..JoinRequest::anonymous()
+    };
+    assert_eq!(
+        b.join(&rid("r"), carried(false)).await.map(|_| ()),
+        Err(BackendError::LineReset)
+    );
+    let fresh = b.join(&rid("r"), carried(true)).await.unwrap();
+    assert!(fresh.is_new);
+    assert_eq!(fresh.ticket.epoch, snap.epoch);
     assert_eq!(fresh.status.number, Some(1));
     assert_eq!(snap.ledger.held, 5);
     // Streams of the old incarnation are told it is gone.

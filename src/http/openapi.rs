@@ -1,0 +1,197 @@
+//! `GET /openapi.json`: the service's API as an OpenAPI 3.1 document, for
+//! app developers to read and to generate clients from.
+//!
+//! The document is generated from the code: each handler carries a
+//! `#[utoipa::path]` attribute beside it (method, path, parameters,
+//! answers) and each body type derives `ToSchema` where it is declared, so
+//! a changed field changes the document. [`ApiDoc`] gathers them. That
+//! every route of [`super::router`] is described, with the methods it
+//! answers, is checked by walking the router itself (the `openapi` tests),
+//! and the running service is tested against this document by schemathesis.
+//!
+//! The document is public, like the README: it describes the code, never a
+//! configuration (no room, no key, no token), so it is the same for every
+//! caller and every instance.
+
+use std::sync::LazyLock;
+
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
+
+/// The room of the path: `[a-z0-9][a-z0-9-]{0,63}`; any other name is
+/// answered 404, as a room that does not exist.
+#[derive(IntoParams)]
+#[into_params(names("room"), parameter_in = Path)]
+pub struct RoomParam(#[param(pattern = r"^[a-z0-9][a-z0-9-]{0,63}$", example = "sale")] pub String);
+
+/// Every JSON error: a stable code and a sentence for people. Some errors
+/// add fields (a refused join's fresh `challenge`, the `reason` a token was
+/// refused), so clients should ignore keys they do not know.
+#[derive(Serialize, ToSchema)]
+#[schema(as = Error, example = json!({"error": "unknown_room", "message": "There is no room \"sale\"."}))]
+pub struct ErrorBody {
+    /// A stable, machine-readable code (`unknown_room`, `no_ticket`, …).
+    pub error: String,
+    /// A human sentence; its wording may change.
+    pub message: String,
+}
+
+/// Names the two bearer schemes the operations refer to.
+struct Security;
+
+impl Modify for Security {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        let mut bearer = |name: &str, description: &str| {
+            let mut http = Http::new(HttpAuthScheme::Bearer);
+            http.description = Some(description.to_owned());
+            components.add_security_scheme(name, SecurityScheme::Http(http));
+        };
+        bearer(
+            "ticket",
+            "A visitor's ticket, the `ticket` of a join's answer. Browsers send it as the \
+             room cookie `narabu_{room}` instead, which the join sets.",
+        );
+        bearer(
+            "admin",
+            "The operator's admin token (`NARABU_ADMIN_TOKEN` or `admin_token`). With none \
+             configured the admin API answers 404 everywhere.",
+        );
+        bearer(
+            "release",
+            "The release key the origin's backend uses to give permits back, or the admin token.",
+        );
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Narabu",
+        description = "A fair virtual waiting room: the visitor and app API (join, status, \
+                       events, leave), the origin's release, the reverse proxy's gate, and the \
+                       operators' admin API. JSON errors have the shape `Error`.",
+    ),
+    paths(
+        super::api::join,
+        super::api::status,
+        super::events::events,
+        super::api::leave,
+        super::api::release,
+        super::access::challenge,
+        super::draw::draw,
+        super::gate::gate,
+        super::visitor::queue,
+        super::assets::serve,
+        super::admin::list,
+        super::admin::get_room,
+        super::admin::put_room,
+        super::admin::patch_room,
+        super::admin::delete_room,
+        super::admin::revoke,
+        super::admin::purchases,
+        super::admin::events,
+        super::admin::dashboard,
+        super::health::healthz,
+        super::health::readyz,
+        super::metrics::metrics,
+        openapi_json,
+    ),
+    modifiers(&Security),
+    tags(
+        (name = "visitors", description = "Joining, waiting and leaving: browsers and apps."),
+        (name = "origin", description = "The protected site's backend."),
+        (name = "gate", description = "What a reverse proxy asks on every protected request."),
+        (name = "admin", description = "Operators: rooms, live figures, revocation."),
+        (name = "service", description = "Health, metrics and this document."),
+    ),
+)]
+pub struct ApiDoc;
+
+/// The document, serialized once.
+static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
+    ApiDoc::openapi()
+        .to_json()
+        .expect("the OpenAPI document serializes")
+});
+
+/// The OpenAPI document, as a value (for tests and tools).
+pub fn document() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}
+
+/// This document.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "service",
+    responses(
+        (status = 200, description = "The OpenAPI 3.1 document of this service.",
+         content_type = "application/json", body = Object),
+    ),
+)]
+pub async fn openapi_json() -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        DOCUMENT.as_str(),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+    use crate::config::{CAPACITY_MAX, CAPACITY_MIN};
+
+    fn schemas() -> Value {
+        serde_json::to_value(document()).unwrap()["components"]["schemas"].clone()
+    }
+
+    /// The bounds written as literals in `schema` attributes are the
+    /// config's own limits.
+    #[test]
+    fn the_documented_bounds_are_the_checked_ones() {
+        let schemas = schemas();
+        for body in ["RoomTable", "RoomPatch"] {
+            let props = &schemas[body]["properties"];
+            assert_eq!(props["capacity"]["minimum"], CAPACITY_MIN, "{body}");
+            assert_eq!(props["capacity"]["maximum"], CAPACITY_MAX, "{body}");
+            assert_eq!(props["admit_per_minute"]["minimum"], 1, "{body}");
+        }
+    }
+
+    /// Every key `PATCH` accepts is in its schema, and nothing else.
+    #[test]
+    fn the_patch_schema_lists_the_patchable_keys() {
+        let schemas = schemas();
+        let props = schemas["RoomPatch"]["properties"].as_object().unwrap();
+        let mut documented: Vec<&str> = props.keys().map(String::as_str).collect();
+        let mut patchable = crate::http::admin::patch::PATCHABLE.to_vec();
+        documented.sort_unstable();
+        patchable.sort_unstable();
+        assert_eq!(documented, patchable);
+    }
+
+    /// A status as the API sends it has exactly the documented keys.
+    #[test]
+    fn the_status_schema_has_the_keys_the_status_has() {
+        let schemas = schemas();
+        let props = schemas["TicketStatus"]["properties"].as_object().unwrap();
+        let status =
+            crate::engine::rules::ticket_status(&Default::default(), None, &Default::default(), 0);
+        let sent = serde_json::to_value(&status).unwrap();
+        let mut sent: Vec<&String> = sent.as_object().unwrap().keys().collect();
+        let mut documented: Vec<&String> = props.keys().collect();
+        sent.sort_unstable();
+        documented.sort_unstable();
+        assert_eq!(sent, documented);
+    }
+}

@@ -1,0 +1,218 @@
+//! Presence on both backends: a ticket's visitor is present while an
+//! instance renews it (its live streams, in one batched call per room) or
+//! while a status read is younger than `away_grace`. A ticket away when
+//! the head reaches it is skipped without taking a permit, keeps its
+//! number, and when its visitor comes back within `queue_idle` it is next
+//! in line, ahead of everyone still waiting who joined later; positions
+//! shown to the others never go up. An instance that stops renewing (it
+//! was killed) takes its streams' presence with it one grace later.
+
+use std::time::Duration;
+
+use narabu::backend::{Backend, RoomPatch, TicketRef};
+use narabu::engine::{Departure, Handoff, RoomSettings, TicketState};
+
+use super::{balanced, join, rid, state};
+use narabu_testkit::redis_server::{Harness, Kind};
+use narabu_testkit::room;
+
+conformance!(
+    a_closed_streams_ticket_is_skipped_free_and_comes_back_first,
+    a_status_poll_counts_as_presence,
+    a_killed_instances_streams_go_away_after_its_lease,
+    an_away_ticket_quiet_past_queue_idle_is_abandoned,
+    an_away_ticket_can_leave,
+);
+
+const GRACE: Duration = Duration::from_secs(20);
+
+fn presence_room(capacity: u32) -> RoomSettings {
+    let mut s = room("r", capacity);
+    s.away_grace = GRACE;
+    s.queue_idle = Duration::from_secs(300);
+    s
+}
+
+async fn renew(b: &std::sync::Arc<dyn Backend>, tickets: &[TicketRef]) {
+    let grace = b.renew(&rid("r"), tickets).await.unwrap();
+    assert_eq!(grace, GRACE);
+}
+
+async fn position(b: &std::sync::Arc<dyn Backend>, t: TicketRef) -> Option<u64> {
+    b.status(&rid("r"), t, false).await.unwrap().position
+}
+
+async fn a_closed_streams_ticket_is_skipped_free_and_comes_back_first(kind: Kind) {
+    let h = Harness::new(kind, vec![presence_room(1)]).await;
+    let b = &h.backend;
+    let a = join(b, "r").await;
+    let x = join(b, "r").await;
+    let y = join(b, "r").await;
+    let z = join(b, "r").await;
+    b.tick(&rid("r")).await.unwrap();
+    assert_eq!(state(b, "r", a).await, TicketState::Admitted);
+    renew(b, &[x, y, z]).await;
+    // x's page closes; y's and z's streams stay open and are renewed.
+    h.clock.advance(Duration::from_secs(15));
+    renew(b, &[y, z]).await;
+    h.clock.advance(Duration::from_secs(10));
+    assert_eq!(position(b, z).await, Some(3));
+    // x was last renewed 25 s ago: the hand-off passes it by, and its
+    // number costs no permit.
+    assert_eq!(
+        b.leave(&rid("r"), a).await.unwrap(),
+        Departure::GaveBack(Handoff::To(y.id as u32))
+    );
+    let away = b.status(&rid("r"), x, false).await.unwrap();
+    assert_eq!(away.state, TicketState::Away);
+    assert_eq!((away.number, away.position), (Some(2), None));
+    let snap = b.room(&rid("r")).await.unwrap();
+    assert_eq!((snap.stats.skips, snap.ledger.admitted), (1, 1));
+    assert_eq!(snap.ledger.held + snap.ledger.tray, 0, "{:?}", snap.ledger);
+    balanced(b, "r").await;
+    assert_eq!(position(b, z).await, Some(1));
+    // Someone joins after x's turn passed.
+    let w = join(b, "r").await;
+    assert_eq!(position(b, w).await, Some(2));
+    // x's visitor comes back (a stream reopens) well within queue_idle: it
+    // is next in line, ahead of z and w, who joined after it.
+    h.clock.advance(Duration::from_secs(60));
+    renew(b, &[x, z, w]).await;
+    let back = b.status(&rid("r"), x, false).await.unwrap();
+    assert_eq!(back.state, TicketState::Waiting);
+    assert_eq!((back.number, back.position), (Some(2), Some(1)));
+    // Those behind are never shown a bigger number than before.
+    assert_eq!(position(b, z).await, Some(1));
+    assert_eq!(position(b, w).await, Some(2));
+    assert_eq!(b.room(&rid("r")).await.unwrap().stats.returns, 1);
+    assert_eq!(
+        b.release(&rid("r"), y).await.unwrap(),
+        Departure::GaveBack(Handoff::To(x.id as u32))
+    );
+    assert_eq!(position(b, z).await, Some(1));
+    assert_eq!(
+        b.release(&rid("r"), x).await.unwrap(),
+        Departure::GaveBack(Handoff::To(z.id as u32))
+    );
+    assert_eq!(position(b, w).await, Some(1));
+    balanced(b, "r").await;
+}
+
+async fn a_status_poll_counts_as_presence(kind: Kind) {
+    let h = Harness::new(kind, vec![presence_room(1)]).await;
+    let b = &h.backend;
+    let a = join(b, "r").await;
+    let poller = join(b, "r").await;
+    let gone = join(b, "r").await;
+    b.tick(&rid("r")).await.unwrap();
+    h.clock.advance(Duration::from_secs(30));
+    // An app that polls (no stream) is present; a poll without a sign of
+    // life (an operator's read) is not one.
+    b.status(&rid("r"), poller, true).await.unwrap();
+    b.status(&rid("r"), gone, false).await.unwrap();
+    h.clock.advance(Duration::from_secs(5));
+    assert_eq!(
+        b.leave(&rid("r"), a).await.unwrap(),
+        Departure::GaveBack(Handoff::To(poller.id as u32))
+    );
+    assert_eq!(state(b, "r", gone).await, TicketState::Waiting);
+    // The next turn is `gone`'s, 35 s after its last sign of life: skipped
+    // by the tick, and the permit stays in the worker's hand.
+    b.release(&rid("r"), poller).await.unwrap();
+    assert_eq!(state(b, "r", gone).await, TicketState::Away);
+    let report = b.tick(&rid("r")).await.unwrap();
+    assert!(report.admitted.is_empty());
+    // Back with a poll: admitted on the next tick.
+    b.status(&rid("r"), gone, true).await.unwrap();
+    let report = b.tick(&rid("r")).await.unwrap();
+    assert_eq!(report.admitted, vec![gone.id as u32]);
+    balanced(b, "r").await;
+}
+
+async fn a_killed_instances_streams_go_away_after_its_lease(kind: Kind) {
+    let mut s = presence_room(2);
+    s.paused = true;
+    let h = Harness::instances(kind, vec![s], 2).await;
+    let (one, two) = (&h.backends[0], &h.backends[1]);
+    let p = join(one, "r").await;
+    let q = join(one, "r").await;
+    let r = join(two, "r").await;
+    // Instance one holds p's and q's streams, instance two r's.
+    renew(one, &[p, q]).await;
+    renew(two, &[r]).await;
+    h.clock.advance(Duration::from_secs(15));
+    renew(two, &[r]).await;
+    // Instance one is killed: it renews nothing more.
+    h.clock.advance(Duration::from_secs(10));
+    let resume = RoomPatch {
+        paused: Some(false),
+        ..RoomPatch::default()
+    };
+    two.patch_room(&rid("r"), resume).await.unwrap();
+    let report = two.tick(&rid("r")).await.unwrap();
+    assert_eq!(report.admitted, vec![r.id as u32]);
+    assert_eq!(state(two, "r", p).await, TicketState::Away);
+    assert_eq!(state(two, "r", q).await, TicketState::Away);
+    let snap = two.room(&rid("r")).await.unwrap();
+    assert_eq!((snap.ledger.held, snap.stats.skips), (1, 2));
+    // A later visitor joins; then p's browser reconnects to instance two.
+    let late = join(two, "r").await;
+    renew(two, &[r, p, late]).await;
+    let report = two.tick(&rid("r")).await.unwrap();
+    assert_eq!(
+        report.admitted,
+        vec![p.id as u32],
+        "p comes before later joiners"
+    );
+    assert_eq!(state(two, "r", late).await, TicketState::Waiting);
+    assert_eq!(position(two, late).await, Some(1));
+    balanced(two, "r").await;
+}
+
+async fn an_away_ticket_quiet_past_queue_idle_is_abandoned(kind: Kind) {
+    let h = Harness::new(kind, vec![presence_room(1)]).await;
+    let b = &h.backend;
+    let a = join(b, "r").await;
+    let x = join(b, "r").await;
+    b.tick(&rid("r")).await.unwrap();
+    h.clock.advance(Duration::from_secs(30));
+    b.status(&rid("r"), a, true).await.unwrap();
+    assert_eq!(
+        b.leave(&rid("r"), a).await.unwrap(),
+        Departure::GaveBack(Handoff::Tray)
+    );
+    assert_eq!(state(b, "r", x).await, TicketState::Away);
+    // Quiet past queue_idle: abandoned, and a late return does not revive it.
+    h.clock.advance(Duration::from_secs(300));
+    let report = b.tick(&rid("r")).await.unwrap();
+    assert_eq!(report.abandoned, 1);
+    assert_eq!(state(b, "r", x).await, TicketState::Abandoned);
+    renew(b, &[x]).await;
+    assert_eq!(state(b, "r", x).await, TicketState::Abandoned);
+    let snap = b.room(&rid("r")).await.unwrap();
+    assert_eq!((snap.view.waiting, snap.stats.abandonments), (0, 1));
+    balanced(b, "r").await;
+}
+
+async fn an_away_ticket_can_leave(kind: Kind) {
+    let h = Harness::new(kind, vec![presence_room(1)]).await;
+    let b = &h.backend;
+    let a = join(b, "r").await;
+    let x = join(b, "r").await;
+    let y = join(b, "r").await;
+    b.tick(&rid("r")).await.unwrap();
+    h.clock.advance(Duration::from_secs(30));
+    renew(b, &[y]).await;
+    b.leave(&rid("r"), a).await.unwrap();
+    assert_eq!(state(b, "r", x).await, TicketState::Away);
+    assert_eq!(b.leave(&rid("r"), x).await.unwrap(), Departure::LeftQueue);
+    assert_eq!(state(b, "r", x).await, TicketState::Left);
+    // Its return after leaving changes nothing.
+    renew(b, &[x]).await;
+    assert_eq!(state(b, "r", x).await, TicketState::Left);
+    assert_eq!(state(b, "r", y).await, TicketState::Admitted);
+    b.tick(&rid("r")).await.unwrap();
+    let snap = b.room(&rid("r")).await.unwrap();
+    assert_eq!((snap.stats.leaves, snap.view.waiting), (1, 0));
+    balanced(b, "r").await;
+}
