@@ -821,6 +821,41 @@ opens_at = "2026-12-01T01:00:00Z""#,
     }
 
     #[test]
+    fn mode_and_stock_are_read_and_a_stock_of_zero_is_sold_out() {
+        let settings = |text: &str| {
+            from_toml(&format!("id = \"a\"\n{text}"))
+                .expect("well-formed")
+                .into_settings("rooms[0]")
+        };
+        let s = settings("mode = \"maintenance\"\nstock = 40").unwrap();
+        assert_eq!((s.mode, s.stock), (Mode::Maintenance, Some(40)));
+        assert_eq!(settings("").unwrap().mode, Mode::Queue);
+        // Nothing left is sold out, said or not.
+        assert_eq!(settings("stock = 0").unwrap().mode, Mode::SoldOut);
+        assert_eq!(
+            settings("stock = 0\nmode = \"sold_out\"").unwrap().mode,
+            Mode::SoldOut
+        );
+        let e = settings("stock = 0\nmode = \"passthrough\"").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("rooms[0].mode: cannot be passthrough while stock is 0"),
+            "{e}"
+        );
+        let e = settings("stock = 1000000000001").unwrap_err();
+        assert!(
+            e.to_string().starts_with("rooms[0].stock: must be at most"),
+            "{e}"
+        );
+        assert!(from_toml("id = \"a\"\nmode = \"fifo\"").is_err());
+        assert!(from_toml("id = \"a\"\nstock = -1").is_err());
+        // Written back as read.
+        let json =
+            serde_json::to_string(&RoomTable::from(&settings("stock = 7").unwrap())).unwrap();
+        assert!(json.contains(r#""mode":"queue","stock":7"#), "{json}");
+    }
+
+    #[test]
     fn access_keys_are_read_checked_and_shared_keys_never_written_back() {
         let t = from_toml(
             r#"

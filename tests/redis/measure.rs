@@ -120,6 +120,79 @@ async fn measure_join_rates() {
     );
 }
 
+/// Stock reports racing on one Redis: reports a second and how many
+/// compare-and-set calls of `purchase.lua` each report took (1.0 = no
+/// retry), with one instance and with three, 64 reporters in all.
+/// Run with `cargo test --release --test redis measure_purchases -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a measurement: run by hand in release mode"]
+async fn measure_purchases_under_contention() {
+    use narabu::engine::RoomId;
+
+    let mut sale = room("sale", 100);
+    sale.stock = Some(u64::MAX >> 24);
+    let redis = RedisServer::start().await;
+    let mut backends: Vec<Arc<dyn Backend>> = Vec::new();
+    for _ in 0..3 {
+        let options = RedisOptions {
+            run_workers: false,
+            ..RedisOptions::new(redis.url())
+        };
+        backends.push(
+            RedisBackend::connect(options, vec![sale.clone()], Arc::new(SystemClock))
+                .await
+                .unwrap(),
+        );
+    }
+    let mut con = redis.client().await;
+    for instances in [1, 3] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let done = Arc::new(AtomicU64::new(0));
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for i in 0..CLIENTS {
+            let b = backends[i % instances].clone();
+            let done = done.clone();
+            tasks.push(tokio::spawn(async move {
+                let room = RoomId::new("sale").unwrap();
+                while start.elapsed() < RUN {
+                    b.purchase(&room, 1).await.unwrap().unwrap();
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let reports = done.load(Ordering::Relaxed);
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        // evalsha runs every script; the reads are one HGETALL a report.
+        let calls = |cmd: &str| -> u64 {
+            info.lines()
+                .find(|l| l.starts_with(&format!("cmdstat_{cmd}:")))
+                .and_then(|l| l.split("calls=").nth(1))
+                .and_then(|v| v.split(',').next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        let scripts = calls("evalsha");
+        println!(
+            "purchases, redis, {instances} inst., {CLIENTS} reporters: {:>7.0} /s, {:.2} script calls a report ({scripts} for {reports}), {} publishes",
+            reports as f64 / start.elapsed().as_secs_f64(),
+            scripts as f64 / reports.max(1) as f64,
+            calls("publish"),
+        );
+    }
+}
+
 /// Joins per second straight through a backend (no HTTP: the figure is
 /// what waiting for a replica costs the store's side), `CLIENTS` at once.
 async fn backend_rate(b: Arc<dyn Backend>) -> f64 {

@@ -245,13 +245,11 @@ pub enum Changed {
 #[serde(tag = "r", rename_all = "lowercase")]
 pub enum Purchase {
     Ok {
-        view: ViewFields,
-    },
-    /// Stock or mode were not what the caller computed from: they are
-    /// these.
-    Moved {
-        stock: u64,
+        left: u64,
+        before: String,
         mode: String,
+        sold_out_now: bool,
+        view: ViewFields,
     },
     NoStock,
     NoRoom,

@@ -19,7 +19,7 @@ use super::reply::{self, Timeouts, ViewFields, decode};
 use super::{RedisBackend, RoomSnapshot, conn::unavailable};
 use crate::access::AccessSettings;
 use crate::backend::BackendError;
-use crate::engine::rules::{AdmissionRate, AdmitCap, Mode, StockTaken, Visible, take_stock};
+use crate::engine::rules::{AdmissionRate, AdmitCap, Mode, StockTaken, Visible};
 use crate::engine::{
     LotterySeed, Order, Patch, PermitLedger, RoomId, RoomPatch, RoomSettings, RoomStats,
     WAIT_BUCKETS_MS, WaitSnapshot,
@@ -214,51 +214,38 @@ impl RedisBackend {
         self.after_change(room, &raw).await
     }
 
-    /// A reported purchase: the stock left and whether this report ends
-    /// the sale are `rules::take_stock`'s, written by `purchase.lua` only
-    /// if the stock is still what they were computed from (else computed
-    /// again from the stock it answers with).
+    /// A reported purchase, taken off the stock in one script.
     pub(super) async fn purchase(
         &self,
         room: &RoomId,
         purchased: u64,
     ) -> Result<Option<StockTaken>, BackendError> {
-        let meta = self.meta(room).await?;
-        let mut stock = match meta.get("stock") {
-            Some(v) if !v.is_empty() => v.parse::<u64>().unwrap_or(0),
-            _ => return Ok(None),
-        };
-        let mut mode = stored_mode(meta.get("mode"));
-        loop {
-            let taken = take_stock(stock, mode, purchased);
-            let written = self.acks.before(&self.conn);
-            let raw = self
-                .run(
-                    &self.scripts.purchase,
-                    room,
-                    self.now(),
-                    &[
-                        &stock.to_string(),
-                        mode.name(),
-                        &taken.left.to_string(),
-                        taken.mode.name(),
-                    ],
-                )
-                .await?;
-            match decode::<reply::Purchase>(&raw)? {
-                reply::Purchase::Ok { view } => {
-                    // A sale counted is a sale a failover must not forget.
-                    self.acks.confirm(&self.conn, written).await?;
-                    self.publish(room, &view, false, "", None).await?;
-                    return Ok(Some(taken));
-                }
-                reply::Purchase::Moved { stock: s, mode: m } => {
-                    stock = s;
-                    mode = stored_mode(Some(&m));
-                }
-                reply::Purchase::NoStock => return Ok(None),
-                reply::Purchase::NoRoom => return Err(BackendError::NoSuchRoom(room.clone())),
+        let raw = self
+            .run(
+                &self.scripts.purchase,
+                room,
+                self.now(),
+                &[&purchased.to_string()],
+            )
+            .await?;
+        match decode::<reply::Purchase>(&raw)? {
+            reply::Purchase::Ok {
+                left,
+                before,
+                mode,
+                sold_out_now,
+                view,
+            } => {
+                self.publish(room, &view, false, "", None).await?;
+                Ok(Some(StockTaken {
+                    left,
+                    before: stored_mode(Some(&before)),
+                    mode: stored_mode(Some(&mode)),
+                    sold_out_now,
+                }))
             }
+            reply::Purchase::NoStock => Ok(None),
+            reply::Purchase::NoRoom => Err(BackendError::NoSuchRoom(room.clone())),
         }
     }
 

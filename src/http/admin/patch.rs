@@ -288,6 +288,37 @@ mod tests {
     }
 
     #[test]
+    fn a_stock_of_zero_sells_the_room_out() {
+        let p = patch(r#"{"stock": 0}"#).unwrap();
+        assert_eq!((p.stock, p.mode), (Patch::Value(0), Some(Mode::SoldOut)));
+        let p = patch(r#"{"stock": 5, "mode": "passthrough"}"#).unwrap();
+        assert_eq!(
+            (p.stock, p.mode),
+            (Patch::Value(5), Some(Mode::Passthrough))
+        );
+        assert_eq!(patch(r#"{"stock": null}"#).unwrap().stock, Patch::Null);
+        let e = patch(r#"{"stock": 0, "mode": "queue"}"#).unwrap_err();
+        assert!(
+            e.starts_with("mode: cannot be queue while stock is 0"),
+            "{e}"
+        );
+        // Against the room as it is: out of stock stays sold out.
+        let mut room = RoomSettings::new(crate::engine::RoomId::new("a").unwrap());
+        room.stock = Some(0);
+        room.mode = Mode::SoldOut;
+        let reopen = patch(r#"{"mode": "queue"}"#).unwrap();
+        assert!(check_mode(&reopen, &room).is_err());
+        assert!(check_mode(&patch(r#"{"mode": "queue", "stock": 3}"#).unwrap(), &room).is_ok());
+        assert!(
+            check_mode(
+                &patch(r#"{"mode": "queue", "stock": null}"#).unwrap(),
+                &room
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
     fn each_field_is_checked_with_the_config_s_words() {
         for (json, want) in [
             (
