@@ -36,7 +36,7 @@ use crate::webhooks::EventType;
 use crate::webhooks::signing::SigningKey;
 
 use redis::RedisKeys;
-pub use redis::{RedisTarget, SentinelTarget};
+pub use redis::{RedisTarget, RedisWait, SentinelTarget};
 pub use room::{
     CAPACITY_MAX, CAPACITY_MIN, OPENS_AT_MAX, RoomTable, TICK_MAX, TICK_MIN, TIMEOUT_MAX,
     check_admit_per_minute, check_away_grace, check_capacity, check_stock, check_tick,
@@ -218,6 +218,9 @@ pub struct Config {
     pub trusted_proxies: Vec<IpNet>,
     pub log_format: LogFormat,
     pub on_backend_error: OnBackendError,
+    /// When a change counts as acknowledged on Redis (off: once the
+    /// primary has it).
+    pub redis_wait: RedisWait,
     /// Open event streams per client address, a coarse net against one
     /// host opening thousands; high by default, because a carrier-grade
     /// NAT puts many visitors behind one address. 0 turns it off.
@@ -318,6 +321,7 @@ impl Default for Config {
             trusted_proxies: Vec::new(),
             log_format: LogFormat::Plain,
             on_backend_error: OnBackendError::Closed,
+            redis_wait: RedisWait::OFF,
             max_streams_per_address: Self::DEFAULT_MAX_STREAMS_PER_ADDRESS,
             max_streams_per_ticket: Self::DEFAULT_MAX_STREAMS_PER_TICKET,
             public_url: None,
@@ -344,6 +348,9 @@ struct FileConfig {
     redis_master_name: Option<String>,
     redis_password: Option<Secret>,
     redis_sentinel_password: Option<Secret>,
+    redis_wait_replicas: Option<u32>,
+    #[serde(with = "room::opt_duration")]
+    redis_wait_timeout: Option<std::time::Duration>,
     secret: Option<Secret>,
     previous_secret: Option<Secret>,
     admin_token: Option<Secret>,
@@ -463,7 +470,7 @@ fn check_secret(field: &str, secret: &Secret) -> Result<(), ConfigError> {
 impl FileConfig {
     fn into_config(self) -> Result<Config, ConfigError> {
         let defaults = Config::default();
-        let backend = self.backend()?;
+        let (backend, redis_wait) = self.backend()?;
         for (field, secret) in [
             ("secret", &self.secret),
             ("previous_secret", &self.previous_secret),
@@ -515,6 +522,7 @@ impl FileConfig {
             trusted_proxies: self.trusted_proxies.into_iter().map(|p| p.0).collect(),
             log_format: self.log_format,
             on_backend_error: self.on_backend_error,
+            redis_wait,
             max_streams_per_address: self
                 .max_streams_per_address
                 .unwrap_or(defaults.max_streams_per_address),
@@ -527,7 +535,7 @@ impl FileConfig {
         })
     }
 
-    fn backend(&self) -> Result<Backend, ConfigError> {
+    fn backend(&self) -> Result<(Backend, RedisWait), ConfigError> {
         let redis = RedisKeys {
             url: self.redis_url.as_deref(),
             cluster_nodes: &self.redis_cluster_nodes,
@@ -535,6 +543,8 @@ impl FileConfig {
             master_name: self.redis_master_name.as_deref(),
             password: self.redis_password.as_ref(),
             sentinel_password: self.redis_sentinel_password.as_ref(),
+            wait_replicas: self.redis_wait_replicas,
+            wait_timeout: self.redis_wait_timeout,
         };
         match self.backend {
             // A Redis setting beside the embedded backend usually means a
@@ -545,9 +555,13 @@ impl FileConfig {
                     key,
                     "set, but backend is \"embedded\" (add backend = \"redis\", or remove it)",
                 )),
-                None => Ok(Backend::Embedded),
+                None => Ok((Backend::Embedded, RedisWait::OFF)),
             },
-            BackendKind::Redis => redis.target().map(Backend::Redis),
+            BackendKind::Redis => {
+                let target = redis.target()?;
+                let wait = redis.wait(&target)?;
+                Ok((Backend::Redis(target), wait))
+            }
         }
     }
 }

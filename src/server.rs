@@ -52,7 +52,10 @@ pub async fn backend(config: &Config) -> anyhow::Result<Arc<dyn Backend>> {
         .await
         .context("loading the embedded state from the data directory")?),
         config::Backend::Redis(target) => {
-            let options = RedisOptions::new(target.clone());
+            let options = RedisOptions {
+                wait: config.redis_wait,
+                ..RedisOptions::new(target.clone())
+            };
             let backend =
                 RedisBackend::connect(options, config.rooms.clone(), Arc::new(SystemClock))
                     .await

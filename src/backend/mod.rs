@@ -152,6 +152,11 @@ pub enum BackendError {
     /// The client address made `limit` new tickets in the last minute.
     #[error("too many new tickets from this address: at most {limit} a minute")]
     JoinLimited { limit: u32, retry_after: Duration },
+    /// The change was made, but the replicas did not confirm it in time
+    /// (`redis_wait_replicas`): it is not acknowledged, since a failover
+    /// could lose it. The caller may try again after `retry_after`.
+    #[error("the change was not confirmed by enough replicas in time")]
+    NotReplicated { retry_after: Duration },
     /// The state store cannot be reached (Redis down); the message is safe
     /// to show and holds no secrets.
     #[error("the waiting room's state store is unavailable: {0}")]

@@ -4,6 +4,7 @@
 //! since they only make sense in some combinations.
 
 use std::fmt;
+use std::time::Duration;
 
 use super::values::{RedactedUrl, check_redis_url};
 use super::{ConfigError, Secret};
@@ -69,6 +70,42 @@ impl fmt::Debug for RedisTarget {
     }
 }
 
+/// When a change counts as acknowledged on Redis: with `replicas` above
+/// 0, a join, an admission or a release is answered only after `WAIT`
+/// reports that many replicas have it, within `timeout` (else the request
+/// fails with 503 and Retry-After), so a failover cannot lose it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RedisWait {
+    pub replicas: u32,
+    pub timeout: Duration,
+}
+
+impl RedisWait {
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
+    /// Below the connection's response timeout (2 s), so a `WAIT` that
+    /// runs its course is never taken for a dead connection.
+    pub const MAX_TIMEOUT: Duration = Duration::from_millis(1500);
+    pub const MIN_TIMEOUT: Duration = Duration::from_millis(10);
+    /// More replicas than anyone runs is a typo.
+    pub const MAX_REPLICAS: u32 = 16;
+
+    /// Off: answered once the primary has it.
+    pub const OFF: Self = Self {
+        replicas: 0,
+        timeout: Self::DEFAULT_TIMEOUT,
+    };
+
+    pub fn is_on(&self) -> bool {
+        self.replicas > 0
+    }
+}
+
+impl Default for RedisWait {
+    fn default() -> Self {
+        Self::OFF
+    }
+}
+
 /// The file's `redis_*` keys as written.
 #[derive(Default)]
 pub(super) struct RedisKeys<'a> {
@@ -78,6 +115,8 @@ pub(super) struct RedisKeys<'a> {
     pub master_name: Option<&'a str>,
     pub password: Option<&'a Secret>,
     pub sentinel_password: Option<&'a Secret>,
+    pub wait_replicas: Option<u32>,
+    pub wait_timeout: Option<Duration>,
 }
 
 impl RedisKeys<'_> {
@@ -90,9 +129,47 @@ impl RedisKeys<'_> {
             ("redis_master_name", self.master_name.is_some()),
             ("redis_password", self.password.is_some()),
             ("redis_sentinel_password", self.sentinel_password.is_some()),
+            ("redis_wait_replicas", self.wait_replicas.is_some()),
+            ("redis_wait_timeout", self.wait_timeout.is_some()),
         ]
         .into_iter()
         .find_map(|(key, set)| set.then_some(key))
+    }
+
+    /// `redis_wait_replicas` and `redis_wait_timeout`, checked against each
+    /// other and the target.
+    pub(super) fn wait(&self, target: &RedisTarget) -> Result<RedisWait, ConfigError> {
+        let replicas = self.wait_replicas.unwrap_or(0);
+        if replicas > RedisWait::MAX_REPLICAS {
+            return Err(ConfigError::new(
+                "redis_wait_replicas",
+                format!(
+                    "must be between 0 and {}, got {replicas}",
+                    RedisWait::MAX_REPLICAS
+                ),
+            ));
+        }
+        let timeout = self.wait_timeout.unwrap_or(RedisWait::DEFAULT_TIMEOUT);
+        if !(RedisWait::MIN_TIMEOUT..=RedisWait::MAX_TIMEOUT).contains(&timeout) {
+            return Err(ConfigError::new(
+                "redis_wait_timeout",
+                "must be between 10ms and 1500ms (below the 2 s a Redis answer may take)",
+            ));
+        }
+        if replicas == 0 && self.wait_timeout.is_some() {
+            return Err(ConfigError::new(
+                "redis_wait_timeout",
+                "only used with redis_wait_replicas above 0",
+            ));
+        }
+        if replicas > 0 && matches!(target, RedisTarget::Cluster { .. }) {
+            return Err(ConfigError::new(
+                "redis_wait_replicas",
+                "not supported with redis_cluster_nodes (a Cluster's failover may lose the \
+                 last acknowledged changes; use a primary with replicas and redis_sentinels)",
+            ));
+        }
+        Ok(RedisWait { replicas, timeout })
     }
 
     /// The target these keys describe, or what is wrong with them.
@@ -391,6 +468,67 @@ mod tests {
         assert!(
             e.to_string()
                 .starts_with("test.toml: redis_sentinels: set, but backend is \"embedded\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn waiting_for_replicas_is_checked_at_start() {
+        let c = parse(
+            "redis_sentinels = [\"a:1\"]\nredis_master_name = \"m\"\n\
+             redis_wait_replicas = 1\nredis_wait_timeout = \"250ms\"",
+        )
+        .unwrap();
+        assert_eq!(
+            c.redis_wait,
+            RedisWait {
+                replicas: 1,
+                timeout: Duration::from_millis(250)
+            }
+        );
+        let c = parse("redis_url = \"redis://a\"\nredis_wait_replicas = 2").unwrap();
+        assert_eq!(c.redis_wait.replicas, 2);
+        assert_eq!(c.redis_wait.timeout, RedisWait::DEFAULT_TIMEOUT);
+        assert!(
+            !parse("redis_url = \"redis://a\"")
+                .unwrap()
+                .redis_wait
+                .is_on()
+        );
+        let cases = [
+            (
+                "redis_url = \"redis://a\"\nredis_wait_replicas = 17",
+                "redis_wait_replicas: must be between 0 and 16, got 17",
+            ),
+            (
+                "redis_url = \"redis://a\"\nredis_wait_replicas = 1\nredis_wait_timeout = \"2s\"",
+                "redis_wait_timeout: must be between 10ms and 1500ms",
+            ),
+            (
+                "redis_url = \"redis://a\"\nredis_wait_replicas = 1\nredis_wait_timeout = \"1ms\"",
+                "redis_wait_timeout: must be between 10ms and 1500ms",
+            ),
+            (
+                "redis_url = \"redis://a\"\nredis_wait_timeout = \"100ms\"",
+                "redis_wait_timeout: only used with redis_wait_replicas above 0",
+            ),
+            (
+                "redis_cluster_nodes = [\"redis://a\"]\nredis_wait_replicas = 1",
+                "redis_wait_replicas: not supported with redis_cluster_nodes",
+            ),
+            (
+                "redis_url = \"redis://a\"\nredis_wait_replicas = -1",
+                "redis_wait_replicas:",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = err(text);
+            assert!(e.starts_with(&format!("test.toml: {want}")), "{text}\n{e}");
+        }
+        let e = Config::from_toml_str("redis_wait_replicas = 1", "test.toml").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("test.toml: redis_wait_replicas: set, but backend is \"embedded\""),
             "{e}"
         );
     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
+use super::rules::Mode;
 use super::*;
 
 const T0: u64 = 1_800_000_000_000;
@@ -28,6 +29,7 @@ enum Op {
     Advance(u64),
     SetCapacity(u32),
     Pause(bool),
+    SetMode(Mode),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -41,6 +43,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0u64..25_000).prop_map(Op::Advance),
         1 => (0u32..6).prop_map(Op::SetCapacity),
         1 => any::<bool>().prop_map(Op::Pause),
+        1 => proptest::sample::select(Mode::ALL.to_vec()).prop_map(Op::SetMode),
     ]
 }
 
@@ -61,6 +64,7 @@ struct Model {
     tray: u64,
     debt: u64,
     paused: bool,
+    mode: Mode,
     queue: Vec<usize>,
     head: usize,
     /// Queue indices of away tickets whose visitor came back: ahead of the
@@ -80,6 +84,7 @@ impl Model {
             tray: 0,
             debt: 0,
             paused: false,
+            mode: Mode::Queue,
             queue: Vec::new(),
             head: 0,
             back: BTreeSet::new(),
@@ -96,7 +101,29 @@ impl Model {
             .count() as u64
     }
 
-    fn join(&mut self, identity: Option<u8>) -> (usize, bool) {
+    fn admitting(&self) -> bool {
+        !self.paused && self.mode.admits()
+    }
+
+    /// `passthrough`: everyone in line goes in, each permit borrowed.
+    fn admit_everyone(&mut self) {
+        if self.admitting() && self.mode.admits_everyone() {
+            while self.pop().is_some() {
+                self.debt += 1;
+            }
+        }
+    }
+
+    fn join(&mut self, identity: Option<u8>) -> Option<(usize, bool)> {
+        if self.mode.closes() {
+            return None;
+        }
+        let joined = self.join_line(identity);
+        self.admit_everyone();
+        Some(joined)
+    }
+
+    fn join_line(&mut self, identity: Option<u8>) -> (usize, bool) {
         if let Some(i) = identity.and_then(|i| self.identities.get(&i)) {
             return (*i, false);
         }
@@ -160,7 +187,7 @@ impl Model {
             self.debt -= 1;
             return;
         }
-        if !self.paused && self.pop().is_some() {
+        if self.admitting() && self.pop().is_some() {
             return;
         }
         self.tray += 1;
@@ -226,7 +253,7 @@ impl Model {
             }
         }
         self.pay_debt();
-        if !self.paused {
+        if self.admitting() {
             loop {
                 if self.hand == 0 {
                     self.hand += std::mem::take(&mut self.tray);
@@ -243,6 +270,7 @@ impl Model {
                     None => break,
                 }
             }
+            self.admit_everyone();
         }
         for i in self.head..self.queue.len() {
             let id = self.queue[i];
@@ -311,12 +339,15 @@ fn run(initial_capacity: u32, ops: Vec<Op>) -> Result<(), TestCaseError> {
         let pick = |i: usize| (!model.tickets.is_empty()).then(|| i % model.tickets.len());
         match op {
             Op::Join(identity) => {
-                let (expected, is_new) = model.join(identity);
-                let joined = room
-                    .join(identity.map(|i| Identity(u128::from(i))))
-                    .unwrap();
-                prop_assert_eq!(joined.ticket as usize, expected, "idempotent joins");
-                prop_assert_eq!(joined.is_new, is_new);
+                let joined = room.join(identity.map(|i| Identity(u128::from(i))));
+                match model.join(identity) {
+                    Some((expected, is_new)) => {
+                        let joined = joined.unwrap();
+                        prop_assert_eq!(joined.ticket as usize, expected, "idempotent joins");
+                        prop_assert_eq!(joined.is_new, is_new);
+                    }
+                    None => prop_assert_eq!(joined, Err(JoinError::SoldOut)),
+                }
             }
             Op::Leave(i) => {
                 if let Some(id) = pick(i) {
@@ -358,6 +389,13 @@ fn run(initial_capacity: u32, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 model.paused = p;
                 room.set_paused(p);
             }
+            Op::SetMode(m) => {
+                model.mode = m;
+                room.patch(&RoomPatch {
+                    mode: Some(m),
+                    ..RoomPatch::default()
+                });
+            }
         }
 
         // The engine and the model agree on every ticket.
@@ -384,15 +422,16 @@ fn run(initial_capacity: u32, ops: Vec<Op>) -> Result<(), TestCaseError> {
         prop_assert_eq!(ledger.admitted, model.admitted());
         prop_assert_eq!(room.stats().admissions, model.admissions);
 
-        // Invariant 1: above capacity (after a decrease), nobody new gets in.
+        // Invariant 1: above capacity (after a decrease, or after
+        // passthrough), nobody new gets in, unless the room lets everyone in.
         let admitted_now = ledger.admitted;
-        if admitted_now > ledger.capacity {
+        if admitted_now > ledger.capacity && !model.mode.admits_everyone() {
             prop_assert_eq!(room.stats().admissions, admissions_before);
             prop_assert!(admitted_now <= admitted_before);
         }
 
         // Invariant 3: after a tick, no free permit coexists with a waiter.
-        if matches!(op, Op::Tick) && !model.paused && ledger.held + ledger.tray > 0 {
+        if matches!(op, Op::Tick) && model.admitting() && ledger.held + ledger.tray > 0 {
             prop_assert_eq!(room.waiting_count(), 0, "{:?}", ledger);
         }
         prop_assert_eq!(

@@ -406,7 +406,7 @@ impl Room {
             return Err(JoinError::SoldOut);
         }
         let joined = self.join_line(identity)?;
-        if self.hot.mode().admits_everyone() && self.hot.open.load(Ordering::Acquire) {
+        if self.hot.mode().admits_everyone() && self.hot.admitting() {
             self.admit_everyone(self.clock.now_ms());
         }
         Ok(joined)

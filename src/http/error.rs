@@ -118,6 +118,16 @@ impl From<BackendError> for ApiError {
                 "line_reset",
                 "The line this ticket stood in was reset (the room started again): join again for a new ticket.",
             ),
+            BackendError::NotReplicated { retry_after } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not_replicated",
+                "The waiting room could not confirm this change on its standby copies in time; please retry in a moment.",
+            )
+            .retry_after(
+                u32::try_from(retry_after.as_secs_f64().ceil() as u64)
+                    .unwrap_or(u32::MAX)
+                    .max(1),
+            ),
             BackendError::Unavailable(_) => {
                 tracing::warn!(error = %message, "backend unavailable");
                 Self::new(

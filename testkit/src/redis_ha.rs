@@ -338,6 +338,16 @@ async fn cluster_ok(port: u16) -> bool {
         .is_some_and(|i| i.contains("cluster_state:ok"))
 }
 
+/// Waits until `replica` has synced with its primary (a full sync first
+/// takes a fork and a copy, seconds on a busy machine).
+pub async fn wait_in_sync(replica: &RedisServer, within: Duration) {
+    let deadline = Instant::now() + within;
+    while !replica_in_sync(replica.port).await {
+        assert!(Instant::now() < deadline, "the replica did not sync");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn replica_in_sync(port: u16) -> bool {
     info(port, &["INFO", "replication"])
         .await

@@ -7,9 +7,11 @@
 
 mod cluster;
 mod conformance;
+mod double_worker;
 mod failover;
 mod fair;
 mod follow;
 mod instances;
 mod measure;
 mod reset;
+mod wait;

@@ -2,6 +2,8 @@
 //! and three instances on one Redis, and a trivial axum handler in the same
 //! run as the yardstick (design §5 figures are ratios to it). Run with
 //! `cargo test --release --test redis measure -- --ignored --nocapture`.
+//! The cost of waiting for a replica (`redis_wait_replicas`) is measured
+//! the same way, 0 against 1 in one run.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -59,7 +61,12 @@ async fn rate(urls: Vec<String>) -> f64 {
             let c = reqwest::Client::new();
             while start.elapsed() < RUN {
                 let r = c.post(&url).send().await.unwrap();
-                assert!(r.status().is_success(), "{}", r.status());
+                let status = r.status();
+                assert!(
+                    status.is_success(),
+                    "{status} {}",
+                    r.text().await.unwrap_or_default()
+                );
                 let _ = r.bytes().await;
                 done.fetch_add(1, Ordering::Relaxed);
             }
@@ -110,5 +117,50 @@ async fn measure_join_rates() {
         "joins, redis, 3 inst.:  {three_redis:>9.0} /s  ({:.2} x trivial, {:.2} x embedded)",
         three_redis / trivial_rate,
         three_redis / embedded_rate
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a measurement: run by hand in release mode"]
+async fn measure_join_rates_waiting_for_a_replica() {
+    use narabu::config::RedisWait;
+    use narabu_testkit::redis_ha::{replicated, wait_in_sync};
+
+    let trivial_rate = rate(vec![trivial().await]).await;
+    let mut sale = room("sale", 100);
+    sale.join_limit_per_minute = 0;
+    let primary = RedisServer::start().await;
+    let replica = RedisServer::start_replica_of(primary.port).await;
+    wait_in_sync(&replica, Duration::from_secs(30)).await;
+    replicated(&primary, "probe", 1).await;
+    let mut rates = Vec::new();
+    for replicas in [0, 1, 0, 1] {
+        let options = RedisOptions {
+            wait: RedisWait {
+                replicas,
+                timeout: RedisWait::DEFAULT_TIMEOUT,
+            },
+            ..RedisOptions::new(primary.url())
+        };
+        let b = RedisBackend::connect(options, vec![sale.clone()], Arc::new(SystemClock))
+            .await
+            .unwrap();
+        let url = format!("{}/api/rooms/sale/join", serve(b).await);
+        rates.push((replicas, rate(vec![url]).await));
+    }
+    println!("trivial handler:                 {trivial_rate:>9.0} req/s");
+    for (replicas, r) in &rates {
+        println!(
+            "joins, redis + 1 replica, wait {replicas}: {r:>9.0} /s  ({:.2} x trivial)",
+            r / trivial_rate
+        );
+    }
+    let mean = |n: u32| {
+        let v: Vec<f64> = rates.iter().filter(|r| r.0 == n).map(|r| r.1).collect();
+        v.iter().sum::<f64>() / v.len() as f64
+    };
+    println!(
+        "waiting for 1 replica: {:.2} x the joins per second of not waiting",
+        mean(1) / mean(0)
     );
 }

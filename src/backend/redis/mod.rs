@@ -25,6 +25,7 @@
 //! with Retry-After; the gate follows `on_backend_error`), and the
 //! connection manager reconnects by itself when it returns.
 
+mod ack;
 mod batch;
 mod conn;
 mod follower;
@@ -54,7 +55,7 @@ use super::{
     Backend, BackendError, Ending, JoinOutcome, JoinRequest, RoomPatch, RoomSnapshot, TicketRef,
     TicketSignal,
 };
-use crate::config::RedisTarget;
+use crate::config::{RedisTarget, RedisWait};
 use crate::engine::rules::{self, RoomFacts, StockTaken};
 use crate::engine::{
     Clock, Departure, DrawRecord, Handoff, RoomId, RoomSettings, TickReport, TicketId, TicketState,
@@ -75,6 +76,8 @@ pub struct RedisOptions {
     pub lease: Duration,
     /// Off in tests that drive `tick` themselves on virtual time.
     pub run_workers: bool,
+    /// Whether changes wait for replicas before they are acknowledged.
+    pub wait: RedisWait,
 }
 
 impl RedisOptions {
@@ -86,6 +89,7 @@ impl RedisOptions {
             target: target.into(),
             lease: Self::DEFAULT_LEASE,
             run_workers: true,
+            wait: RedisWait::OFF,
         }
     }
 }
@@ -96,6 +100,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("target", &self.target)
             .field("lease", &self.lease)
             .field("run_workers", &self.run_workers)
+            .field("wait", &self.wait)
             .finish_non_exhaustive()
     }
 }
@@ -103,6 +108,8 @@ impl std::fmt::Debug for RedisOptions {
 pub struct RedisBackend {
     weak: Weak<Self>,
     conn: Conn,
+    /// Replicas' confirmations, when changes wait for them.
+    acks: Arc<ack::Acks>,
     scripts: Scripts,
     clock: Arc<dyn Clock>,
     options: RedisOptions,
@@ -146,9 +153,13 @@ impl RedisBackend {
         clock: Arc<dyn Clock>,
     ) -> anyhow::Result<Arc<Self>> {
         let (conn, subscriptions) = Conn::connect(&options.target).await?;
+        if options.wait.is_on() {
+            ack::check_replicas(&conn, options.wait).await;
+        }
         let backend = Arc::new_cyclic(|weak| Self {
             weak: weak.clone(),
             conn,
+            acks: ack::Acks::new(options.wait),
             scripts: Scripts::new(),
             clock,
             options,
@@ -295,8 +306,19 @@ impl RedisBackend {
                 args.push(r.id.to_string());
             }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let written = self.acks.before(&self.conn);
             let answer = match self.run(&self.scripts.status, &key.0, now, &args).await {
                 Ok(raw) => decode::<reply::Status>(&raw),
+                Err(e) => Err(e),
+            };
+            // What a read shows (an admission above all) is shown once the
+            // replicas have it.
+            let answer = match answer {
+                Ok(status) => self
+                    .acks
+                    .confirm(&self.conn, written)
+                    .await
+                    .map(|()| status),
                 Err(e) => Err(e),
             };
             match answer {
@@ -363,6 +385,7 @@ impl RedisBackend {
                 (hex::encode(n.nonce), ttl.to_string())
             })
             .unwrap_or_default();
+        let written = self.acks.before(&self.conn);
         let raw = self
             .run(
                 &self.scripts.join,
@@ -392,6 +415,7 @@ impl RedisBackend {
                 let epoch = epoch
                     .parse()
                     .map_err(|_| BackendError::Unavailable("bad epoch in Redis".into()))?;
+                self.acks.confirm(&self.conn, written).await?;
                 let facts = self.room_facts(room, w).await?;
                 Ok(JoinOutcome {
                     ticket: TicketRef { epoch, id },
@@ -604,6 +628,7 @@ impl Backend for RedisBackend {
         for _ in 0..STALE_RETRIES {
             let now = self.now();
             let [quiet_before, queue_idle, away_before, away_grace] = self.quiet_args(room, now);
+            let written = self.acks.before(&self.conn);
             let raw = self
                 .run(
                     &self.scripts.depart,
@@ -621,7 +646,13 @@ impl Backend for RedisBackend {
                 )
                 .await?;
             let code = |s: u64| u32::try_from(s).unwrap_or(u32::MAX);
-            return Ok(match decode::<reply::Depart>(&raw)? {
+            let answer = decode::<reply::Depart>(&raw)?;
+            if matches!(answer, reply::Depart::Left | reply::Depart::Gave { .. }) {
+                // A departure, and the hand-off it made, count once the
+                // replicas have them.
+                self.acks.confirm(&self.conn, written).await?;
+            }
+            return Ok(match answer {
                 reply::Depart::Left => Departure::LeftQueue,
                 reply::Depart::Gave { to: Some(next), .. } => {
                     Departure::GaveBack(Handoff::To(code(next)))

@@ -278,6 +278,13 @@ impl Primary {
         con.req_packed_commands(pipeline, offset, count).await
     }
 
+    /// Which connection requests go over now (`None`: none is open). A
+    /// change between a write and its `WAIT` means the `WAIT` went to
+    /// another connection, perhaps another node, and proves nothing.
+    pub fn connection_id(&self) -> Option<u64> {
+        self.lock().connection.as_ref().map(|(id, _)| *id)
+    }
+
     /// The database the URL selects (always 0 on Sentinel).
     pub fn db(&self) -> i64 {
         match &self.locator {

@@ -43,8 +43,14 @@ impl RedisBackend {
             };
             let mut all = vec![owner];
             all.extend(args.iter().map(String::as_str));
+            let written = self.acks.before(&self.conn);
             let raw = self.run(&self.scripts.tick, room, now, &all).await?;
-            match decode::<reply::Tick>(&raw)? {
+            let answer = decode::<reply::Tick>(&raw)?;
+            if matches!(answer, reply::Tick::Ok { .. }) {
+                // Its admissions are published once the replicas have them.
+                self.acks.confirm(&self.conn, written).await?;
+            }
+            match answer {
                 reply::Tick::NotOwner => return Ok(None),
                 reply::Tick::NoRoom => return Err(BackendError::NoSuchRoom(room.clone())),
                 reply::Tick::Stale(timeouts) => {
@@ -96,6 +102,20 @@ impl RedisBackend {
         Err(BackendError::Unavailable(
             "the room's tick did not settle".into(),
         ))
+    }
+}
+
+impl RedisBackend {
+    /// One tick as the worker holding lease `token` runs it: `None`, with
+    /// nothing changed, when the room's lease is not that token (the
+    /// script checks it). The worker loop does the same; tests call it to
+    /// run two workers for one room at once.
+    pub async fn tick_as_worker(
+        &self,
+        room: &RoomId,
+        token: &str,
+    ) -> Result<Option<TickReport>, BackendError> {
+        Ok(self.tick_as(room, token).await?.map(|(report, _)| report))
     }
 }
 

@@ -23,6 +23,7 @@ conformance!(
     sold_out_closes_the_room_and_can_be_lifted,
     stock_runs_out_once_under_concurrent_purchases,
     stock_changes_with_the_room_and_zero_means_sold_out,
+    a_paused_room_admits_nobody_in_passthrough,
 );
 
 async fn set_mode(b: &Arc<dyn Backend>, mode: Mode) {
@@ -273,4 +274,30 @@ async fn stock_changes_with_the_room_and_zero_means_sold_out(kind: Kind) {
         None
     );
     assert_eq!(b.purchase(&rid("r"), 1).await.unwrap(), None);
+}
+
+/// Pause stops admission in every mode: a passthrough join waits until the
+/// room is resumed, and then goes in past the permits.
+async fn a_paused_room_admits_nobody_in_passthrough(kind: Kind) {
+    let h = Harness::new(kind, vec![room("r", 1)]).await;
+    let b = &h.backend;
+    let first = join(b, "r").await;
+    b.tick(&rid("r")).await.unwrap();
+    let pause = |paused| RoomPatch {
+        paused: Some(paused),
+        mode: Some(Mode::Passthrough),
+        ..RoomPatch::default()
+    };
+    b.patch_room(&rid("r"), pause(true)).await.unwrap();
+    let j = b.join(&rid("r"), JoinRequest::anonymous()).await.unwrap();
+    assert_eq!(j.status.state, TicketState::Waiting);
+    assert!(b.tick(&rid("r")).await.unwrap().admitted.is_empty());
+    b.patch_room(&rid("r"), pause(false)).await.unwrap();
+    assert_eq!(
+        b.tick(&rid("r")).await.unwrap().admitted,
+        vec![j.ticket.id as u32]
+    );
+    assert_eq!(state(b, "r", first).await, TicketState::Admitted);
+    let l = conserved(b).await;
+    assert_eq!((l.admitted, l.debt), (2, 1));
 }

@@ -1,0 +1,116 @@
+//! Acknowledged means replicated, when asked: with `redis_wait_replicas =
+//! 1` a join, a leave (and its hand-off) and a status read are answered
+//! only once the replica has them; with the replica gone they fail with
+//! 503, `Retry-After` and `not_replicated` instead of acknowledging what a
+//! failover could lose, and they work again once it is back.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use narabu::backend::redis::{RedisBackend, RedisOptions};
+use narabu::config::{Backend as ConfigBackend, Config, RedisWait};
+use narabu::engine::{RoomSettings, SystemClock};
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use narabu_testkit::app::{TestApp, config, spawn_with};
+use narabu_testkit::redis_ha::{replicated, wait_in_sync};
+use narabu_testkit::redis_server::RedisServer;
+use narabu_testkit::room;
+
+fn sale() -> RoomSettings {
+    let mut r = room("sale", 1);
+    r.join_limit_per_minute = 0;
+    r
+}
+
+pub async fn waiting_instance(redis: &RedisServer, wait: RedisWait) -> TestApp {
+    let options = RedisOptions {
+        wait,
+        run_workers: false,
+        ..RedisOptions::new(redis.url())
+    };
+    let backend = RedisBackend::connect(options, vec![sale()], Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let config = Config {
+        backend: ConfigBackend::Redis(redis.url().into()),
+        rooms: vec![sale()],
+        redis_wait: wait,
+        ..config()
+    };
+    spawn_with(config, backend).await
+}
+
+async fn post_join(app: &TestApp) -> reqwest::Response {
+    app.client
+        .post(app.url("/api/rooms/sale/join"))
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_wait_for_the_replica_and_fail_with_503_without_it() {
+    let primary = RedisServer::start_persistent().await;
+    let mut replica = RedisServer::start_replica_of(primary.port).await;
+    wait_in_sync(&replica, Duration::from_secs(30)).await;
+    replicated(&primary, "probe", 1).await;
+    let wait = RedisWait {
+        replicas: 1,
+        timeout: Duration::from_millis(200),
+    };
+    let app = waiting_instance(&primary, wait).await;
+
+    // With the replica there, everything is answered as usual.
+    let first = app.join("sale").await;
+    let second = app.join("sale").await;
+    app.tick("sale").await;
+    assert_eq!(app.status("sale", &first).await["status"], "admitted");
+    assert_eq!(app.leave("sale", &first).await, StatusCode::NO_CONTENT);
+    assert_eq!(app.status("sale", &second).await["status"], "admitted");
+    // What was acknowledged is on the replica.
+    let mut on_replica = replica.client().await;
+    let issued: Option<String> = redis::cmd("HGET")
+        .arg("narabu:{sale}:room")
+        .arg("issued")
+        .query_async(&mut on_replica)
+        .await
+        .unwrap();
+    assert_eq!(issued.as_deref(), Some("2"));
+
+    // The replica dies: nothing is acknowledged any more.
+    replica.kill();
+    let refused = post_join(&app).await;
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let retry: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry >= 1);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"], "not_replicated", "{body}");
+    let status = app
+        .client
+        .get(app.url("/api/rooms/sale/status"))
+        .bearer_auth(&second.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status.status(), StatusCode::SERVICE_UNAVAILABLE);
+
+    // It comes back and catches up: joins are answered again.
+    replica.launch(&[]).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = post_join(&app).await;
+        if r.status() == StatusCode::CREATED {
+            break;
+        }
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(Instant::now() < deadline, "joins did not come back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    app.stop().await;
+}
