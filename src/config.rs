@@ -39,8 +39,8 @@ use redis::RedisKeys;
 pub use redis::{RedisTarget, RedisWait, SentinelTarget};
 pub use room::{
     CAPACITY_MAX, CAPACITY_MIN, OPENS_AT_MAX, RoomTable, TICK_MAX, TICK_MIN, TIMEOUT_MAX,
-    check_admit_per_minute, check_away_grace, check_capacity, check_stock, check_tick,
-    check_timeout, opt_duration, parse_rfc3339_ms, stock_mode, validate_room,
+    check_admit_per_minute, check_away_grace, check_capacity, check_stock, check_templates_dir,
+    check_tick, check_timeout, opt_duration, parse_rfc3339_ms, stock_mode, validate_room,
 };
 pub use secret::Secret;
 use values::{ProxyNet, RedactedUrl, check_http_url, check_public_url, listen_address};
@@ -232,6 +232,11 @@ pub struct Config {
     /// queue URLs handed to proxies; relative URLs when absent.
     pub public_url: Option<String>,
     pub webhooks: Vec<WebhookConfig>,
+    /// The instance's own page templates (and `messages/`), over the
+    /// built-in pages; every room without its own shows them.
+    pub templates_dir: Option<PathBuf>,
+    /// More languages for the pages, as message files (`ko.toml`).
+    pub messages_dir: Option<PathBuf>,
     /// At least one, ids unique.
     pub rooms: Vec<RoomSettings>,
 }
@@ -326,6 +331,8 @@ impl Default for Config {
             max_streams_per_ticket: Self::DEFAULT_MAX_STREAMS_PER_TICKET,
             public_url: None,
             webhooks: Vec::new(),
+            templates_dir: None,
+            messages_dir: None,
             rooms: vec![RoomSettings::new(room)],
         }
     }
@@ -363,6 +370,8 @@ struct FileConfig {
     max_streams_per_ticket: Option<u32>,
     public_url: Option<String>,
     webhooks: Vec<WebhookTable>,
+    templates_dir: Option<PathBuf>,
+    messages_dir: Option<PathBuf>,
     rooms: Option<Vec<RoomTable>>,
 }
 
@@ -504,6 +513,14 @@ impl FileConfig {
             .enumerate()
             .map(|(i, w)| w.into_config(&format!("webhooks[{i}]")))
             .collect::<Result<_, _>>()?;
+        for (field, dir) in [
+            ("templates_dir", &self.templates_dir),
+            ("messages_dir", &self.messages_dir),
+        ] {
+            if let Some(dir) = dir {
+                check_templates_dir(field, &dir.to_string_lossy())?;
+            }
+        }
         let rooms = match self.rooms {
             None => defaults.rooms,
             Some(tables) => rooms_from_tables(tables)?,
@@ -531,6 +548,8 @@ impl FileConfig {
                 .unwrap_or(defaults.max_streams_per_ticket),
             public_url,
             webhooks,
+            templates_dir: self.templates_dir,
+            messages_dir: self.messages_dir,
             rooms,
         })
     }

@@ -27,6 +27,7 @@ use crate::config::{self, Config};
 use crate::engine::SystemClock;
 use crate::http::access::AccessBook;
 use crate::http::limits::StreamLimiter;
+use crate::http::pages::PageBook;
 use crate::http::presence::Presence;
 use crate::http::router::router;
 use crate::http::state::{AppState, HttpSettings, Shared};
@@ -83,6 +84,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let keys = Keyring::from_config(&config).context("loading the ticket signing key")?;
+    // Before anything serves: a broken template stops the start here.
+    let pages = Arc::new(PageBook::load(&config).context("loading the page templates")?);
     let settings = Arc::new(HttpSettings::from_config(&config));
     if settings.admin_token.is_none() {
         tracing::info!("no admin token configured: the admin API is off");
@@ -101,11 +104,18 @@ pub async fn serve(
     let access = Arc::new(AccessBook::default());
     let presence = Presence::new(config.max_streams_per_ticket);
     tokio::spawn(presence.clone().run(backend.clone(), stop.clone()));
-    follow_rooms(&monitor, access.clone(), stop.clone(), backend.clock());
+    follow_rooms(
+        &monitor,
+        access.clone(),
+        pages.clone(),
+        stop.clone(),
+        backend.clock(),
+    );
     let state = AppState::new(Shared {
         clock: backend.clock(),
         access,
         challenges: Arc::new(ChallengeKeys::from_keyring(&keys)),
+        pages,
         streams: StreamLimiter::new(config.max_streams_per_address),
         presence: presence.clone(),
         fanout: Arc::default(),
@@ -162,11 +172,13 @@ fn follow_resets(
     });
 }
 
-/// Feeds every room's sample to the access book each second, so rules
-/// changed on another instance apply here and the join rate is known.
+/// Feeds every room's sample to the access book and the page book each
+/// second, so rules and pages changed on another instance apply here and
+/// the join rate is known.
 fn follow_rooms(
     monitor: &Monitor,
     access: Arc<AccessBook>,
+    pages: Arc<PageBook>,
     stop: CancellationToken,
     clock: Arc<dyn crate::engine::Clock>,
 ) {
@@ -181,6 +193,7 @@ fn follow_rooms(
             let now = clock.now_ms();
             for (snapshot, _) in &rooms.rooms {
                 access.observe(snapshot, now);
+                pages.observe(snapshot);
             }
         }
     });

@@ -132,6 +132,14 @@
       localizeTime(updated);
     }
     if (typeof s.paused === "boolean") byId("paused").hidden = !s.paused;
+    // A page of the operator's own may leave these out.
+    var maintenance = byId("maintenance");
+    if (maintenance && typeof s.mode === "string") maintenance.hidden = s.mode !== "maintenance";
+    var stock = byId("stock");
+    if (stock && isCount(s.stock)) {
+      stock.textContent = fill(data.stockLeft, { n: group(s.stock) });
+      stock.hidden = false;
+    }
 
     if (moved && isCount(s.position)) {
       var known = isCount(low) || isCount(high);

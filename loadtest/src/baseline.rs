@@ -24,6 +24,8 @@ pub fn router() -> Router {
 /// A running baseline server; dropping it stops it.
 pub struct Baseline {
     pub addr: SocketAddr,
+    /// The serving process, when it is one of its own.
+    pub pid: Option<u32>,
     _child: Option<tokio::process::Child>,
     _stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -58,6 +60,7 @@ pub async fn spawn_process() -> anyhow::Result<Baseline> {
         .ok_or_else(|| anyhow::anyhow!("the baseline server did not start: {line:?}"))?;
     Ok(Baseline {
         addr,
+        pid: child.id(),
         _child: Some(child),
         _stop: None,
     })
@@ -86,6 +89,7 @@ pub async fn spawn_in_process() -> anyhow::Result<Baseline> {
     });
     Ok(Baseline {
         addr,
+        pid: None,
         _child: None,
         _stop: Some(stop),
     })

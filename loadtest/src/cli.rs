@@ -135,6 +135,14 @@ pub struct HammerArgs {
     /// Serve the baseline inside this process instead of a child process.
     #[arg(long, hide = true)]
     pub baseline_in_process: bool,
+    /// The servers' process ids (repeat or comma list), to report their CPU
+    /// per request from /proc; the baseline's is reported beside it.
+    #[arg(long = "server-pid", value_delimiter = ',')]
+    pub server_pids: Vec<u32>,
+    /// The servers' Redis (redis://127.0.0.1:PORT), to report Redis's time
+    /// and commands per request from its own accounting (INFO commandstats).
+    #[arg(long, value_parser = crate::probe::parse_redis_url)]
+    pub redis: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]

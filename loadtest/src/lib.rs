@@ -1,8 +1,9 @@
 //! The load test tool: simulated visitors against a Narabu instance on
 //! this machine, and a report of what they saw. Operators run it before a
 //! sale to find their limits; the project uses it to hold Narabu to the
-//! performance targets of the design brief (§5) and to check its
-//! invariants (§1) from outside, over the same HTTP API browsers use.
+//! performance targets recorded in BENCHMARKS.md and to check its
+//! invariants (order, capacity, positions that never go up) from outside,
+//! over the same HTTP API browsers use.
 //!
 //! `cli` parses and guards (loopback targets only), `scenario` holds the
 //! scenarios, `http`/`sse`/`api` are the lean client side, `stats` the

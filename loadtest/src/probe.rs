@@ -5,9 +5,14 @@
 //! clock ticks of 10 ms) and, where the kernel shows it, from each thread's
 //! `/proc/PID/task/TID/sched` (`se.sum_exec_runtime`, to the nanosecond),
 //! which a wave of a few hundred milliseconds needs. Redis is asked with
-//! `INFO`: its process CPU (`used_cpu_user` + `used_cpu_sys`) and
-//! `commandstats` (calls and microseconds per command; commands a script
-//! runs are counted there too, inside their script's time as well).
+//! `INFO`: its process CPU (`used_cpu_user` + `used_cpu_sys`, and the main
+//! thread's, which is the one core that runs every command) and
+//! `commandstats` (calls and microseconds per command). Commands a script
+//! runs are counted there too, and their time is inside their script's as
+//! well, so "Redis time" here is the time of what clients sent that does
+//! the work: script calls and change-log reads. The command count keeps
+//! the commands inside scripts (it is what Redis executed); the tool's own
+//! `INFO` is left out of both.
 
 use std::collections::BTreeMap;
 
@@ -94,6 +99,8 @@ fn parse_sched_runtime_ms(sched: &str) -> Option<f64> {
 pub struct RedisStats {
     /// The process's user + system CPU, in microseconds.
     pub cpu_us: f64,
+    /// The main thread's user + system CPU (Redis 6.2 and later).
+    pub main_cpu_us: Option<f64>,
     /// Per command: calls and microseconds.
     pub commands: BTreeMap<String, (u64, u64)>,
 }
@@ -102,14 +109,41 @@ pub struct RedisStats {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct RedisCost {
     pub cpu_ms: f64,
-    /// Every command run, those run inside scripts included.
+    /// The main thread's CPU, when Redis reports it.
+    pub main_cpu_ms: Option<f64>,
+    /// Every command run, those run inside scripts included (the tool's own
+    /// `INFO` left out).
     pub calls: u64,
     /// Script calls and log reads: what clients sent as commands that do
     /// work (the rest are their insides, or bookkeeping).
     pub evalsha: u64,
     pub xread: u64,
+    /// Microseconds Redis spent in those script calls and log reads
+    /// (`commandstats`; a script's time includes the commands it ran).
+    pub time_us: u64,
+    /// Microseconds of every command summed, the commands inside scripts
+    /// counted a second time.
+    pub usec_all: u64,
     /// Calls per command, those that ran at all.
     pub by_command: BTreeMap<String, u64>,
+}
+
+/// Commands whose time holds the work a client asked for: scripts (their
+/// inner commands' time included) and reads of a change log.
+fn is_work(name: &str) -> bool {
+    matches!(
+        name,
+        "evalsha" | "eval" | "evalsha_ro" | "eval_ro" | "fcall" | "fcall_ro"
+    ) || is_log_read(name)
+}
+
+fn is_log_read(name: &str) -> bool {
+    matches!(name, "xread" | "xreadgroup")
+}
+
+/// The probe's own commands, not the measured servers'.
+fn is_probe(name: &str) -> bool {
+    name == "info"
 }
 
 impl RedisStats {
@@ -119,6 +153,11 @@ impl RedisStats {
         for line in info.lines() {
             let line = line.trim();
             if let Some(v) = line
+                .strip_prefix("used_cpu_user_main_thread:")
+                .or_else(|| line.strip_prefix("used_cpu_sys_main_thread:"))
+            {
+                *s.main_cpu_us.get_or_insert(0.0) += v.parse::<f64>().unwrap_or(0.0) * 1e6;
+            } else if let Some(v) = line
                 .strip_prefix("used_cpu_user:")
                 .or_else(|| line.strip_prefix("used_cpu_sys:"))
             {
@@ -144,23 +183,70 @@ impl RedisStats {
     pub fn since(&self, before: &Self) -> RedisCost {
         let mut cost = RedisCost {
             cpu_ms: (self.cpu_us - before.cpu_us) / 1000.0,
+            main_cpu_ms: match (self.main_cpu_us, before.main_cpu_us) {
+                (Some(a), Some(b)) => Some((a - b) / 1000.0),
+                _ => None,
+            },
             ..RedisCost::default()
         };
-        for (name, &(calls, _)) in &self.commands {
-            let was = before.commands.get(name).map_or(0, |c| c.0);
-            let delta = calls.saturating_sub(was);
+        for (name, &(calls, usec)) in &self.commands {
+            if is_probe(name) {
+                continue;
+            }
+            let (was_calls, was_usec) = before.commands.get(name).copied().unwrap_or((0, 0));
+            let delta = calls.saturating_sub(was_calls);
             if delta == 0 {
                 continue;
             }
+            let delta_us = usec.saturating_sub(was_usec);
             cost.calls += delta;
-            match name.as_str() {
-                "evalsha" | "eval" => cost.evalsha += delta,
-                "xread" => cost.xread += delta,
-                _ => {}
+            cost.usec_all += delta_us;
+            if is_work(name) {
+                cost.time_us += delta_us;
+                if is_log_read(name) {
+                    cost.xread += delta;
+                } else {
+                    cost.evalsha += delta;
+                }
             }
             cost.by_command.insert(name.clone(), delta);
         }
         cost
+    }
+}
+
+/// A cost spread over `n` things (joins, changes, instances), and with the
+/// background taken out: what Redis did while nothing was measured, scaled
+/// to the same length of time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct PerUnit {
+    pub time_us: f64,
+    pub calls: f64,
+    pub evalsha: f64,
+    pub xread: f64,
+    pub cpu_us: f64,
+    pub main_cpu_us: Option<f64>,
+}
+
+impl RedisCost {
+    /// This cost less `idle` scaled by `scale` (e.g. the wave's length
+    /// over the idle sample's), divided by `n`; never below zero.
+    pub fn per_unit(&self, idle: Option<&RedisCost>, scale: f64, n: f64) -> PerUnit {
+        let zero = RedisCost::default();
+        let idle = idle.unwrap_or(&zero);
+        let net = |a: f64, b: f64| ((a - b * scale).max(0.0)) / n.max(1e-9);
+        PerUnit {
+            time_us: net(self.time_us as f64, idle.time_us as f64),
+            calls: net(self.calls as f64, idle.calls as f64),
+            evalsha: net(self.evalsha as f64, idle.evalsha as f64),
+            xread: net(self.xread as f64, idle.xread as f64),
+            cpu_us: net(self.cpu_ms * 1000.0, idle.cpu_ms * 1000.0),
+            main_cpu_us: match (self.main_cpu_ms, idle.main_cpu_ms) {
+                (Some(a), Some(b)) => Some(net(a * 1000.0, b * 1000.0)),
+                (Some(a), None) => Some(net(a * 1000.0, 0.0)),
+                _ => None,
+            },
+        }
     }
 }
 
@@ -219,6 +305,42 @@ mod tests {
         assert!((cost.cpu_ms - 4.0).abs() < 1e-6);
         assert_eq!((cost.calls, cost.evalsha, cost.xread), (5, 2, 3));
         assert_eq!(cost.by_command.len(), 2, "unchanged commands are left out");
+        // The scripts' 100 µs and the log reads' 30 µs.
+        assert_eq!((cost.time_us, cost.usec_all), (130, 130));
+        assert_eq!(cost.main_cpu_ms, None);
+    }
+
+    #[test]
+    fn commands_inside_scripts_count_as_calls_but_not_twice_as_time() {
+        let before = RedisStats::parse(
+            "used_cpu_sys:0.0\nused_cpu_user:0.0\nused_cpu_sys_main_thread:0.5\nused_cpu_user_main_thread:0.5\ncmdstat_info:calls=3,usec=60\n",
+        );
+        assert_eq!(before.main_cpu_us, Some(1_000_000.0));
+        let after = RedisStats::parse(
+            "used_cpu_sys:0.0\nused_cpu_user:0.0\nused_cpu_sys_main_thread:0.5\nused_cpu_user_main_thread:0.502\ncmdstat_info:calls=4,usec=80\ncmdstat_evalsha:calls=10,usec=400\ncmdstat_hset:calls=20,usec=40\ncmdstat_zadd:calls=10,usec=30\n",
+        );
+        let cost = after.since(&before);
+        assert_eq!(
+            cost.calls, 40,
+            "inner commands counted, the probe's INFO not"
+        );
+        assert_eq!(cost.time_us, 400, "inner time is inside the script's");
+        assert_eq!(cost.usec_all, 470);
+        assert!((cost.main_cpu_ms.unwrap() - 2.0).abs() < 1e-6);
+        // Ten joins: 40 µs and 4 commands each.
+        let per = cost.per_unit(None, 1.0, 10.0);
+        assert_eq!((per.time_us, per.calls, per.evalsha), (40.0, 4.0, 1.0));
+        // With a background of 100 µs and 8 calls per second, over half a
+        // second of wave: 350 µs and 36 calls remain.
+        let idle = RedisCost {
+            time_us: 100,
+            calls: 8,
+            ..RedisCost::default()
+        };
+        let per = cost.per_unit(Some(&idle), 0.5, 1.0);
+        assert_eq!((per.time_us, per.calls), (350.0, 36.0));
+        // Never below zero.
+        assert_eq!(cost.per_unit(Some(&idle), 100.0, 1.0).time_us, 0.0);
     }
 
     #[test]

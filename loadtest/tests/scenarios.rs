@@ -142,6 +142,8 @@ fn hammer_args(target: Target, room: &str) -> HammerArgs {
         requests: 0,
         no_baseline: false,
         baseline_in_process: true,
+        server_pids: Vec::new(),
+        redis: None,
     }
 }
 
@@ -172,6 +174,42 @@ async fn gate_and_joins_are_measured_against_the_baseline() {
     let f = &report.figures;
     assert_eq!(f["joins"]["ok"], 300, "{}", report.table());
     assert_eq!(f["joins"]["errors"], serde_json::json!({}));
+    server.stop().await;
+}
+
+/// On Redis, joins are also measured on Redis's side: its time and the
+/// commands it ran per join, and the server's CPU per join.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joins_on_redis_report_redis_cost_per_join() {
+    let redis = narabu_testkit::redis_server::RedisServer::start().await;
+    let rooms = vec![room("joins", 8)];
+    let backend: Arc<dyn Backend> = narabu::backend::redis::RedisBackend::connect(
+        narabu::backend::redis::RedisOptions::new(redis.url()),
+        rooms.clone(),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    let server = serve_on(rooms, backend).await;
+    let mut args = hammer_args(server.target, "joins");
+    args.requests = 200;
+    // The count ends the run, not the clock: a busy machine may need longer.
+    args.seconds = 30.0;
+    args.redis = Some(redis.url());
+    args.server_pids = vec![std::process::id()];
+    let report = hammered::run(&args, Kind::Joins).await.unwrap();
+    let f = &report.figures;
+    assert_eq!(f["joins"]["ok"], 200, "{}", report.table());
+    let per = &f["redis_per_request"];
+    // Each join is at least one script call, which runs commands inside.
+    assert!(per["evalsha"].as_f64().unwrap() >= 1.0, "{per}");
+    assert!(
+        per["calls"].as_f64().unwrap() > per["evalsha"].as_f64().unwrap(),
+        "{per}"
+    );
+    assert!(per["time_us"].as_f64().unwrap() > 0.0, "{per}");
+    assert!(f["server_cpu_us_per_request"].as_f64().unwrap() > 0.0);
+    assert!(report.table().contains("Redis per request"));
     server.stop().await;
 }
 
@@ -245,7 +283,19 @@ async fn streams_on_redis_report_redis_cost_per_change() {
         "the follower's read: {wave}"
     );
     assert!(wave["cpu_ms"].as_f64().unwrap() >= 0.0, "{wave}");
+    assert!(wave["time_us"].as_u64().unwrap() > 0, "{wave}");
+    assert!(f["redis_idle_seconds"].as_f64().unwrap() > 0.0);
+    // One change's share net of the background: the leave's script at least.
+    let per = &f["redis_per_change"];
+    assert!(per["time_us"].as_f64().unwrap() >= 0.0, "{per}");
     assert!(report.table().contains("Redis during the wave"));
+    assert!(report.table().contains("Redis per view change (net)"));
+    // Over the hand-offs too (two leaves after the first admission).
+    assert!(
+        f["redis_per_handoff_change"]["time_us"].is_number(),
+        "{}",
+        report.table()
+    );
     server.stop().await;
 }
 

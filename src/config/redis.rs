@@ -371,8 +371,14 @@ mod tests {
             .lines()
             .filter_map(|l| l.strip_prefix("#   redis_"))
             .collect();
-        assert_eq!(example.len(), 4, "{example:?}");
-        let t = target(&format!("redis_{}", example.join("\nredis_")));
+        assert_eq!(example.len(), 6, "{example:?}");
+        let text = format!("redis_{}", example.join("\nredis_"));
+        let wait = parse(&text).unwrap().redis_wait;
+        assert_eq!(
+            (wait.replicas, wait.timeout),
+            (1, RedisWait::DEFAULT_TIMEOUT)
+        );
+        let t = target(&text);
         let RedisTarget::Sentinel(s) = t else {
             panic!("expected Sentinel, got {t:?}")
         };

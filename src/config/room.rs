@@ -133,6 +133,10 @@ pub struct RoomTable {
     pub enqueue_public_key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enqueue_previous_public_key: Option<String>,
+    /// The room's own page templates (and `messages/`), over the
+    /// instance's; checked when the room is loaded or changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub templates_dir: Option<String>,
 }
 
 impl RoomTable {
@@ -162,6 +166,7 @@ impl RoomTable {
             enqueue_previous_key: None,
             enqueue_public_key: None,
             enqueue_previous_public_key: None,
+            templates_dir: None,
         }
     }
 
@@ -206,6 +211,7 @@ impl RoomTable {
         }
         s.mode = stock_mode(&field("mode"), self.mode, s.stock)?.unwrap_or_default();
         self.fill_access(&mut s.access);
+        s.templates_dir = self.templates_dir;
         validate_room(&s, field_prefix)?;
         Ok(s)
     }
@@ -285,6 +291,7 @@ impl From<&RoomSettings> for RoomTable {
             enqueue_previous_key: None,
             enqueue_public_key: s.access.enqueue_public_key.clone(),
             enqueue_previous_public_key: s.access.enqueue_previous_public_key.clone(),
+            templates_dir: s.templates_dir.clone(),
         }
     }
 }
@@ -308,6 +315,9 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
     s.access
         .validate()
         .map_err(|(key, message)| ConfigError::new(field(key), message))?;
+    if let Some(dir) = &s.templates_dir {
+        check_templates_dir(&field("templates_dir"), dir)?;
+    }
     if let Some(at) = s.opens_at
         && at > OPENS_AT_MAX
     {
@@ -315,6 +325,21 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
             field("opens_at"),
             "must be before the year 10000",
         ));
+    }
+    Ok(())
+}
+
+/// A directory path as text: what it holds is checked by the pages' own
+/// loader, which names the file and line of what is wrong.
+pub fn check_templates_dir(field: &str, dir: &str) -> Result<(), ConfigError> {
+    if dir.trim().is_empty() {
+        return Err(ConfigError::new(
+            field,
+            "must name a directory (leave it out for the instance's pages)",
+        ));
+    }
+    if dir.len() > 4096 || dir.contains('\0') {
+        return Err(ConfigError::new(field, "is not a usable path"));
     }
     Ok(())
 }

@@ -85,7 +85,9 @@ pub enum EventRecord {
         order: Vec<TicketId>,
         at: u64,
     },
-    Settings(RoomSettings),
+    /// Boxed: settings are many times larger than any other record and
+    /// rare (an operator's change).
+    Settings(Box<RoomSettings>),
     Closed,
 }
 
@@ -112,7 +114,7 @@ impl From<RoomEvent<'_>> for EventRecord {
                 order: order.to_vec(),
                 at,
             },
-            RoomEvent::Settings(s) => Self::Settings(s.clone()),
+            RoomEvent::Settings(s) => Self::Settings(Box::new(s.clone())),
             RoomEvent::Closed => Self::Closed,
         }
     }

@@ -127,6 +127,10 @@ pub struct RoomSettings {
     /// layer checks them before a join reaches the engine. Boxed: they are
     /// larger than everything else here and rarely read.
     pub access: Box<AccessSettings>,
+    /// The directory of the room's own page templates, as the operator
+    /// wrote it; `None` for the instance's pages. The engine only keeps it
+    /// for the backends to store; the HTTP layer loads it.
+    pub templates_dir: Option<String>,
 }
 
 fn default_away_grace() -> Duration {
@@ -163,6 +167,7 @@ impl RoomSettings {
             mode: Mode::Queue,
             stock: None,
             access: Box::default(),
+            templates_dir: None,
         }
     }
 }
@@ -214,6 +219,8 @@ pub struct RoomPatch {
     pub admit_per_minute: Patch<u32>,
     /// Proof of work and enqueue tokens, rule by rule.
     pub access: AccessPatch,
+    /// `Null` goes back to the instance's pages.
+    pub templates_dir: Patch<String>,
 }
 
 impl RoomPatch {
@@ -258,6 +265,11 @@ impl RoomPatch {
             Patch::Value(v) => s.admit_per_minute = Some(v),
         }
         self.access.apply_to(&mut s.access);
+        match &self.templates_dir {
+            Patch::Absent => {}
+            Patch::Null => s.templates_dir = None,
+            Patch::Value(v) => s.templates_dir = Some(v.clone()),
+        }
     }
 }
 

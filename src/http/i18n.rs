@@ -2,109 +2,192 @@
 //!
 //! A waiting room is often the first thing a visitor sees of a sale, at its
 //! most stressful moment, so it should speak their language without asking.
-//! Narabu speaks English, Japanese and Simplified Chinese. The choice comes
-//! from `?lang=` first (a visitor who picked a language meant it), then from
-//! the browser's `Accept-Language`, and falls back to English for anything
+//! Narabu speaks English, Japanese and Simplified Chinese, and any language
+//! an operator adds with a message file. The choice comes from `?lang=`
+//! first (a visitor who picked a language meant it), then from the
+//! browser's `Accept-Language`, and falls back to English for anything
 //! unknown or malformed: a header can never make the page fail.
 //!
 //! Every user-visible sentence of the visitor pages lives in one [`Strings`]
-//! table per language, a file each (`i18n/en.rs`, `ja.rs`, `zh.rs`), so a
-//! translation is reviewed in one place and a missing string is a compile
-//! error rather than a blank on the page. The phrases were written for each
+//! table per language, a TOML message file each. The built-in ones
+//! (`templates/pages/messages/en.toml`, `ja.toml`, `zh.toml`) are compiled
+//! in and are the example to copy; an operator's (`messages/ko.toml` in a
+//! template directory, or in `messages_dir`) are read when the pages are
+//! loaded, at start or on an admin change, and checked then: every key
+//! present, no unknown key, every `{placeholder}` kept, or the file is
+//! refused with its line. A missing string is an error before the first
+//! visitor, never a blank on the page. The phrases were written for each
 //! language, not translated word by word.
 
-mod en;
-mod ja;
-mod zh;
+use std::path::Path;
+use std::sync::{Arc, LazyLock};
 
-/// A language the visitor pages are written in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Lang {
-    #[default]
-    En,
-    Ja,
-    /// Simplified Chinese; visitors asking for Traditional Chinese get it too,
-    /// which they read more easily than English.
-    Zh,
-}
+use serde::{Deserialize, Serialize};
+
+use super::pages::PageError;
+
+/// The built-in message files, compiled in.
+pub const BUILTIN: [(&str, &str); 3] = [
+    ("en", include_str!("../../templates/pages/messages/en.toml")),
+    ("ja", include_str!("../../templates/pages/messages/ja.toml")),
+    ("zh", include_str!("../../templates/pages/messages/zh.toml")),
+];
+
+/// The language every visitor gets when nothing better matches.
+pub const DEFAULT: &str = "en";
 
 /// The most language ranges of one `Accept-Language` header we look at, so
 /// that a hostile header costs a bounded amount of work.
 const MAX_LANGUAGE_RANGES: usize = 32;
+/// Bounds on a message directory, as for template directories.
+const MAX_FILES: usize = 100;
+const MAX_FILE_BYTES: u64 = 256 * 1024;
 
-impl Lang {
-    /// Every language, in the order the language switcher lists them.
-    pub const ALL: [Lang; 3] = [Lang::En, Lang::Ja, Lang::Zh];
+/// One language the pages are written in.
+#[derive(Debug)]
+pub struct Language {
+    /// The file's name without `.toml`: what `?lang=` names.
+    code: String,
+    pub strings: Strings,
+}
 
-    /// Picks the page language: a known `?lang=` wins, then the best-rated
-    /// supported language of `Accept-Language`, then English.
-    pub fn negotiate(query_lang: Option<&str>, accept_language: Option<&str>) -> Lang {
-        query_lang
-            .and_then(Lang::from_tag)
-            .or_else(|| accept_language.and_then(Lang::from_accept_language))
-            .unwrap_or_default()
-    }
+/// A page's language, shared by every page that shows it.
+pub type Lang = Arc<Language>;
 
+impl Language {
     /// The short code used in `?lang=` and handed to scripts.
-    pub fn code(self) -> &'static str {
-        match self {
-            Lang::En => "en",
-            Lang::Ja => "ja",
-            Lang::Zh => "zh",
-        }
+    pub fn code(&self) -> &str {
+        &self.code
     }
 
-    /// The value for `<html lang>`. Chinese says which script it is written
-    /// in, because browsers pick Han glyph shapes (and fonts) from it.
-    pub fn html_lang(self) -> &'static str {
-        match self {
-            Lang::En => "en",
-            Lang::Ja => "ja",
-            Lang::Zh => "zh-Hans",
+    /// The value for `<html lang>`: the file's `html_lang`, else its code.
+    /// Chinese says which script it is written in, because browsers pick
+    /// Han glyph shapes (and fonts) from it.
+    pub fn html_lang(&self) -> &str {
+        if self.strings.html_lang.is_empty() {
+            &self.code
+        } else {
+            &self.strings.html_lang
         }
     }
 
     /// The language's name in itself, for the language switcher.
-    pub fn native_name(self) -> &'static str {
-        match self {
-            Lang::En => "English",
-            Lang::Ja => "日本語",
-            Lang::Zh => "简体中文",
-        }
+    pub fn native_name(&self) -> &str {
+        &self.strings.language_name
     }
 
     /// Every user-visible string of the visitor pages in this language.
-    pub fn strings(self) -> &'static Strings {
-        match self {
-            Lang::En => &en::EN,
-            Lang::Ja => &ja::JA,
-            Lang::Zh => &zh::ZH,
-        }
+    pub fn strings(&self) -> &Strings {
+        &self.strings
+    }
+}
+
+/// The languages one set of pages speaks: the built-in ones, replaced or
+/// joined by an operator's message files.
+#[derive(Debug)]
+pub struct Languages {
+    /// The built-in languages first, then the added ones by code; the
+    /// language switcher lists them in this order.
+    all: Vec<Lang>,
+}
+
+static BUILTIN_LANGUAGES: LazyLock<Arc<Languages>> = LazyLock::new(|| {
+    let all = BUILTIN
+        .iter()
+        .map(|(code, text)| {
+            let file = format!("built-in messages/{code}.toml");
+            parse_language(code, text, &file).map(Arc::new)
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .expect("the built-in message files are valid");
+    Arc::new(Languages { all })
+});
+
+impl Languages {
+    /// English, Japanese and Chinese as compiled in.
+    pub fn builtin() -> Arc<Languages> {
+        BUILTIN_LANGUAGES.clone()
     }
 
-    /// Reads a BCP 47 tag by its primary subtag, so `ja-JP`, `zh-Hans`,
-    /// `zh-TW` and `EN-gb` all count.
-    fn from_tag(tag: &str) -> Option<Lang> {
-        let primary = tag.trim().split(['-', '_']).next()?;
-        if primary.eq_ignore_ascii_case("en") {
-            Some(Lang::En)
-        } else if primary.eq_ignore_ascii_case("ja") {
-            Some(Lang::Ja)
-        } else if primary.eq_ignore_ascii_case("zh") {
-            Some(Lang::Zh)
-        } else {
-            None
+    /// The built-in languages with the message files of `dirs` (`*.toml`,
+    /// each named by its language tag); for the same language, a file in
+    /// an earlier directory wins over a later one and over the built-in.
+    pub fn load(dirs: &[&Path]) -> Result<Languages, PageError> {
+        let mut all: Vec<Lang> = Languages::builtin().all.clone();
+        let mut added: Vec<Lang> = Vec::new();
+        let mut seen: Vec<String> = Vec::new();
+        for dir in dirs {
+            for (code, path, text) in read_messages(dir)? {
+                if seen.iter().any(|c| c.eq_ignore_ascii_case(&code)) {
+                    continue;
+                }
+                let language = Arc::new(parse_language(&code, &text, &path.display().to_string())?);
+                seen.push(code.clone());
+                match all.iter_mut().find(|l| l.code.eq_ignore_ascii_case(&code)) {
+                    Some(builtin) => *builtin = language,
+                    None => added.push(language),
+                }
+            }
         }
+        added.sort_by(|a, b| a.code.cmp(&b.code));
+        all.extend(added);
+        Ok(Languages { all })
     }
 
-    /// The supported language with the highest q-value; on a tie the one
+    /// Every language, in the order the language switcher lists them.
+    pub fn all(&self) -> &[Lang] {
+        &self.all
+    }
+
+    /// A language by its code (`ja`, `ko`, `pt-BR`), ignoring case.
+    pub fn get(&self, code: &str) -> Option<&Lang> {
+        self.all.iter().find(|l| l.code.eq_ignore_ascii_case(code))
+    }
+
+    /// English (the built-in, or an operator's `en.toml`).
+    pub fn default_language(&self) -> &Lang {
+        self.get(DEFAULT)
+            .or_else(|| self.all.first())
+            .expect("English is always there")
+    }
+
+    /// Picks the page language: a known `?lang=` wins, then the best-rated
+    /// known language of `Accept-Language`, then English.
+    pub fn negotiate(&self, query_lang: Option<&str>, accept_language: Option<&str>) -> Lang {
+        query_lang
+            .and_then(|q| self.for_tag(q))
+            .or_else(|| accept_language.and_then(|h| self.for_accept_language(h)))
+            .unwrap_or_else(|| self.default_language())
+            .clone()
+    }
+
+    /// Reads a BCP 47 tag: the language of exactly that code, else of its
+    /// primary subtag, else one whose primary subtag is the same. So `ja-JP`,
+    /// `zh-Hans`, `zh-TW`, `EN-gb` all count, and `pt` finds `pt-BR`.
+    fn for_tag(&self, tag: &str) -> Option<&Lang> {
+        let tag = tag.trim();
+        let primary = |t: &str| t.split(['-', '_']).next().unwrap_or_default().to_owned();
+        let wanted = primary(tag);
+        if wanted.is_empty() || !wanted.bytes().all(|b| b.is_ascii_alphabetic()) {
+            return None;
+        }
+        self.get(&tag.replace('_', "-"))
+            .or_else(|| self.get(&wanted))
+            .or_else(|| {
+                self.all
+                    .iter()
+                    .find(|l| primary(&l.code).eq_ignore_ascii_case(&wanted))
+            })
+    }
+
+    /// The known language with the highest q-value; on a tie the one
     /// listed first, as RFC 9110 leaves ties to the server and browsers list
     /// their preference first. Ranges with a malformed q-value are skipped.
-    fn from_accept_language(header: &str) -> Option<Lang> {
-        let mut best: Option<(u16, Lang)> = None;
+    fn for_accept_language(&self, header: &str) -> Option<&Lang> {
+        let mut best: Option<(u16, &Lang)> = None;
         for range in header.split(',').take(MAX_LANGUAGE_RANGES) {
             let mut parts = range.split(';');
-            let Some(lang) = parts.next().and_then(Lang::from_tag) else {
+            let Some(lang) = parts.next().and_then(|t| self.for_tag(t)) else {
                 continue;
             };
             let Ok(q) = parts.try_fold(1000, |q, param| parse_q(param).map(|p| p.unwrap_or(q)))
@@ -117,6 +200,162 @@ impl Lang {
         }
         best.map(|(_, lang)| lang)
     }
+}
+
+/// Whether a file name (without `.toml`) can be a language code: a BCP 47
+/// tag of letters, digits and hyphens, starting with a 2–3 letter language.
+fn is_language_tag(code: &str) -> bool {
+    let mut parts = code.split('-');
+    let first = parts.next().unwrap_or_default();
+    code.len() <= 35
+        && (2..=3).contains(&first.len())
+        && first.bytes().all(|b| b.is_ascii_alphabetic())
+        && parts.all(|p| (1..=8).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
+/// The `*.toml` files of a message directory, as (code, path, text).
+fn read_messages(dir: &Path) -> Result<Vec<(String, std::path::PathBuf, String)>, PageError> {
+    let shown = dir.display().to_string();
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| PageError::new(&shown, None, format!("cannot read the directory: {e}")))?;
+    let mut files: Vec<_> = entries.filter_map(Result::ok).map(|e| e.path()).collect();
+    files.sort();
+    let mut out = Vec::new();
+    for path in files {
+        if path.extension().and_then(|e| e.to_str()) != Some("toml") {
+            continue;
+        }
+        let file = path.display().to_string();
+        let code = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        if !is_language_tag(&code) {
+            return Err(PageError::new(
+                file,
+                None,
+                "the file's name must be a language tag, such as ko.toml, fr.toml or pt-BR.toml",
+            ));
+        }
+        if out.len() == MAX_FILES {
+            return Err(PageError::new(
+                &shown,
+                None,
+                format!("holds more than {MAX_FILES} message files"),
+            ));
+        }
+        if std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) > MAX_FILE_BYTES {
+            return Err(PageError::new(
+                file,
+                None,
+                format!("is larger than {} KiB", MAX_FILE_BYTES / 1024),
+            ));
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            PageError::new(&file, None, format!("cannot read it as UTF-8 text: {e}"))
+        })?;
+        out.push((code, path, text));
+    }
+    Ok(out)
+}
+
+/// Placeholders each message must keep, by its key (`table.key` for the
+/// keys of a table), and messages that must have none.
+const PLACEHOLDERS: [(&str, &[&str]); 17] = [
+    ("eta_seconds.range", &["{low}", "{high}"]),
+    ("eta_seconds.single", &["{n}"]),
+    ("eta_minutes.range", &["{low}", "{high}"]),
+    ("eta_minutes.single", &["{n}"]),
+    ("eta_hours.range", &["{low}", "{high}"]),
+    ("eta_hours.single", &["{n}"]),
+    ("queue_length", &["{n}"]),
+    ("progress_value", &["{percent}"]),
+    ("position_announcement", &["{position}"]),
+    ("position_eta_announcement", &["{position}", "{eta}"]),
+    ("refresh_note", &["{n}"]),
+    ("error_code", &["{code}"]),
+    ("stock_left", &["{n}"]),
+    ("fair.pow_progress", &["{percent}"]),
+    ("eta_seconds.one", &[]),
+    ("eta_minutes.one", &[]),
+    ("eta_hours.one", &[]),
+];
+
+/// Reads and checks one message file; `file` names it in errors.
+fn parse_language(code: &str, text: &str, file: &str) -> Result<Language, PageError> {
+    let strings: Strings = toml::from_str(text).map_err(|e| {
+        let line = e
+            .span()
+            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+        let message = e.message();
+        // serde lists every expected key after an unknown one: too long to
+        // read, and the built-in en.toml shows them all.
+        let message = match message.split_once(", expected") {
+            Some((head, _)) => format!("{head} (the built-in en.toml lists every key)"),
+            None => message.to_owned(),
+        };
+        PageError::new(file, line, message)
+    })?;
+    let value: toml::Table = toml::from_str(text).unwrap_or_default();
+    for (key, needed) in PLACEHOLDERS {
+        let message = match key.split_once('.') {
+            Some((table, name)) => value
+                .get(table)
+                .and_then(|t| t.get(name))
+                .and_then(|v| v.as_str()),
+            None => value.get(key).and_then(|v| v.as_str()),
+        }
+        .unwrap_or_default();
+        let line = key_line(text, key);
+        for placeholder in needed {
+            if !message.contains(placeholder) {
+                return Err(PageError::new(
+                    file,
+                    line,
+                    format!("`{key}` must contain {placeholder}"),
+                ));
+            }
+        }
+        if needed.is_empty() && message.contains('{') {
+            return Err(PageError::new(
+                file,
+                line,
+                format!("`{key}` takes no placeholder"),
+            ));
+        }
+    }
+    if strings.language_name.trim().is_empty() {
+        return Err(PageError::new(
+            file,
+            key_line(text, "language_name"),
+            "`language_name` must name the language in itself (한국어, Français)",
+        ));
+    }
+    Ok(Language {
+        code: code.to_owned(),
+        strings,
+    })
+}
+
+/// The line of `key` (`table.key` for a key of a table) in a TOML file.
+fn key_line(text: &str, key: &str) -> Option<usize> {
+    let (table, name) = key.split_once('.').unwrap_or(("", key));
+    let mut current = "";
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if let Some(header) = line.strip_prefix('[') {
+            current = header.trim_end_matches(']').trim();
+            continue;
+        }
+        let at_key = line
+            .strip_prefix(name)
+            .is_some_and(|rest| rest.trim_start().starts_with('='));
+        if current == table && at_key {
+            return Some(i + 1);
+        }
+    }
+    None
 }
 
 /// A `q=` parameter as thousandths, `Ok(None)` for any other parameter
@@ -150,14 +389,15 @@ fn parse_qvalue(value: &str) -> Option<u16> {
 
 /// One unit of an estimated wait, with the phrasing for a range, for a
 /// single value, and for exactly one (English needs a singular).
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct EtaUnit {
     /// `{low}` and `{high}` are replaced, e.g. "about {low}–{high} minutes".
-    pub range: &'static str,
+    pub range: String,
     /// `{n}` is replaced, e.g. "about {n} minutes".
-    pub single: &'static str,
+    pub single: String,
     /// The phrase for exactly one of the unit, e.g. "about 1 minute".
-    pub one: &'static str,
+    pub one: String,
 }
 
 /// Every user-visible string of the visitor pages, in one language.
@@ -165,106 +405,114 @@ pub struct EtaUnit {
 /// Fields holding `{name}` placeholders are filled by the methods below on
 /// the server, and by `static/queue.js` (which gets them through `data-*`
 /// attributes) in the browser.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Strings {
+    /// The language's name in itself, for the language switcher.
+    pub language_name: String,
+    /// The value for `<html lang>` when it is not the file's code (the
+    /// built-in Chinese is `zh-Hans`).
+    #[serde(default)]
+    pub html_lang: String,
     /// Small heading above the page title, next to the room id.
-    pub waiting_room: &'static str,
-    pub queue_title: &'static str,
-    pub queue_intro: &'static str,
-    pub ticket_number: &'static str,
+    pub waiting_room: String,
+    pub queue_title: String,
+    pub queue_intro: String,
+    pub ticket_number: String,
     /// Shown in place of the ticket number before a scheduled opening draws
     /// the order.
-    pub ticket_number_pending: &'static str,
-    pub position: &'static str,
-    pub ahead: &'static str,
+    pub ticket_number_pending: String,
+    pub position: String,
+    pub ahead: String,
     /// `{n}`: how many wait in the room in total.
-    pub queue_length: &'static str,
-    pub eta: &'static str,
+    pub queue_length: String,
+    pub eta: String,
     /// Shown while no estimate is known yet.
-    pub eta_unknown: &'static str,
+    pub eta_unknown: String,
     /// Shown when the estimate is zero.
-    pub eta_now: &'static str,
+    pub eta_now: String,
     pub eta_seconds: EtaUnit,
     pub eta_minutes: EtaUnit,
     pub eta_hours: EtaUnit,
     /// Placeholder for a number not known yet.
-    pub unknown_value: &'static str,
-    pub progress: &'static str,
+    pub unknown_value: String,
+    pub progress: String,
     /// `{percent}`; read out by screen readers for the progress bar.
-    pub progress_value: &'static str,
+    pub progress_value: String,
     /// `{position}`; what screen readers announce when the place changes.
-    pub position_announcement: &'static str,
+    pub position_announcement: String,
     /// `{position}` and `{eta}`.
-    pub position_eta_announcement: &'static str,
-    pub last_updated: &'static str,
+    pub position_eta_announcement: String,
+    pub last_updated: String,
     /// `{n}` seconds; tells visitors without JavaScript why the page reloads.
-    pub refresh_note: &'static str,
-    pub not_open_title: &'static str,
+    pub refresh_note: String,
+    pub not_open_title: String,
     /// Label before the opening time: "This sale opens at".
-    pub opens_at: &'static str,
-    pub not_open_note: &'static str,
-    pub paused_title: &'static str,
-    pub paused_body: &'static str,
-    pub leave: &'static str,
-    pub leave_confirm: &'static str,
-    pub leave_note: &'static str,
-    pub admitted_title: &'static str,
-    pub admitted_body: &'static str,
-    pub continue_label: &'static str,
-    pub redirecting: &'static str,
-    pub closed_title: &'static str,
-    pub closed_body: &'static str,
+    pub opens_at: String,
+    pub not_open_note: String,
+    pub paused_title: String,
+    pub paused_body: String,
+    pub leave: String,
+    pub leave_confirm: String,
+    pub leave_note: String,
+    pub admitted_title: String,
+    pub admitted_body: String,
+    pub continue_label: String,
+    pub redirecting: String,
+    pub closed_title: String,
+    pub closed_body: String,
     /// The closed page when the room sold out.
-    pub sold_out_title: &'static str,
-    pub sold_out_body: &'static str,
+    pub sold_out_title: String,
+    pub sold_out_body: String,
     /// The queue page's notice in mode `maintenance`.
-    pub maintenance_title: &'static str,
-    pub maintenance_body: &'static str,
+    pub maintenance_title: String,
+    pub maintenance_body: String,
     /// `{n}`: the units a stock-aware room has left.
-    pub stock_left: &'static str,
-    pub expired_title: &'static str,
-    pub expired_body: &'static str,
-    pub left_title: &'static str,
-    pub left_body: &'static str,
+    pub stock_left: String,
+    pub expired_title: String,
+    pub expired_body: String,
+    pub left_title: String,
+    pub left_body: String,
     /// The line itself started again (its state was lost): every ticket
     /// of the old line is void.
-    pub reset_title: &'static str,
-    pub reset_body: &'static str,
-    pub join_again: &'static str,
+    pub reset_title: String,
+    pub reset_body: String,
+    pub join_again: String,
     /// `{code}`; the small line above an error page's title.
-    pub error_code: &'static str,
-    pub bad_request_title: &'static str,
-    pub bad_request_body: &'static str,
-    pub not_found_title: &'static str,
-    pub not_found_body: &'static str,
-    pub too_many_requests_title: &'static str,
-    pub too_many_requests_body: &'static str,
-    pub server_error_title: &'static str,
-    pub server_error_body: &'static str,
-    pub unavailable_title: &'static str,
-    pub unavailable_body: &'static str,
+    pub error_code: String,
+    pub bad_request_title: String,
+    pub bad_request_body: String,
+    pub not_found_title: String,
+    pub not_found_body: String,
+    pub too_many_requests_title: String,
+    pub too_many_requests_body: String,
+    pub server_error_title: String,
+    pub server_error_body: String,
+    pub unavailable_title: String,
+    pub unavailable_body: String,
     /// Accessible name of the language switcher.
-    pub language: &'static str,
+    pub language: String,
     pub fair: FairStrings,
 }
 
 /// Phrases of fair access: the browser's proof of work, invitations, and
 /// the opening draw's commitment.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct FairStrings {
-    pub pow_title: &'static str,
-    pub pow_body: &'static str,
+    pub pow_title: String,
+    pub pow_body: String,
     /// `{percent}`: how far the puzzle probably is.
-    pub pow_progress: &'static str,
-    pub pow_noscript: &'static str,
-    pub pow_failed: &'static str,
-    pub invite_title: &'static str,
-    pub invite_body: &'static str,
-    pub invite_invalid_body: &'static str,
+    pub pow_progress: String,
+    pub pow_noscript: String,
+    pub pow_failed: String,
+    pub invite_title: String,
+    pub invite_body: String,
+    pub invite_invalid_body: String,
     /// Label of the draw's commitment (a SHA-256 in hex).
-    pub draw_commitment: &'static str,
+    pub draw_commitment: String,
     /// The link to the draw's public record.
-    pub draw_check: &'static str,
+    pub draw_check: String,
 }
 
 const MINUTE: u64 = 60;
@@ -333,6 +581,10 @@ impl Strings {
         self.refresh_note.replace("{n}", &seconds.to_string())
     }
 
+    pub fn format_stock_left(&self, n: u64) -> String {
+        self.stock_left.replace("{n}", &group_digits(n))
+    }
+
     pub fn format_error_code(&self, code: u16) -> String {
         self.error_code.replace("{code}", &code.to_string())
     }
@@ -343,8 +595,8 @@ impl Strings {
             return String::new();
         };
         let template = match eta {
-            Some(_) => self.position_eta_announcement,
-            None => self.position_announcement,
+            Some(_) => &self.position_eta_announcement,
+            None => &self.position_announcement,
         };
         template
             .replace("{position}", &group_digits(position))
@@ -370,39 +622,51 @@ pub fn group_digits(n: u64) -> String {
 mod tests {
     use super::*;
 
+    fn langs() -> &'static Languages {
+        &BUILTIN_LANGUAGES
+    }
+
+    fn lang(code: &str) -> &'static Language {
+        langs().get(code).expect("a built-in language")
+    }
+
+    fn negotiate(query: Option<&str>, header: Option<&str>) -> String {
+        langs().negotiate(query, header).code().to_owned()
+    }
+
     #[test]
     fn negotiation_table() {
-        let cases: &[(Option<&str>, Option<&str>, Lang)] = &[
-            (None, None, Lang::En),
-            (Some("ja"), None, Lang::Ja),
-            (Some("zh"), Some("ja"), Lang::Zh),
-            (Some("EN"), Some("ja"), Lang::En),
-            (Some("fr"), Some("ja"), Lang::Ja),
-            (Some(""), Some("zh-CN"), Lang::Zh),
-            (None, Some("ja"), Lang::Ja),
-            (None, Some("ja-JP"), Lang::Ja),
-            (None, Some("ja-JP,ja;q=0.9,en;q=0.8"), Lang::Ja),
-            (None, Some("zh"), Lang::Zh),
-            (None, Some("zh-CN"), Lang::Zh),
-            (None, Some("zh-Hans"), Lang::Zh),
-            (None, Some("zh-Hans-CN"), Lang::Zh),
-            (None, Some("zh-TW"), Lang::Zh),
-            (None, Some("zh_TW"), Lang::Zh),
-            (None, Some("en-US,en;q=0.9"), Lang::En),
-            (None, Some("fr-FR,fr;q=0.9,ja;q=0.8"), Lang::Ja),
-            (None, Some("en;q=0.5, ja;q=0.8, zh;q=0.7"), Lang::Ja),
-            (None, Some("ja;q=0.5,zh;q=0.5"), Lang::Ja),
-            (None, Some("ja;q=0, zh;q=0.1"), Lang::Zh),
-            (None, Some("ja;q=0"), Lang::En),
-            (None, Some("*"), Lang::En),
-            (None, Some("de, *;q=0.1"), Lang::En),
-            (None, Some("ja;q=1.0"), Lang::Ja),
-            (None, Some("JA-jp ; Q=0.9 , en;q=0.1"), Lang::Ja),
-            (None, Some("ja;level=1;q=0.4,en;q=0.3"), Lang::Ja),
+        let cases: &[(Option<&str>, Option<&str>, &str)] = &[
+            (None, None, "en"),
+            (Some("ja"), None, "ja"),
+            (Some("zh"), Some("ja"), "zh"),
+            (Some("EN"), Some("ja"), "en"),
+            (Some("fr"), Some("ja"), "ja"),
+            (Some(""), Some("zh-CN"), "zh"),
+            (None, Some("ja"), "ja"),
+            (None, Some("ja-JP"), "ja"),
+            (None, Some("ja-JP,ja;q=0.9,en;q=0.8"), "ja"),
+            (None, Some("zh"), "zh"),
+            (None, Some("zh-CN"), "zh"),
+            (None, Some("zh-Hans"), "zh"),
+            (None, Some("zh-Hans-CN"), "zh"),
+            (None, Some("zh-TW"), "zh"),
+            (None, Some("zh_TW"), "zh"),
+            (None, Some("en-US,en;q=0.9"), "en"),
+            (None, Some("fr-FR,fr;q=0.9,ja;q=0.8"), "ja"),
+            (None, Some("en;q=0.5, ja;q=0.8, zh;q=0.7"), "ja"),
+            (None, Some("ja;q=0.5,zh;q=0.5"), "ja"),
+            (None, Some("ja;q=0, zh;q=0.1"), "zh"),
+            (None, Some("ja;q=0"), "en"),
+            (None, Some("*"), "en"),
+            (None, Some("de, *;q=0.1"), "en"),
+            (None, Some("ja;q=1.0"), "ja"),
+            (None, Some("JA-jp ; Q=0.9 , en;q=0.1"), "ja"),
+            (None, Some("ja;level=1;q=0.4,en;q=0.3"), "ja"),
         ];
         for &(query, header, want) in cases {
             assert_eq!(
-                Lang::negotiate(query, header),
+                negotiate(query, header),
                 want,
                 "query {query:?}, header {header:?}"
             );
@@ -429,29 +693,32 @@ mod tests {
             "ja;q=0.\u{1F600}",
         ];
         for header in cases {
-            assert_eq!(Lang::negotiate(None, Some(header)), Lang::En, "{header:?}");
+            assert_eq!(negotiate(None, Some(header)), "en", "{header:?}");
         }
         let long = "xx,".repeat(10_000) + "ja";
-        assert_eq!(Lang::negotiate(None, Some(&long)), Lang::En);
+        assert_eq!(negotiate(None, Some(&long)), "en");
         // Parameters other than q are ignored; a malformed q-value spoils
         // only its own range.
-        assert_eq!(Lang::negotiate(None, Some("ja;=;x=y")), Lang::Ja);
-        assert_eq!(Lang::negotiate(None, Some("en;q=x, ja;q=0.2")), Lang::Ja);
+        assert_eq!(negotiate(None, Some("ja;=;x=y")), "ja");
+        assert_eq!(negotiate(None, Some("en;q=x, ja;q=0.2")), "ja");
     }
 
     #[test]
     fn codes_and_strings_line_up() {
-        for lang in Lang::ALL {
-            assert_eq!(Lang::negotiate(Some(lang.code()), None), lang);
-            assert_eq!(Lang::negotiate(Some(lang.html_lang()), None), lang);
+        for lang in langs().all() {
+            assert_eq!(negotiate(Some(lang.code()), None), lang.code());
+            assert_eq!(negotiate(Some(lang.html_lang()), None), lang.code());
         }
-        assert_eq!(Lang::Ja.strings().ticket_number, "あなたの整理番号");
-        assert_eq!(Lang::Zh.strings().admitted_title, "轮到您了");
+        let names: Vec<&str> = langs().all().iter().map(|l| l.native_name()).collect();
+        assert_eq!(names, ["English", "日本語", "简体中文"]);
+        assert_eq!(lang("zh").html_lang(), "zh-Hans");
+        assert_eq!(lang("ja").strings().ticket_number, "あなたの整理番号");
+        assert_eq!(lang("zh").strings().admitted_title, "轮到您了");
     }
 
     #[test]
     fn eta_in_english() {
-        let t = Lang::En.strings();
+        let t = lang("en").strings();
         assert_eq!(t.format_eta(0, 0), "Any moment now");
         assert_eq!(t.format_eta(1, 1), "about 1 second");
         assert_eq!(t.format_eta(20, 45), "about 20–45 seconds");
@@ -481,7 +748,7 @@ mod tests {
 
     #[test]
     fn eta_in_japanese() {
-        let t = Lang::Ja.strings();
+        let t = lang("ja").strings();
         assert_eq!(t.format_eta(0, 0), "まもなく");
         assert_eq!(t.format_eta(20, 45), "約20〜45秒");
         assert_eq!(t.format_eta(30, 30), "約30秒");
@@ -494,7 +761,7 @@ mod tests {
 
     #[test]
     fn eta_in_chinese() {
-        let t = Lang::Zh.strings();
+        let t = lang("zh").strings();
         assert_eq!(t.format_eta(0, 0), "马上就轮到您");
         assert_eq!(t.format_eta(20, 45), "约20–45秒");
         assert_eq!(t.format_eta(1, 1), "约1秒");
@@ -512,13 +779,13 @@ mod tests {
         assert_eq!(group_digits(1000), "1,000");
         assert_eq!(group_digits(200_000), "200,000");
         assert_eq!(group_digits(u64::MAX), "18,446,744,073,709,551,615");
-        let t = Lang::En.strings();
+        let t = lang("en").strings();
         assert_eq!(t.count(None), "—");
         assert_eq!(t.count(Some(1234)), "1,234");
         assert_eq!(t.format_progress(200), "100% of the way to the front");
         assert_eq!(t.format_queue_length(200_000), "Total in line: 200,000");
         assert_eq!(
-            Lang::Ja.strings().format_queue_length(1500),
+            lang("ja").strings().format_queue_length(1500),
             "待っている人数：1,500人"
         );
         assert_eq!(
@@ -526,7 +793,7 @@ mod tests {
             "You are number 5 in line. Estimated wait: about 1 minute."
         );
         assert_eq!(t.format_announcement(None, Some("x")), "");
-        let ja = Lang::Ja.strings();
+        let ja = lang("ja").strings();
         assert_eq!(
             ja.format_announcement(Some(5), Some("約1分")),
             "現在5番目です。予想待ち時間は約1分です。"
@@ -534,20 +801,149 @@ mod tests {
     }
 
     #[test]
-    fn every_template_keeps_its_placeholders() {
-        for lang in Lang::ALL {
-            let t = lang.strings();
-            for unit in [&t.eta_seconds, &t.eta_minutes, &t.eta_hours] {
-                assert!(unit.range.contains("{low}") && unit.range.contains("{high}"));
-                assert!(unit.single.contains("{n}"));
-                assert!(!unit.one.contains('{'));
-            }
-            assert!(t.progress_value.contains("{percent}"));
-            assert!(t.position_announcement.contains("{position}"));
-            assert!(t.position_eta_announcement.contains("{eta}"));
-            assert!(t.refresh_note.contains("{n}"));
-            assert!(t.queue_length.contains("{n}"));
-            assert!(t.error_code.contains("{code}"));
+    fn the_built_in_message_files_parse_and_keep_their_placeholders() {
+        for (code, text) in BUILTIN {
+            let language = parse_language(code, text, code).expect("valid");
+            assert_eq!(language.code(), code);
         }
+        assert_eq!(langs().all().len(), 3);
+    }
+
+    fn write(dir: &Path, name: &str, text: &str) {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+
+    /// The built-in English file with some lines changed.
+    fn english_with(changes: &[(&str, &str)]) -> String {
+        let mut text = BUILTIN[0].1.to_owned();
+        for (from, to) in changes {
+            assert!(text.contains(from), "{from}");
+            text = text.replacen(from, to, 1);
+        }
+        text
+    }
+
+    #[test]
+    fn an_operator_s_message_file_adds_a_language() {
+        let dir = tempfile::tempdir().unwrap();
+        let korean = english_with(&[
+            ("language_name = \"English\"", "language_name = \"한국어\""),
+            ("html_lang = \"en\"", "html_lang = \"ko\""),
+            (
+                "queue_title = \"You're in line\"",
+                "queue_title = \"대기열에 있습니다\"",
+            ),
+        ]);
+        write(dir.path(), "ko.toml", &korean);
+        write(
+            dir.path(),
+            "fr.toml",
+            &english_with(&[(
+                "language_name = \"English\"",
+                "language_name = \"Français\"",
+            )]),
+        );
+        write(dir.path(), "README.txt", "not a message file");
+        let languages = Languages::load(&[dir.path()]).expect("valid files");
+        let codes: Vec<&str> = languages.all().iter().map(|l| l.code()).collect();
+        assert_eq!(codes, ["en", "ja", "zh", "fr", "ko"]);
+        let ko = languages.negotiate(None, Some("ko-KR,ko;q=0.9,en;q=0.5"));
+        assert_eq!(ko.code(), "ko");
+        assert_eq!(ko.strings().queue_title, "대기열에 있습니다");
+        assert_eq!(languages.negotiate(Some("fr"), Some("ko")).code(), "fr");
+        assert_eq!(languages.negotiate(None, Some("fr-CA")).code(), "fr");
+        assert_eq!(languages.negotiate(None, Some("de")).code(), "en");
+        // Without the files, Korean is not offered.
+        assert_eq!(negotiate(None, Some("ko")), "en");
+    }
+
+    #[test]
+    fn an_operator_s_file_replaces_a_built_in_language_and_earlier_dirs_win() {
+        let room = tempfile::tempdir().unwrap();
+        let instance = tempfile::tempdir().unwrap();
+        write(
+            room.path(),
+            "ja.toml",
+            &BUILTIN[1]
+                .1
+                .replacen("順番をお待ちください", "ルームの言葉", 1),
+        );
+        write(
+            instance.path(),
+            "ja.toml",
+            &BUILTIN[1]
+                .1
+                .replacen("順番をお待ちください", "インスタンスの言葉", 1),
+        );
+        let languages = Languages::load(&[room.path(), instance.path()]).unwrap();
+        assert_eq!(languages.all().len(), 3);
+        assert_eq!(
+            languages.get("ja").unwrap().strings().queue_title,
+            "ルームの言葉"
+        );
+    }
+
+    #[test]
+    fn a_bad_message_file_is_refused_with_file_and_line() {
+        let cases: [(&str, String, Option<usize>, &str); 6] = [
+            (
+                "ko.toml",
+                english_with(&[("queue_title = ", "queue_titel = ")]),
+                Some(13),
+                "unknown field `queue_titel`",
+            ),
+            (
+                "ko.toml",
+                english_with(&[("queue_title = \"You're in line\"\n", "")]),
+                None,
+                "missing field `queue_title`",
+            ),
+            (
+                "ko.toml",
+                english_with(&[(
+                    "queue_length = \"Total in line: {n}\"",
+                    "queue_length = \"Total in line\"",
+                )]),
+                Some(19),
+                "`queue_length` must contain {n}",
+            ),
+            (
+                "ko.toml",
+                english_with(&[(
+                    "range = \"about {low}–{high} minutes\"",
+                    "range = \"about {low} minutes\"",
+                )]),
+                None,
+                "`eta_minutes.range` must contain {high}",
+            ),
+            (
+                "ko.toml",
+                english_with(&[(
+                    "waiting_room = \"Waiting room\"",
+                    "waiting_room = \"Waiting room",
+                )]),
+                Some(12),
+                "",
+            ),
+            (
+                "korean.toml",
+                BUILTIN[0].1.to_owned(),
+                None,
+                "must be a language tag",
+            ),
+        ];
+        for (name, text, line, words) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            write(dir.path(), name, &text);
+            let e = Languages::load(&[dir.path()]).expect_err(words);
+            assert_eq!(e.file, dir.path().join(name).display().to_string(), "{e}");
+            if line.is_some() {
+                assert_eq!(e.line, line, "{e}");
+            }
+            assert!(e.reason.contains(words), "{e}");
+            assert!(e.reason.len() < 200, "short enough to read: {e}");
+        }
+        let e = Languages::load(&[Path::new("/nonexistent-narabu-messages")]).unwrap_err();
+        assert!(e.reason.contains("cannot read the directory"), "{e}");
     }
 }

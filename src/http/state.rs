@@ -56,6 +56,8 @@ pub struct Shared {
     /// Signs and checks proof-of-work challenges (a key derived from the
     /// ticket key for this use only).
     pub challenges: Arc<crate::access::ChallengeKeys>,
+    /// The visitor pages each room shows (templates and languages).
+    pub pages: Arc<super::pages::PageBook>,
 }
 
 /// The parts of the configuration the HTTP layer reads.

@@ -19,11 +19,13 @@ use super::extract::MaybeVisitor;
 use super::i18n::Lang;
 use super::limits::ClientIp;
 use super::openapi::RoomParam;
-use super::pages::{self, ClosedPage, ClosedReason, DrawLink, ErrorPage, PowForm, QueuePage};
+use super::pages::{
+    self, ClosedPage, ClosedReason, DrawLink, ErrorPage, Page, PowForm, QueuePage, QueueUrls, Visit,
+};
 use super::return_path::validate_return_path;
 use super::state::AppState;
 use crate::engine::rules::Mode;
-use crate::engine::{RoomId, TicketState, TicketStatus, Timestamp};
+use crate::engine::{RoomId, TicketState, TicketStatus};
 
 #[derive(Debug, Default, Deserialize)]
 pub struct QueueQuery {
@@ -43,16 +45,18 @@ fn query_string(pairs: &[(&str, &str)]) -> String {
         .finish()
 }
 
-fn error_page(lang: Lang, status: StatusCode) -> Response {
-    pages::html(status, &ErrorPage::for_status(lang, status))
+fn error_page(state: &AppState, visit: &Visit, status: StatusCode) -> Response {
+    state
+        .pages
+        .render(status, visit, &Page::Error(ErrorPage::for_status(status)))
 }
 
-fn page_for_error(lang: Lang, e: &ApiError) -> Response {
+fn page_for_error(state: &AppState, visit: &Visit, e: &ApiError) -> Response {
     let status = match e.status {
         StatusCode::UNAUTHORIZED => StatusCode::BAD_REQUEST,
         other => other,
     };
-    let mut response = error_page(lang, status);
+    let mut response = error_page(state, visit, status);
     if let Some(secs) = e.retry_after {
         response
             .headers_mut()
@@ -98,19 +102,33 @@ pub async fn queue(
     let accept = headers
         .get(header::ACCEPT_LANGUAGE)
         .and_then(|v| v.to_str().ok());
-    let lang = Lang::negotiate(query.lang.as_deref(), accept);
+    // The room's languages, which its templates directory may add to.
+    let room_name = visitor.as_ref().map(|v| v.room.to_string());
+    let languages = state
+        .pages
+        .for_room(room_name.as_deref().unwrap_or_default())
+        .languages
+        .clone();
+    let lang = languages.negotiate(query.lang.as_deref(), accept);
+    let mut visit = Visit {
+        lang,
+        room: String::new(),
+        return_path: "/".into(),
+    };
     let MaybeVisitor { room, ticket } = match visitor {
         Ok(v) => v,
-        Err(e) => return page_for_error(lang, &e),
+        Err(e) => return page_for_error(&state, &visit, &e),
     };
+    visit.room = room.to_string();
     let Ok(return_path) = validate_return_path(query.return_path.as_deref()) else {
-        return error_page(lang, StatusCode::BAD_REQUEST);
+        return error_page(&state, &visit, StatusCode::BAD_REQUEST);
     };
+    visit.return_path.clone_from(&return_path);
     let rejoin_url = format!(
         "/queue/{room}?{}",
         query_string(&[
             ("return", &return_path),
-            ("lang", lang.code()),
+            ("lang", visit.lang.code()),
             ("rejoin", "1")
         ])
     );
@@ -132,49 +150,30 @@ pub async fn queue(
             } else {
                 ClosedReason::Closed
             };
-            return pages::html(
-                StatusCode::GONE,
-                &ClosedPage {
-                    lang,
-                    t: lang.strings(),
-                    room: room.to_string(),
-                    reason,
-                    rejoin_url: None,
-                },
-            );
+            let page = Page::Closed(ClosedPage {
+                reason,
+                rejoin_url: None,
+            });
+            return state.pages.render(StatusCode::GONE, &visit, &page);
         }
         Err(e) if e.code.starts_with("challenge_") => {
-            let page_url = page_url(&room, &return_path, lang);
-            let now = state.clock.now();
-            return pow_page(
-                now,
-                lang,
-                &room,
-                &e,
-                return_path,
-                page_url,
-                proof.enqueue_token,
-            );
+            let page_url = page_url(&room, &return_path, &visit.lang);
+            return pow_page(&state, &visit, &room, &e, page_url, proof.enqueue_token);
         }
-        Err(e) if e.code.starts_with("enqueue_token_") => return invite_page(lang, &e),
+        Err(e) if e.code.starts_with("enqueue_token_") => return invite_page(&state, &visit, &e),
         // The cookie's ticket names a line that was reset: said so, with
         // a way to join the new one.
         Err(e) if e.code == "line_reset" => {
-            return pages::html(
-                StatusCode::OK,
-                &ClosedPage {
-                    lang,
-                    t: lang.strings(),
-                    room: room.to_string(),
-                    reason: ClosedReason::Reset,
-                    rejoin_url: Some(rejoin_url),
-                },
-            );
+            let page = Page::Closed(ClosedPage {
+                reason: ClosedReason::Reset,
+                rejoin_url: Some(rejoin_url),
+            });
+            return state.pages.render(StatusCode::OK, &visit, &page);
         }
-        Err(e) => return page_for_error(lang, &e),
+        Err(e) => return page_for_error(&state, &visit, &e),
     };
     if !joined.status.state.is_live() || joined.status.closed {
-        return ended_page(lang, &room, &joined.status, rejoin_url);
+        return ended_page(&state, &visit, &joined.status, rejoin_url);
     }
     let cookie = api::set_cookie(&state, &room, joined.token);
     if joined.status.state == TicketState::Admitted {
@@ -183,22 +182,23 @@ pub async fn queue(
     if proof.enqueue_token.is_some() {
         // The invitation did its work: the cookie holds the ticket now, and
         // the address (history, a shared screenshot) should not keep it.
-        let clean = page_url(&room, &return_path, lang);
+        let clean = page_url(&room, &return_path, &visit.lang);
         return ([cookie], Redirect::to(&clean)).into_response();
     }
     let before_draw = joined.status.number.is_none();
-    let mut page = queue_page(lang, &room, joined.status, return_path);
+    let mut page = queue_page(&room, joined.status, &return_path);
     if before_draw && let Ok(snapshot) = state.backend.room(&room).await {
         page.draw = snapshot.view.lottery_commitment.map(|commitment| DrawLink {
             commitment,
             url: format!("/api/rooms/{room}/draw"),
         });
     }
-    ([cookie], pages::html(StatusCode::OK, &page)).into_response()
+    let page = Page::Queue(Box::new(page));
+    ([cookie], state.pages.render(StatusCode::OK, &visit, &page)).into_response()
 }
 
 /// The queue page's own address, without an enqueue token.
-fn page_url(room: &RoomId, return_path: &str, lang: Lang) -> String {
+fn page_url(room: &RoomId, return_path: &str, lang: &Lang) -> String {
     format!(
         "/queue/{room}?{}",
         query_string(&[("return", return_path), ("lang", lang.code())])
@@ -208,21 +208,21 @@ fn page_url(room: &RoomId, return_path: &str, lang: Lang) -> String {
 /// The queue page before a ticket: its script solves the challenge the
 /// join was refused with, then joins.
 fn pow_page(
-    now: Timestamp,
-    lang: Lang,
+    state: &AppState,
+    visit: &Visit,
     room: &RoomId,
     refusal: &ApiError,
-    return_path: String,
     page_url: String,
     enqueue_token: Option<String>,
 ) -> Response {
+    let now = state.clock.now();
     let challenge = refusal
         .details
         .as_ref()
         .and_then(|d| d.get("challenge"))
         .and_then(|c| Some((c.get("token")?.as_str()?, c.get("difficulty")?.as_u64()?)));
     let Some((token, difficulty)) = challenge else {
-        return page_for_error(lang, refusal);
+        return page_for_error(state, visit, refusal);
     };
     // No ticket yet: nothing about the line to show.
     let none = TicketStatus {
@@ -244,7 +244,7 @@ fn pow_page(
         opens_at: None,
         at: now,
     };
-    let mut page = queue_page(lang, room, none, return_path);
+    let mut page = queue_page(room, none, &visit.return_path);
     page.pow = Some(PowForm {
         token: token.to_owned(),
         difficulty: u8::try_from(difficulty).unwrap_or(u8::MAX),
@@ -252,28 +252,34 @@ fn pow_page(
         page_url,
         enqueue_token,
     });
-    pages::html(StatusCode::OK, &page)
+    state
+        .pages
+        .render(StatusCode::OK, visit, &Page::Queue(Box::new(page)))
 }
 
 /// An invite-only room reached without a (valid) invitation.
-fn invite_page(lang: Lang, refusal: &ApiError) -> Response {
-    let t = lang.strings();
+fn invite_page(state: &AppState, visit: &Visit, refusal: &ApiError) -> Response {
+    let t = visit.lang.strings();
     let message = if refusal.status == StatusCode::UNAUTHORIZED {
-        t.fair.invite_body
+        &t.fair.invite_body
     } else {
-        t.fair.invite_invalid_body
+        &t.fair.invite_invalid_body
     };
     let page = ErrorPage {
-        lang,
-        t,
-        status: StatusCode::FORBIDDEN.as_u16(),
-        title: t.fair.invite_title.into(),
-        message: message.into(),
+        status: StatusCode::FORBIDDEN,
+        wording: Some((t.fair.invite_title.clone(), message.clone())),
     };
-    pages::html(StatusCode::FORBIDDEN, &page)
+    state
+        .pages
+        .render(StatusCode::FORBIDDEN, visit, &Page::Error(page))
 }
 
-fn ended_page(lang: Lang, room: &RoomId, status: &TicketStatus, rejoin_url: String) -> Response {
+fn ended_page(
+    state: &AppState,
+    visit: &Visit,
+    status: &TicketStatus,
+    rejoin_url: String,
+) -> Response {
     let reason = if status.closed && status.mode.closes() {
         ClosedReason::SoldOut
     } else if status.closed {
@@ -289,16 +295,11 @@ fn ended_page(lang: Lang, room: &RoomId, status: &TicketStatus, rejoin_url: Stri
     } else {
         StatusCode::OK
     };
-    pages::html(
-        code,
-        &ClosedPage {
-            lang,
-            t: lang.strings(),
-            room: room.to_string(),
-            reason,
-            rejoin_url: (!closed).then_some(rejoin_url),
-        },
-    )
+    let page = Page::Closed(ClosedPage {
+        reason,
+        rejoin_url: (!closed).then_some(rejoin_url),
+    });
+    state.pages.render(code, visit, &page)
 }
 
 /// How often a page without JavaScript reloads: a quarter of the expected
@@ -308,18 +309,17 @@ fn refresh_seconds(status: &TicketStatus) -> u32 {
     quarter.clamp(u64::from(pages::MIN_REFRESH_SECONDS), 60) as u32
 }
 
-fn queue_page(lang: Lang, room: &RoomId, status: TicketStatus, return_path: String) -> QueuePage {
-    let ret = query_string(&[("return", &return_path)]);
+fn queue_page(room: &RoomId, status: TicketStatus, return_path: &str) -> QueuePage {
+    let ret = query_string(&[("return", return_path)]);
     QueuePage {
-        lang,
-        t: lang.strings(),
-        room: room.to_string(),
         refresh_seconds: refresh_seconds(&status),
         status,
-        events_url: format!("/api/rooms/{room}/events?{ret}"),
-        status_url: format!("/api/rooms/{room}/status"),
-        leave_url: format!("/api/rooms/{room}/leave"),
-        return_path,
+        lane: None,
+        urls: QueueUrls {
+            events: format!("/api/rooms/{room}/events?{ret}"),
+            status: format!("/api/rooms/{room}/status"),
+            leave: format!("/api/rooms/{room}/leave"),
+        },
         pow: None,
         draw: None,
     }

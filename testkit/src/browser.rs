@@ -42,6 +42,16 @@ impl Driver {
     /// setting, as a visitor who turned scripts off has it; WebDriver's own
     /// scripts still run (they go through DevTools), so the test can look.
     pub async fn start_with(javascript: bool) -> Driver {
+        Self::start_with_options(javascript, None).await
+    }
+
+    /// A browser whose visitor prefers these languages: what it sends as
+    /// `Accept-Language` (e.g. `"fr-FR,fr"`), as set in its settings.
+    pub async fn start_in_language(accept_language: &str) -> Driver {
+        Self::start_with_options(true, Some(accept_language)).await
+    }
+
+    async fn start_with_options(javascript: bool, accept_language: Option<&str>) -> Driver {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -60,8 +70,18 @@ impl Driver {
                      "--disable-dev-shm-usage", "--window-size=1400,1300",
                      format!("--user-data-dir={}", profile.path().display())]
         });
+        let mut prefs = serde_json::Map::new();
         if !javascript {
-            options["prefs"] = json!({"profile.managed_default_content_settings.javascript": 2});
+            prefs.insert(
+                "profile.managed_default_content_settings.javascript".into(),
+                json!(2),
+            );
+        }
+        if let Some(languages) = accept_language {
+            prefs.insert("intl.accept_languages".into(), json!(languages));
+        }
+        if !prefs.is_empty() {
+            options["prefs"] = prefs.into();
         }
         let mut capabilities = Capabilities::new();
         capabilities.insert("browserName".into(), json!("chrome"));

@@ -132,8 +132,11 @@ fn nginx(dir: &Path, conf: &str) -> Command {
 
 fn caddy(dir: &Path, conf: &str) -> Command {
     // No admin endpoint (its fixed port would clash between test runs) and
-    // no state outside the test's directory.
-    let conf = format!("{{\n\tadmin off\n}}\n\n{conf}");
+    // no state outside the test's directory. Listen on loopback only: Caddy
+    // binds a site's port on every interface otherwise, which fails when an
+    // outgoing connection of this machine (to Redis, say) happens to use
+    // that port as its local port.
+    let conf = format!("{{\n\tadmin off\n\tdefault_bind 127.0.0.1\n}}\n\n{conf}");
     let path = dir.join("Caddyfile");
     std::fs::write(&path, conf).unwrap();
     let mut command = Command::new("caddy");

@@ -4,6 +4,7 @@
 
 mod churn;
 mod metrics;
+mod pages;
 mod standard_webhooks;
 mod webhooks;
 

@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -59,7 +60,11 @@ class Handler(BaseHTTPRequestHandler):
         report["tampered"] = {
             name: refusal(secret, b, h) for name, (b, h) in tampered.items()
         }
-        print(json.dumps(report), flush=True)
+        # one line per report even when deliveries arrive together: print()
+        # writes the text and its newline separately, and threads interleave
+        with REPORT_LOCK:
+            sys.stdout.write(json.dumps(report) + "\n")
+            sys.stdout.flush()
         self.send_response(204 if report["current"] is None else 400)
         self.end_headers()
 
@@ -67,6 +72,7 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+REPORT_LOCK = threading.Lock()
 server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
 print(json.dumps({"port": server.server_port}), flush=True)
 server.serve_forever()

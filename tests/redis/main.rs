@@ -5,6 +5,7 @@
 //! room's line through late starts, lost connections and a trimmed log
 //! (`follow`).
 
+mod acknowledged;
 mod cluster;
 mod conformance;
 mod double_worker;

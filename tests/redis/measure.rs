@@ -120,13 +120,38 @@ async fn measure_join_rates() {
     );
 }
 
+/// Joins per second straight through a backend (no HTTP: the figure is
+/// what waiting for a replica costs the store's side), `CLIENTS` at once.
+async fn backend_rate(b: Arc<dyn Backend>) -> f64 {
+    use narabu::backend::JoinRequest;
+    use narabu::engine::RoomId;
+    let room = RoomId::new("sale").unwrap();
+    // Warm: this instance follows the room before the clock starts.
+    b.join(&room, JoinRequest::anonymous()).await.unwrap();
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let (b, room, done) = (b.clone(), room.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            while start.elapsed() < RUN {
+                b.join(&room, JoinRequest::anonymous()).await.unwrap();
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "a measurement: run by hand in release mode"]
 async fn measure_join_rates_waiting_for_a_replica() {
     use narabu::config::RedisWait;
     use narabu_testkit::redis_ha::{replicated, wait_in_sync};
 
-    let trivial_rate = rate(vec![trivial().await]).await;
     let mut sale = room("sale", 100);
     sale.join_limit_per_minute = 0;
     let primary = RedisServer::start().await;
@@ -140,20 +165,17 @@ async fn measure_join_rates_waiting_for_a_replica() {
                 replicas,
                 timeout: RedisWait::DEFAULT_TIMEOUT,
             },
+            run_workers: false,
             ..RedisOptions::new(primary.url())
         };
         let b = RedisBackend::connect(options, vec![sale.clone()], Arc::new(SystemClock))
             .await
             .unwrap();
-        let url = format!("{}/api/rooms/sale/join", serve(b).await);
-        rates.push((replicas, rate(vec![url]).await));
+        rates.push((replicas, backend_rate(b.clone()).await));
+        b.shutdown().await;
     }
-    println!("trivial handler:                 {trivial_rate:>9.0} req/s");
     for (replicas, r) in &rates {
-        println!(
-            "joins, redis + 1 replica, wait {replicas}: {r:>9.0} /s  ({:.2} x trivial)",
-            r / trivial_rate
-        );
+        println!("joins through the backend, redis + 1 replica, wait {replicas}: {r:>8.0} /s");
     }
     let mean = |n: u32| {
         let v: Vec<f64> = rates.iter().filter(|r| r.0 == n).map(|r| r.1).collect();

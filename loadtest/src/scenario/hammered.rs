@@ -2,6 +2,11 @@
 //! connections allow, with the baseline hammered the same way in the same
 //! run so that each throughput is also a ratio to a trivial handler. With
 //! several `--target`s the connections go round-robin over them.
+//!
+//! On a shared machine the ratio moves with everyone else's load; the
+//! servers' own CPU per request (`--server-pid`, from /proc, beside the
+//! baseline's) moves much less. With `--redis`, Redis's own accounting
+//! gives its time and commands per request too.
 
 use std::time::Duration;
 
@@ -11,6 +16,7 @@ use crate::api::Api;
 use crate::baseline;
 use crate::cli::{HammerArgs, Target, secs, target_of};
 use crate::hammer::{HammerResult, Plan, hammer};
+use crate::probe::{PerUnit, ProcessCpu, RedisStats, redis_stats};
 use crate::progress;
 use crate::report::{Report, ratio};
 
@@ -47,7 +53,25 @@ fn plan(
     }
 }
 
-async fn run_baseline(args: &HammerArgs, kind: Kind) -> anyhow::Result<HammerResult> {
+/// CPU time of a set of processes, summed (µs); `None` if any cannot be read.
+fn cpu_of(pids: &[u32]) -> Option<f64> {
+    pids.iter()
+        .map(|&p| {
+            let now = ProcessCpu::read(p);
+            now.precise_us.or(now.stat_us)
+        })
+        .sum()
+}
+
+fn cpu_per_request(before: Option<f64>, after: Option<f64>, ok: u64) -> Option<f64> {
+    (ok > 0).then_some((after? - before?) / ok as f64)
+}
+
+/// The baseline's result and its server's CPU per request.
+async fn run_baseline(
+    args: &HammerArgs,
+    kind: Kind,
+) -> anyhow::Result<(HammerResult, Option<f64>)> {
     let server = if args.baseline_in_process {
         baseline::spawn_in_process().await?
     } else {
@@ -61,18 +85,22 @@ async fn run_baseline(args: &HammerArgs, kind: Kind) -> anyhow::Result<HammerRes
     };
     let bar = progress::spinner("baseline");
     let requests = vec![(server.addr, req); args.connections];
+    let pids: Vec<u32> = server.pid.into_iter().collect();
+    let before = (!pids.is_empty()).then(|| cpu_of(&pids)).flatten();
     let result = hammer(plan(args, target, requests, ok), &bar).await;
+    let cpu = cpu_per_request(before, cpu_of(&pids), result.ok);
     bar.finish_and_clear();
-    Ok(result)
+    Ok((result, cpu))
 }
 
 pub async fn run(args: &HammerArgs, kind: Kind) -> anyhow::Result<Report> {
     let common = &args.common;
     let mut r = Report::new(kind.name(), &common.targets_label());
-    let base = if kind == Kind::Baseline || !args.no_baseline {
-        Some(run_baseline(args, kind).await?)
+    let (base, base_cpu) = if kind == Kind::Baseline || !args.no_baseline {
+        let (b, cpu) = run_baseline(args, kind).await?;
+        (Some(b), cpu)
     } else {
-        None
+        (None, None)
     };
     let mut passes = Vec::new();
     let apis: Vec<Api> = common
@@ -82,6 +110,9 @@ pub async fn run(args: &HammerArgs, kind: Kind) -> anyhow::Result<Report> {
         .collect();
     let api_for = |i: usize| &apis[target_of(i, apis.len())];
     let api = &apis[0];
+    let pids = &args.server_pids;
+    let mut cpu_before = None;
+    let mut redis_before: Option<RedisStats> = None;
     let measured = match kind {
         Kind::Baseline => None,
         Kind::Joins => {
@@ -90,6 +121,7 @@ pub async fn run(args: &HammerArgs, kind: Kind) -> anyhow::Result<Report> {
                 .map(|i| (api_for(i).addr, api_for(i).join_request()))
                 .collect();
             let p = plan(args, common.target(), requests, 201);
+            (cpu_before, redis_before) = readings(pids, args.redis.as_deref()).await?;
             let res = hammer(p, &bar).await;
             bar.finish_and_clear();
             Some(res)
@@ -103,10 +135,26 @@ pub async fn run(args: &HammerArgs, kind: Kind) -> anyhow::Result<Report> {
                 })
                 .collect();
             let bar = progress::spinner("gate checks");
+            (cpu_before, redis_before) = readings(pids, args.redis.as_deref()).await?;
             let res = hammer(plan(args, common.target(), requests, 204), &bar).await;
             bar.finish_and_clear();
             Some(res)
         }
+    };
+    let ok = measured.as_ref().map_or(0, |m| m.ok);
+    let server_cpu = if pids.is_empty() {
+        None
+    } else {
+        cpu_per_request(cpu_before, cpu_of(pids), ok)
+    };
+    let redis_per_request: Option<PerUnit> = match (&args.redis, &redis_before) {
+        (Some(url), Some(before)) if ok > 0 => Some(
+            redis_stats(url)
+                .await?
+                .since(before)
+                .per_unit(None, 1.0, ok as f64),
+        ),
+        _ => None,
     };
     // Give the permits back.
     if !passes.is_empty()
@@ -153,6 +201,38 @@ pub async fn run(args: &HammerArgs, kind: Kind) -> anyhow::Result<Report> {
         }
         r.invariants_held = m.ok > 0;
     }
+    if server_cpu.is_some() || base_cpu.is_some() {
+        let us = |c: Option<f64>| c.map_or("n/a".to_owned(), |c| format!("{c:.1} µs"));
+        r.row(
+            "server CPU per request",
+            format!(
+                "{} (the baseline's: {}){}",
+                us(server_cpu),
+                us(base_cpu),
+                match (server_cpu, base_cpu) {
+                    (Some(s), Some(b)) if s > 0.0 => format!("; baseline ÷ server {:.2}", b / s),
+                    _ => String::new(),
+                }
+            ),
+        );
+        r.figure("server_cpu_us_per_request", server_cpu);
+        r.figure("baseline_cpu_us_per_request", base_cpu);
+    }
+    if let Some(p) = &redis_per_request {
+        r.row(
+            "Redis per request",
+            format!(
+                "{:.1} µs Redis time (scripts), {:.1} commands ({:.2} scripts); Redis CPU {:.1} µs{}",
+                p.time_us,
+                p.calls,
+                p.evalsha,
+                p.cpu_us,
+                p.main_cpu_us
+                    .map_or(String::new(), |m| format!(" (main thread {m:.1} µs)"))
+            ),
+        );
+        r.figure("redis_per_request", p);
+    }
     r.row("connections", args.connections.to_string());
     if common.targets.len() > 1 {
         r.row(
@@ -165,6 +245,19 @@ pub async fn run(args: &HammerArgs, kind: Kind) -> anyhow::Result<Report> {
         r.figure("instances", common.targets.len());
     }
     Ok(r)
+}
+
+/// The servers' CPU and Redis's counters, right before the measured run.
+async fn readings(
+    pids: &[u32],
+    redis: Option<&str>,
+) -> anyhow::Result<(Option<f64>, Option<RedisStats>)> {
+    let cpu = if pids.is_empty() { None } else { cpu_of(pids) };
+    let stats = match redis {
+        Some(url) => Some(redis_stats(url).await?),
+        None => None,
+    };
+    Ok((cpu, stats))
 }
 
 /// Up to `n` visitors admitted by the room, whose passes the gate checks.

@@ -40,7 +40,7 @@ use tokio::time::Instant;
 use crate::api::Api;
 use crate::cli::{StreamsArgs, default_workers, target_of};
 use crate::http::{Conn, EventStream};
-use crate::probe::{ProcessCpu, RedisCost, redis_stats};
+use crate::probe::{PerUnit, ProcessCpu, RedisCost, redis_stats};
 use crate::progress;
 use crate::report::Report;
 use crate::stats::Summary;
@@ -48,6 +48,9 @@ use crate::stats::Summary;
 /// Streams connecting at once per client process: more would overflow
 /// the server's accept backlog and cost retransmit delays, not speed.
 const CONNECT_AT_ONCE: usize = 256;
+
+/// How long Redis's background is sampled before the change.
+const REDIS_IDLE_SAMPLE: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerConfig {
@@ -387,6 +390,9 @@ struct InstanceFigures {
     fanout_from_stamp: Summary,
     /// The process's CPU during the fan-out's wave ÷ the streams it updated.
     cpu_us_per_update: Option<f64>,
+    /// Redis's time and commands for the change, net of its background,
+    /// an equal share per instance.
+    redis_per_change: Option<PerUnit>,
     handoff: Summary,
 }
 
@@ -544,8 +550,21 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
     let cpu_before: Vec<Option<ProcessCpu>> = (0..n_targets)
         .map(|t| pid(t).map(ProcessCpu::read))
         .collect();
+    // Redis's background (ticks, leases, blocked log reads timing out),
+    // sampled over a quiet spell so it can be taken out of the wave's
+    // figures.
+    let redis_idle = match &args.redis {
+        Some(url) => {
+            let before = redis_stats(url).await?;
+            let from = Instant::now();
+            tokio::time::sleep(REDIS_IDLE_SAMPLE).await;
+            let cost = redis_stats(url).await?.since(&before);
+            Some((cost, from.elapsed().as_secs_f64()))
+        }
+        None => None,
+    };
     let redis_before = match &args.redis {
-        Some(url) => Some(redis_stats(url).await?),
+        Some(url) => Some((redis_stats(url).await?, Instant::now())),
         None => None,
     };
     let t0 = unix_us();
@@ -569,10 +588,31 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
     let cpu_after: Vec<Option<ProcessCpu>> = (0..n_targets)
         .map(|t| pid(t).map(ProcessCpu::read))
         .collect();
-    let redis_cost = match (&args.redis, redis_before) {
-        (Some(url), Some(before)) => Some(redis_stats(url).await?.since(&before)),
+    let redis_wave = match (&args.redis, redis_before) {
+        (Some(url), Some((before, from))) => Some((
+            redis_stats(url).await?.since(&before),
+            from.elapsed().as_secs_f64(),
+        )),
         _ => None,
     };
+    let redis_cost = redis_wave.as_ref().map(|(c, _)| c.clone());
+    // One view change's share, net of the background, for the whole
+    // Redis and for each instance (Redis cannot tell the instances'
+    // commands apart, so each gets an equal share).
+    let redis_per_change: Option<PerUnit> =
+        redis_wave.as_ref().map(|(wave, secs)| match &redis_idle {
+            Some((idle, idle_secs)) if *idle_secs > 0.0 => {
+                wave.per_unit(Some(idle), secs / idle_secs, 1.0)
+            }
+            _ => wave.per_unit(None, 1.0, 1.0),
+        });
+    let redis_per_instance: Option<PerUnit> =
+        redis_wave.as_ref().map(|(wave, secs)| match &redis_idle {
+            Some((idle, idle_secs)) if *idle_secs > 0.0 => {
+                wave.per_unit(Some(idle), secs / idle_secs, n_targets as f64)
+            }
+            _ => wave.per_unit(None, 1.0, n_targets as f64),
+        });
     // Every delivery is timed from the leave (the change itself), and also
     // from the earliest `updated_at` any instance stamped on it (when the
     // first stream counted its new place), so that the per-instance
@@ -623,6 +663,13 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
     let mut handoff_ms: Vec<(usize, f64)> = Vec::new();
     let mut leave_at = t0;
     let mut timeouts = 0;
+    // Every hand-off's leave is a view change too: Redis's cost over them
+    // all, per leave, averages out the lumpy background (ticks, leases)
+    // that one wave cannot.
+    let redis_handoffs_before = match &args.redis {
+        Some(url) if args.handoffs > 1 => Some((redis_stats(url).await?, Instant::now())),
+        _ => None,
+    };
     for h in 0..args.handoffs {
         if h > 0 {
             tokio::time::sleep(Duration::from_millis(args.handoff_gap_ms)).await;
@@ -660,6 +707,20 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
             tokio::time::sleep(Duration::from_micros(500)).await;
         }
     }
+    let leaves = args.handoffs.saturating_sub(1).saturating_sub(timeouts);
+    let redis_per_leave: Option<PerUnit> = match (&args.redis, redis_handoffs_before) {
+        (Some(url), Some((before, from))) if leaves > 0 => {
+            let cost = redis_stats(url).await?.since(&before);
+            let secs = from.elapsed().as_secs_f64();
+            Some(match &redis_idle {
+                Some((idle, idle_secs)) if *idle_secs > 0.0 => {
+                    cost.per_unit(Some(idle), secs / idle_secs, leaves as f64)
+                }
+                _ => cost.per_unit(None, 1.0, leaves as f64),
+            })
+        }
+        _ => None,
+    };
     // Give the permits back and close the streams.
     let _ = api
         .leave(
@@ -689,6 +750,7 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
                 fanout: Summary::of(&from_leave(&on_t)),
                 fanout_from_stamp: Summary::of(&fan_of(&on_t)),
                 cpu_us_per_update: cpu_per_update[t],
+                redis_per_change: redis_per_instance,
                 handoff: Summary::of(
                     &handoff_ms
                         .iter()
@@ -763,6 +825,28 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
     if let Some(cost) = &redis_cost {
         r.row("Redis during the wave", redis_row(cost));
     }
+    if let Some((idle, secs)) = &redis_idle {
+        r.row(
+            "Redis background",
+            format!(
+                "{:.0} µs time, {:.1} commands a second (sampled over {secs:.1} s before the change)",
+                idle.time_us as f64 / secs,
+                idle.calls as f64 / secs
+            ),
+        );
+    }
+    if let (Some(all), Some(each)) = (&redis_per_change, &redis_per_instance) {
+        r.row("Redis per view change (net)", per_change_row(all));
+        if n_targets > 1 {
+            r.row("the same per instance (÷ instances)", per_change_row(each));
+        }
+    }
+    if let Some(p) = &redis_per_leave {
+        r.row(
+            "Redis per change over the hand-offs (net)",
+            per_change_row(p),
+        );
+    }
     let free = Summary::of(&free_ms);
     r.row(
         "fan-out, streams not throttled",
@@ -793,13 +877,17 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
             r.row(
                 &format!("instance {t} ({})", i.target),
                 format!(
-                    "{} open, {} failed; {}; {}; fan-out first {:.1} / p50 {:.1} / p99 {:.1} / last {:.1} ms; hand-off {}",
+                    "{} open, {} failed; {}; {}; {}; fan-out first {:.1} / p50 {:.1} / p99 {:.1} / last {:.1} ms; hand-off {}",
                     i.streams_open,
                     i.streams_failed,
                     i.memory_per_stream_kib
                         .map_or("memory n/a".to_owned(), |m| format!("{m:.1} KiB/stream")),
                     i.cpu_us_per_update
                         .map_or("CPU n/a".to_owned(), |c| format!("{c:.1} µs CPU/update")),
+                    i.redis_per_change.map_or("Redis n/a".to_owned(), |p| format!(
+                        "Redis {:.0} µs, {:.1} commands per change",
+                        p.time_us, p.calls
+                    )),
                     i.fanout.min_ms,
                     i.fanout.p50_ms,
                     i.fanout.p99_ms,
@@ -830,6 +918,12 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
         cpu_per_update.iter().flatten().copied().reduce(f64::max),
     );
     r.figure("redis_wave", &redis_cost);
+    r.figure("redis_wave_seconds", redis_wave.as_ref().map(|(_, s)| *s));
+    r.figure("redis_idle", redis_idle.as_ref().map(|(c, _)| c));
+    r.figure("redis_idle_seconds", redis_idle.as_ref().map(|(_, s)| *s));
+    r.figure("redis_per_change", redis_per_change);
+    r.figure("redis_per_change_per_instance", redis_per_instance);
+    r.figure("redis_per_handoff_change", redis_per_leave);
     r.figure("fanout_delivered", fan.count);
     r.figure("quiet_before_change", quiet);
     r.figure("fanout_not_throttled", free);
@@ -837,6 +931,20 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
     r.figure("handoff_timeouts", timeouts);
     r.figure("instances", &instances);
     Ok(r)
+}
+
+/// One change's net Redis cost, in a line.
+fn per_change_row(p: &PerUnit) -> String {
+    format!(
+        "{:.0} µs Redis time (scripts and log reads), {:.1} commands ({:.1} scripts, {:.1} log reads); Redis CPU {:.0} µs{}",
+        p.time_us,
+        p.calls,
+        p.evalsha,
+        p.xread,
+        p.cpu_us,
+        p.main_cpu_us
+            .map_or(String::new(), |m| format!(" (main thread {m:.0} µs)"))
+    )
 }
 
 /// Redis's share of one change, in a line.
@@ -847,7 +955,8 @@ fn redis_row(cost: &RedisCost) -> String {
         .map(|(name, calls)| format!("{name} {calls}"))
         .collect();
     format!(
-        "{:.2} ms CPU, {} commands ({} scripts, {} log reads): {}",
+        "{:.2} ms time (scripts and log reads), {:.2} ms CPU, {} commands ({} scripts, {} log reads): {}",
+        cost.time_us as f64 / 1000.0,
         cost.cpu_ms,
         cost.calls,
         cost.evalsha,

@@ -31,7 +31,8 @@ redis.call('HSET', META, 'epoch', EPOCH, 'capacity', s.capacity, 'tick_ms', s.ti
   'commitment', commitment, 'open', open, 'closed', '0', 'hand', s.capacity, 'tray', '0',
   'debt', '0', 'admitted', '0', 'waiting', '0', 'issued', '0', 'peak', '0',
   'last_tick_ms', S(NOW), 'adm_at_last_tick', '0', 'rate_mean', '0', 'rate_var', '0',
-  'rate_primed', '0', 'view_version', '0', 'chg', '0', 'published_chg', '0')
+  'rate_primed', '0', 'view_version', '0', 'chg', '0', 'published_chg', '0',
+  'templates_dir', s.templates_dir)
 for field, value in pairs(s.access) do redis.call('HSET', META, field, value) end
 -- Followers of the room's log start the new incarnation from here.
 append_log('n', EPOCH)

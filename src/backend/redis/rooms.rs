@@ -114,6 +114,7 @@ impl RedisBackend {
             "stock": settings.stock.map(|v| v.to_string()).unwrap_or_default(),
             "seed": if lottery { seed.to_hex() } else { String::new() },
             "commitment": if lottery { seed.commitment() } else { String::new() },
+            "templates_dir": settings.templates_dir.clone().unwrap_or_default(),
         });
         for (k, v) in cap_fields(settings.admit_per_minute) {
             fields[k] = v.into();
@@ -200,6 +201,11 @@ impl RedisBackend {
         for (k, v) in patch.access.fields() {
             put(k, v);
         }
+        match &patch.templates_dir {
+            Patch::Absent => {}
+            Patch::Null => put("templates_dir", String::new()),
+            Patch::Value(v) => put("templates_dir", v.clone()),
+        }
         let fields = serde_json::Value::Object(fields).to_string();
         let raw = self
             .run(&self.scripts.patch, room, self.now(), &[&fields])
@@ -225,6 +231,7 @@ impl RedisBackend {
         let mut mode = stored_mode(meta.get("mode"));
         loop {
             let taken = take_stock(stock, mode, purchased);
+            let written = self.acks.before(&self.conn);
             let raw = self
                 .run(
                     &self.scripts.purchase,
@@ -240,6 +247,8 @@ impl RedisBackend {
                 .await?;
             match decode::<reply::Purchase>(&raw)? {
                 reply::Purchase::Ok { view } => {
+                    // A sale counted is a sale a failover must not forget.
+                    self.acks.confirm(&self.conn, written).await?;
                     self.publish(room, &view, false, "", None).await?;
                     return Ok(Some(taken));
                 }
@@ -373,6 +382,7 @@ impl RedisBackend {
         settings.mode = stored_mode(f.0.get("mode"));
         settings.stock = f.0.get("stock").and_then(|v| v.parse().ok());
         *settings.access = AccessSettings::from_fields(|k| f.0.get(k).map(String::as_str));
+        settings.templates_dir = f.0.get("templates_dir").filter(|d| !d.is_empty()).cloned();
         let mut view = f.view();
         view.version = num("view_version");
         let mut waits = WaitSnapshot::default();

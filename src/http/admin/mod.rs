@@ -36,11 +36,12 @@ use super::auth::require_admin;
 use super::error::ApiError;
 use super::extract::{Admin, Room};
 use super::openapi::{ErrorBody, RoomParam};
+use super::pages::PageError;
 use super::state::AppState;
 use crate::backend::{BackendError, RoomSnapshot, TicketRef};
 use crate::config::{ConfigError, RoomTable};
 use crate::engine::rules::Mode;
-use crate::engine::{Departure, Handoff, Order, RoomId, Timestamp};
+use crate::engine::{Departure, Handoff, Order, Patch, RoomId, Timestamp};
 use crate::monitor::{Sample, quantile};
 use crate::token::MAX_TOKEN_LEN;
 
@@ -158,6 +159,20 @@ fn body(state: &AppState, s: &RoomSnapshot) -> RoomBody {
 
 fn invalid(e: &ConfigError) -> ApiError {
     ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", e.to_string())
+}
+
+/// A template directory that cannot be used: 422 naming the file, the
+/// line and the reason, also as fields for tools.
+fn invalid_pages(e: &PageError) -> ApiError {
+    ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid",
+        format!("templates_dir: {e}"),
+    )
+    .with("field", "templates_dir")
+    .with("file", e.file.clone())
+    .with("line", e.line)
+    .with("reason", e.reason.clone())
 }
 
 fn invalid_field(field: &str, message: impl Into<String>) -> ApiError {
@@ -286,12 +301,18 @@ pub async fn put_room(
     let settings = table(&id, object(&bytes)?)?
         .into_settings("")
         .map_err(|e| invalid(&e))?;
+    let dir = settings.templates_dir.clone();
+    let pages = state
+        .pages
+        .prepare(dir.as_deref())
+        .map_err(|e| invalid_pages(&e))?;
     let existed = match state.backend.room(&id).await {
         Ok(_) => true,
         Err(BackendError::NoSuchRoom(_)) => false,
         Err(e) => return Err(e.into()),
     };
     let s = state.backend.put_room(settings).await?;
+    state.pages.install(&id, dir.as_deref(), pages);
     state.monitor.observe(&s);
     state.access.observe(&s, state.clock.now_ms());
     tracing::info!(room = %id, capacity = s.settings.capacity, replaced = existed, "admin: room put");
@@ -354,7 +375,20 @@ pub async fn patch_room(
     state.monitor.observe(&before);
     patch::check_access(&mut change, &before.settings).map_err(|e| invalid(&e))?;
     patch::check_mode(&change, &before.settings).map_err(|e| invalid(&e))?;
+    let pages = match &change.templates_dir {
+        Patch::Absent => None,
+        Patch::Null => Some((None, state.pages.prepare(None))),
+        Patch::Value(dir) => Some((Some(dir.as_str()), state.pages.prepare(Some(dir)))),
+    };
+    let pages = match pages {
+        None => None,
+        Some((dir, Ok(set))) => Some((dir.map(str::to_owned), set)),
+        Some((_, Err(e))) => return Err(invalid_pages(&e)),
+    };
     let s = state.backend.patch_room(&id, change.clone()).await?;
+    if let Some((dir, set)) = pages {
+        state.pages.install(&id, dir.as_deref(), set);
+    }
     state.monitor.observe(&s);
     state
         .monitor
@@ -639,5 +673,11 @@ pub async fn dashboard(State(state): State<AppState>) -> Response {
             .map(IntoResponse::into_response)
             .unwrap_or_else(|| StatusCode::NOT_FOUND.into_response());
     }
-    super::pages::html(StatusCode::OK, &Dashboard)
+    match Dashboard.render() {
+        Ok(body) => super::pages::html(StatusCode::OK, body),
+        Err(e) => {
+            tracing::error!(error = %e, "rendering the dashboard failed");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
 }

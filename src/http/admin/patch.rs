@@ -10,15 +10,15 @@ use serde::{Deserialize, Deserializer};
 
 use crate::access::{AccessPatch, ChallengeMode, EnqueueMode, SharedKey};
 use crate::config::{
-    ConfigError, check_admit_per_minute, check_away_grace, check_capacity, check_stock, check_tick,
-    check_timeout, opt_duration, stock_mode,
+    ConfigError, check_admit_per_minute, check_away_grace, check_capacity, check_stock,
+    check_templates_dir, check_tick, check_timeout, opt_duration, stock_mode,
 };
 use crate::engine::rules::Mode;
 use crate::engine::{Patch, RoomPatch, RoomSettings};
 
 /// The keys `PATCH` accepts: a room's running settings. `id`, `order` and
 /// `opens_at` shape a room's line and need a `PUT`.
-pub const PATCHABLE: [&str; 21] = [
+pub const PATCHABLE: [&str; 22] = [
     "capacity",
     "paused",
     "mode",
@@ -40,6 +40,7 @@ pub const PATCHABLE: [&str; 21] = [
     "enqueue_previous_key",
     "enqueue_public_key",
     "enqueue_previous_public_key",
+    "templates_dir",
 ];
 
 /// Keys of a room that a running room cannot change.
@@ -114,6 +115,9 @@ pub struct PatchBody {
     #[serde(default)]
     #[schema(value_type = Option<String>)]
     enqueue_previous_public_key: Patch<String>,
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    templates_dir: Patch<String>,
 }
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Patch<Duration>, D::Error> {
@@ -164,6 +168,9 @@ impl PatchBody {
             }
         }
         let [(_, _, pass_idle), (_, _, arrival_grace), (_, _, queue_idle)] = timeouts;
+        if let Patch::Value(dir) = &self.templates_dir {
+            check_templates_dir("templates_dir", dir)?;
+        }
         if let Patch::Value(cap) = self.admit_per_minute {
             check_admit_per_minute("admit_per_minute", cap)?;
         }
@@ -196,6 +203,7 @@ impl PatchBody {
                 enqueue_public_key: self.enqueue_public_key,
                 enqueue_previous_public_key: self.enqueue_previous_public_key,
             },
+            templates_dir: self.templates_dir,
         })
     }
 }

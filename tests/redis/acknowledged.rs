@@ -1,0 +1,369 @@
+//! What a Sentinel failover does to acknowledged tickets. A primary, two
+//! replicas (so that the promoted one still has a replica to wait for) and
+//! three sentinels; three Narabu instances; visitors join on
+//! every instance (each join with its own `Idempotency-Key`, retried with
+//! it until answered, as an app would), poll, and leave as soon as they are
+//! admitted, so the line keeps moving through ticks and hand-offs. The
+//! primary is killed with SIGKILL mid-load and the replica promoted.
+//!
+//! Checked from outside, through the HTTP API: with `redis_wait_replicas
+//! = 1`, every ticket whose join was answered is still there with its
+//! number (joining again with its key answers 200 with the same number),
+//! none is behind the state it was last acknowledged in (admitted stays
+//! admitted, left stays left), admissions followed ticket order (nobody
+//! waiting has a lower number than anyone admitted or gone), never more
+//! than capacity were admitted at once, every permit is accounted for at
+//! rest, and admissions resumed after the failover. With
+//! `redis_wait_replicas = 0` the same run prints how many acknowledged
+//! tickets were lost (a figure for the README, not a failure).
+//! `cargo test --test redis acknowledged -- --nocapture` prints the figures.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use narabu::backend::redis::{RedisBackend, RedisOptions};
+use narabu::config::{Backend as ConfigBackend, Config, RedisWait};
+use narabu::engine::{RoomId, RoomSettings, SystemClock};
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use narabu_testkit::app::{TestApp, config, spawn_with};
+use narabu_testkit::redis_ha::SentinelSet;
+use narabu_testkit::room;
+
+const CAPACITY: u32 = 3;
+const TICK: Duration = Duration::from_millis(100);
+/// Each client keeps at most this many of its tickets waiting.
+const WAITING_PER_CLIENT: usize = 8;
+
+fn sale() -> RoomSettings {
+    let mut r = room("sale", CAPACITY);
+    r.tick = TICK;
+    r.join_limit_per_minute = 0;
+    r
+}
+
+/// The last state a visitor was told, and so may rely on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Told {
+    Waiting,
+    Admitted,
+    Left,
+}
+
+#[derive(Clone, Debug)]
+struct Ticket {
+    key: String,
+    token: String,
+    number: u64,
+    told: Told,
+}
+
+type Book = Arc<Mutex<Vec<Ticket>>>;
+
+async fn instance(ha: &SentinelSet, wait: RedisWait) -> TestApp {
+    let options = RedisOptions {
+        lease: Duration::from_secs(1),
+        wait,
+        ..RedisOptions::new(ha.target())
+    };
+    let backend = RedisBackend::connect(options, vec![sale()], Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let config = Config {
+        backend: ConfigBackend::Redis(ha.target()),
+        rooms: vec![sale()],
+        redis_wait: wait,
+        ..config()
+    };
+    spawn_with(config, backend).await
+}
+
+/// A join with an idempotency key: the number, or `None` when refused.
+async fn join_with_key(c: &reqwest::Client, base: &str, key: &str) -> Option<(StatusCode, Value)> {
+    let r = c
+        .post(format!("{base}/api/rooms/sale/join"))
+        .header("idempotency-key", key)
+        .send()
+        .await
+        .ok()?;
+    let status = r.status();
+    let body: Value = r.json().await.ok()?;
+    matches!(status, StatusCode::CREATED | StatusCode::OK).then_some((status, body))
+}
+
+async fn status_of(c: &reqwest::Client, base: &str, token: &str) -> Option<Value> {
+    let r = c
+        .get(format!("{base}/api/rooms/sale/status"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .ok()?;
+    if r.status() != StatusCode::OK {
+        return None;
+    }
+    r.json().await.ok()
+}
+
+async fn leave(c: &reqwest::Client, base: &str, token: &str) -> bool {
+    c.post(format!("{base}/api/rooms/sale/leave"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .is_ok_and(|r| r.status() == StatusCode::NO_CONTENT)
+}
+
+/// One visitor client on one instance: joins (retrying a key until it is
+/// answered), polls its waiting tickets, leaves once admitted. Records
+/// each admission it sees with when it saw it.
+fn client(
+    n: usize,
+    base: String,
+    book: Book,
+    admitted_at: Arc<Mutex<Vec<Instant>>>,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let c = reqwest::Client::new();
+        let mut mine: Vec<usize> = Vec::new();
+        let mut next_key = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let waiting = {
+                let b = book.lock().unwrap();
+                mine.iter().filter(|&&i| b[i].told == Told::Waiting).count()
+            };
+            if waiting < WAITING_PER_CLIENT {
+                let key = format!("c{n}-{next_key}");
+                if let Some((_, body)) = join_with_key(&c, &base, &key).await {
+                    next_key += 1;
+                    let mut b = book.lock().unwrap();
+                    mine.push(b.len());
+                    b.push(Ticket {
+                        key,
+                        token: body["ticket"].as_str().unwrap().to_owned(),
+                        number: body["number"].as_u64().unwrap(),
+                        told: Told::Waiting,
+                    });
+                }
+            }
+            for &i in &mine {
+                let (token, told) = {
+                    let b = book.lock().unwrap();
+                    (b[i].token.clone(), b[i].told)
+                };
+                match told {
+                    Told::Waiting => {
+                        let Some(s) = status_of(&c, &base, &token).await else {
+                            break;
+                        };
+                        if s["status"] == "admitted" {
+                            book.lock().unwrap()[i].told = Told::Admitted;
+                            admitted_at.lock().unwrap().push(Instant::now());
+                        } else {
+                            // The oldest waiting ticket is not in yet:
+                            // neither are the later ones.
+                            break;
+                        }
+                    }
+                    Told::Admitted => {
+                        if leave(&c, &base, &token).await {
+                            book.lock().unwrap()[i].told = Told::Left;
+                        }
+                    }
+                    Told::Left => {}
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+}
+
+/// What one run found.
+struct Outcome {
+    acknowledged: usize,
+    /// Acknowledged tickets gone after the failover (a join with their key
+    /// made a new ticket).
+    lost: usize,
+    /// Present, but behind what their visitor was told.
+    regressed: usize,
+    /// From the kill to the promotion the sentinels agreed on.
+    failover: Duration,
+    /// From the kill to the first admission seen after the promotion.
+    resumed: Option<Duration>,
+}
+
+async fn run(replicas: u32) -> Outcome {
+    // Two replicas: after one is promoted, the new primary still has the
+    // one replica that `redis_wait_replicas = 1` waits for.
+    let mut ha = SentinelSet::start(2).await;
+    let wait = RedisWait {
+        replicas,
+        timeout: RedisWait::DEFAULT_TIMEOUT,
+    };
+    let mut apps = Vec::new();
+    for _ in 0..3 {
+        apps.push(instance(&ha, wait).await);
+    }
+    let book: Book = Arc::default();
+    let admitted_at = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for n in 0..6 {
+        clients.push(client(
+            n,
+            apps[n % 3].base.clone(),
+            book.clone(),
+            admitted_at.clone(),
+            stop.clone(),
+        ));
+    }
+    // Capacity, sampled from outside while everything runs.
+    let peak = Arc::new(AtomicU64::new(0));
+    let sampler = {
+        let (backend, peak, stop) = (apps[0].backend.clone(), peak.clone(), stop.clone());
+        tokio::spawn(async move {
+            let id = RoomId::new("sale").unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(s) = backend.room(&id).await {
+                    peak.fetch_max(s.ledger.admitted, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let old = ha.primary.port;
+    let killed = Instant::now();
+    ha.primary.kill();
+    let promoted = ha.wait_for_new_primary(old, Duration::from_secs(30)).await;
+    let failover = killed.elapsed();
+    assert!(ha.replicas.iter().any(|r| r.port == promoted));
+    // The line moves again: an admission after the promotion.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let resumed = loop {
+        let after = admitted_at
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|&&t| t > killed + failover)
+            .map(|&t| t - killed);
+        if after.is_some() || Instant::now() > deadline {
+            break after;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await.unwrap();
+    }
+    sampler.await.unwrap();
+
+    let tickets = book.lock().unwrap().clone();
+    let c = reqwest::Client::new();
+    let base = &apps[1].base;
+    // What each acknowledged ticket is now, seen through the API.
+    let mut now: HashMap<u64, String> = HashMap::new();
+    let (mut lost, mut regressed) = (0, 0);
+    for t in &tickets {
+        let Some(s) = status_of(&c, base, &t.token).await else {
+            lost += 1;
+            continue;
+        };
+        let status = s["status"].as_str().unwrap().to_owned();
+        let behind = match t.told {
+            Told::Waiting => !matches!(status.as_str(), "waiting" | "admitted"),
+            Told::Admitted => !matches!(status.as_str(), "admitted" | "left"),
+            Told::Left => status != "left",
+        };
+        if s["number"].as_u64() != Some(t.number) || behind {
+            regressed += 1;
+        }
+        now.insert(t.number, status);
+    }
+    // Admission order: nobody still waiting has a lower number than a
+    // ticket that was admitted or has gone.
+    let first_waiting = now
+        .iter()
+        .filter(|(_, s)| *s == "waiting")
+        .map(|(n, _)| *n)
+        .min()
+        .unwrap_or(u64::MAX);
+    let last_served = now
+        .iter()
+        .filter(|(_, s)| *s != "waiting")
+        .map(|(n, _)| *n)
+        .max()
+        .unwrap_or(0);
+    // Present with its number: a join with its key finds it (200, the
+    // same number), where a lost one would be made anew (201).
+    for t in &tickets {
+        if let Some((code, body)) = join_with_key(&c, base, &t.key).await
+            && (code != StatusCode::OK || body["number"].as_u64() != Some(t.number))
+        {
+            lost += 1;
+        }
+    }
+    let snap = apps[2]
+        .backend
+        .room(&RoomId::new("sale").unwrap())
+        .await
+        .unwrap();
+    if replicas > 0 {
+        assert!(
+            first_waiting > last_served,
+            "ticket {first_waiting} still waits behind {last_served}"
+        );
+        assert!(
+            peak.load(Ordering::Relaxed) <= u64::from(CAPACITY),
+            "over capacity"
+        );
+        assert!(snap.stats.peak_admitted <= u64::from(CAPACITY));
+        assert!(snap.ledger.balances(), "{:?}", snap.ledger);
+    }
+    for app in apps {
+        app.stop().await;
+    }
+    Outcome {
+        acknowledged: tickets.len(),
+        lost,
+        regressed,
+        failover,
+        resumed,
+    }
+}
+
+fn report(replicas: u32, o: &Outcome) {
+    println!(
+        "sentinel failover under load, redis_wait_replicas = {replicas}: {} of {} acknowledged \
+         tickets lost, {} behind what their visitor was told; promotion {} ms after SIGKILL, \
+         first admission after it at {} ms (tick {} ms)",
+        o.lost,
+        o.acknowledged,
+        o.regressed,
+        o.failover.as_millis(),
+        o.resumed.map_or("-".into(), |r| r.as_millis().to_string()),
+        TICK.as_millis()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_a_replica_loses_no_acknowledged_ticket_in_a_failover() {
+    let o = run(1).await;
+    report(1, &o);
+    assert!(o.acknowledged > 0);
+    assert_eq!(o.lost, 0, "acknowledged tickets lost");
+    assert_eq!(o.regressed, 0, "tickets behind what their visitor was told");
+    assert!(o.resumed.is_some(), "admissions did not resume");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_waiting_a_failover_may_lose_acknowledged_tickets() {
+    let o = run(0).await;
+    report(0, &o);
+    assert!(o.acknowledged > 0);
+    assert!(o.resumed.is_some(), "admissions did not resume");
+}
