@@ -45,6 +45,11 @@ fn parse_join_body(body: &Bytes) -> Result<Proof, ApiError> {
     }
     let value: serde_json::Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_body(format!("The body is not valid JSON: {e}")))?;
+    // `null` is "no proof" too: the document marks the body optional and
+    // nullable, and generated clients send `null` for a body left out.
+    if value.is_null() {
+        return Ok(Proof::default());
+    }
     if !value.is_object() {
         return Err(ApiError::bad_body(
             "The body must be a JSON object (or empty).",
@@ -184,7 +189,7 @@ pub fn set_cookie(state: &AppState, room: &RoomId, token: String) -> (header::He
          description = "One ticket per key and room (1 to 255 visible ASCII characters)."),
     ),
     request_body(content = Option<Proof>, content_type = "application/json",
-                 description = "Empty, or the proof a room asks for."),
+                 description = "Empty (or `null`), or the proof a room asks for."),
     security((), ("ticket" = [])),
     responses(
         (status = 201, description = "A new ticket; the room cookie is set.", body = JoinBody),

@@ -242,3 +242,24 @@ fn summary_line(stdout: &str, label: &str) -> String {
         .trim()
         .to_owned()
 }
+
+/// The join's body is optional and nullable in the document (generated
+/// clients send `null` for a body left out): `null` joins like no body,
+/// while a body that is neither an object nor `null` is still refused.
+#[tokio::test]
+async fn a_null_join_body_is_no_proof() {
+    let app = spawn_app(vec![room("sale", 1)]).await;
+    let join = |body: &'static str| {
+        app.client
+            .post(app.url("/api/rooms/sale/join"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    assert_eq!(join("null").await.unwrap().status(), StatusCode::CREATED);
+    let refused = join("[]").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    let refused: Value = refused.json().await.unwrap();
+    assert_eq!(refused["error"], "bad_body");
+    app.stop().await;
+}
