@@ -4,6 +4,14 @@
 //! order among visitors who stayed, never more admitted than capacity
 //! (from its own events, and from the admin stats when the server has that
 //! API), positions that never go up — and times joins, waits and hand-offs.
+//!
+//! With `--away-share`, some visitors close their page while waiting
+//! (their event stream ends right after its first event, and they never
+//! come back): the server should pass them by at the head without giving
+//! them a permit. The surge runs twice, everyone present and then with
+//! those gone, and reports admissions of present visitors per
+//! permit-second for both (`capacity` × the time from the first join to
+//! the last admission) and their ratio.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -30,6 +38,8 @@ pub struct Plan {
     pub order_slack_ms: f64,
     /// Print each admission as it happens (the article).
     pub narrate: bool,
+    /// Visitors who close their page while waiting.
+    pub closers: Vec<bool>,
 }
 
 impl Plan {
@@ -54,7 +64,18 @@ impl Plan {
             capacity: None,
             order_slack_ms: 50.0,
             narrate: false,
+            closers: vec![false; n],
         }
+    }
+
+    /// The same surge with `share` of the visitors, evenly spread through
+    /// the line, closing their page while waiting.
+    pub fn with_closers(mut self, share: f64) -> Self {
+        let n = self.arrivals_s.len();
+        self.closers = (0..n)
+            .map(|i| (i as f64 * share).floor() != ((i + 1) as f64 * share).floor())
+            .collect();
+        self
     }
 
     /// The seed's case: 20 users arriving 100-200 ms apart, each holding
@@ -79,6 +100,7 @@ impl Plan {
             capacity: Some(2),
             order_slack_ms: 50.0,
             narrate: true,
+            closers: vec![false; 20],
         }
     }
 }
@@ -97,6 +119,8 @@ struct Visitor {
     position_rises: u32,
     gate_ok: u32,
     gate_refused: u32,
+    /// Closed the page while waiting.
+    closed: bool,
 }
 
 struct Shared {
@@ -141,10 +165,13 @@ pub async fn run(name: &str, common: &Common, plan: Plan) -> anyhow::Result<Repo
         let hold = plan.holds[i];
         let gate_every = plan.gate_every;
         let narrate = plan.narrate;
+        let closes = plan.closers.get(i).copied().unwrap_or(false);
         let bar = bar.clone();
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep_until(arrive).await;
-            let run = visitor(i, &api, source, hold, gate_every, &shared, narrate, &bar);
+            let run = visitor(
+                i, &api, source, hold, gate_every, &shared, narrate, closes, &bar,
+            );
             if tokio::time::timeout_at(deadline, run).await.is_err() {
                 shared.update(i, |v| {
                     if v.joined.is_none() {
@@ -183,6 +210,7 @@ async fn visitor(
     gate_every: Duration,
     shared: &Shared,
     narrate: bool,
+    closes: bool,
     bar: &indicatif::ProgressBar,
 ) {
     let fail = |e: Failure| {
@@ -214,6 +242,18 @@ async fn visitor(
         return fail(Failure::http("events", head.status));
     }
     let mut stream = EventStream::new(conn, &head);
+    if closes {
+        // Sees where it stands, then closes the page for good.
+        let first = stream.next_event().await;
+        shared.update(i, |v| v.closed = true);
+        bar.inc(1);
+        if let Ok(Some(e)) = first
+            && e.event == "admitted"
+        {
+            shared.update(i, |v| v.admitted = Some(shared.now()));
+        }
+        return;
+    }
     let mut last_position = u64::MAX;
     loop {
         match stream.next_event().await {
@@ -279,6 +319,55 @@ async fn visitor(
     if let Err(e) = api.leave(&mut conn, &ticket.token).await {
         fail(e);
     }
+}
+
+/// Admissions of visitors who kept their page open, per permit-second:
+/// `capacity` permits from the first join to the last such admission.
+fn per_permit_second(visitors: &[Visitor], capacity: u64) -> f64 {
+    let first = visitors
+        .iter()
+        .filter_map(|v| v.join_sent)
+        .fold(f64::INFINITY, f64::min);
+    let present: Vec<f64> = visitors
+        .iter()
+        .filter(|v| !v.closed)
+        .filter_map(|v| v.admitted)
+        .collect();
+    let last = present.iter().copied().fold(0.0, f64::max);
+    if present.is_empty() || capacity == 0 || last <= first {
+        return 0.0;
+    }
+    present.len() as f64 / (capacity as f64 * (last - first))
+}
+
+/// The surge twice: everyone present, then with `share` of the visitors
+/// closing their page while waiting; the second report carries both
+/// rates and their ratio.
+pub async fn run_with_absences(common: &Common, plan: Plan, share: f64) -> anyhow::Result<Report> {
+    let capacity = plan.capacity.unwrap_or(1);
+    let present = run("surge (everyone present)", common, plan.clone()).await?;
+    let base = present.figure_f64("admissions_per_permit_second");
+    let mut away = run(
+        "surge (some close their page)",
+        common,
+        plan.with_closers(share),
+    )
+    .await?;
+    let with = away.figure_f64("admissions_per_permit_second");
+    let ratio = if base > 0.0 { with / base } else { 0.0 };
+    away.row(
+        "everyone present: admissions per permit-second",
+        format!("{base:.3} (capacity {capacity})"),
+    );
+    away.row(
+        "ratio (with closed pages ÷ everyone present)",
+        format!("{ratio:.3} (target ≥ 0.95)"),
+    );
+    away.figure("present_admissions_per_permit_second", base);
+    away.figure("away_share", share);
+    away.figure("ratio_to_everyone_present", ratio);
+    away.invariants_held &= present.invariants_held;
+    Ok(away)
 }
 
 /// The most admitted and the capacity the admin stats showed.
@@ -397,6 +486,7 @@ fn summarize(
     // Order among visitors who stayed (no error while waiting).
     let stayed: Vec<(u64, Option<f64>)> = visitors
         .iter()
+        .filter(|v| !v.closed)
         .filter(|v| v.error.is_none() || v.error_after_admission)
         .filter_map(|v| Some((v.number?, v.admitted)))
         .collect();
@@ -499,6 +589,15 @@ fn summarize(
     r.figure("gate_ok", gate_ok);
     r.figure("gate_refused", gate_refused);
     r.figure("elapsed_s", end);
+    if let Some(c) = capacity {
+        let rate = per_permit_second(visitors, c);
+        r.row(
+            "admissions per permit-second (present visitors)",
+            format!("{rate:.3}"),
+        );
+        r.figure("admissions_per_permit_second", rate);
+    }
+    r.figure("closed_pages", visitors.iter().filter(|v| v.closed).count());
     r.series = stats::series(&seen, 0.1, end);
     r
 }
