@@ -23,6 +23,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::backend::RoomSnapshot;
 use crate::engine::WAIT_BUCKETS_MS;
+use crate::engine::rules::Mode;
 
 /// The Content-Type of what [`Metrics::render`] writes (OpenMetrics text,
 /// which Prometheus reads natively).
@@ -71,6 +72,7 @@ pub struct Metrics {
     challenges_refused: Family<RefusalLabels, Counter>,
     enqueue_accepted: Family<RoomLabels, Counter>,
     enqueue_refused: Family<RefusalLabels, Counter>,
+    line_resets: Family<RoomLabels, Counter>,
     /// axum's matched path (`/gate/{room}`) to its label (`/gate/:room`).
     /// Keys are the router's declared routes, a fixed set, so the leaked
     /// labels are bounded; a hit takes a read lock and no allocation.
@@ -157,8 +159,14 @@ impl Metrics {
             "enqueue_tokens_refused",
             "Enqueue tokens refused, by room and reason (missing, malformed, algorithm, bad_signature, expired, not_yet_valid, wrong_room, missing_claim, bad_claim)",
         );
+        let line_resets = family(
+            &mut registry,
+            "line_resets",
+            "Lines found lost in the state store (a Redis restart without persistence, a flushed database) and started again, by room; counted by the instance that started it again",
+        );
         Self {
             registry,
+            line_resets,
             challenges_issued,
             challenges_solved,
             challenges_refused,
@@ -242,6 +250,11 @@ impl Metrics {
 
     pub fn enqueue_refused(&self, room: &str, reason: &'static str) {
         Self::refusal_count(&self.enqueue_refused, room, reason);
+    }
+
+    /// A room's line was found lost and started again.
+    pub fn line_reset(&self, room: &str) {
+        Self::room_count(&self.line_resets, room);
     }
 
     /// The whole page: the service's own counters, then every room's.
@@ -330,6 +343,37 @@ impl Collector for RoomCollector {
             let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
             for s in &self.0 {
                 let value = i64::try_from(get(s)).unwrap_or(i64::MAX);
+                ConstGauge::new(value).encode(family.encode_family(&label(s))?)?;
+            }
+        }
+        // One series per mode, 1 for the room's own: the usual shape of an
+        // enum in Prometheus, so `narabu_room_mode{mode="sold_out"} == 1`
+        // is an alert rule.
+        let mut family = encoder.encode_descriptor(
+            "room_mode",
+            "1 for the mode the room is in (queue, passthrough, maintenance, sold_out)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for s in &self.0 {
+            for mode in Mode::ALL {
+                let labels = [
+                    ("room", s.settings.id.to_string()),
+                    ("mode", mode.name().to_owned()),
+                ];
+                ConstGauge::new(i64::from(s.settings.mode == mode))
+                    .encode(family.encode_family(&labels)?)?;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "room_stock",
+            "Units left to sell, for rooms that count stock",
+            None,
+            MetricType::Gauge,
+        )?;
+        for s in &self.0 {
+            if let Some(stock) = s.settings.stock {
+                let value = i64::try_from(stock).unwrap_or(i64::MAX);
                 ConstGauge::new(value).encode(family.encode_family(&label(s))?)?;
             }
         }

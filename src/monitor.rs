@@ -19,7 +19,7 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{Backend, RoomSnapshot};
+use crate::backend::{Backend, LineReset, RoomSnapshot};
 use crate::engine::rules::Mode;
 use crate::engine::{RoomId, Timestamp, WaitSnapshot};
 use crate::sync::lock;
@@ -209,6 +209,25 @@ impl Monitor {
         let mut rooms = lock(&self.rooms);
         let h = rooms.entry(s.settings.id.clone()).or_default();
         self.detect(h, s);
+    }
+
+    /// A room's line was found lost and started again here: tell the
+    /// operators' receivers (`room.reset`, with the new line's figures).
+    pub async fn line_reset(&self, reset: &LineReset) {
+        let s = match self.backend.room(&reset.room).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(room = %reset.room, error = %e, "monitor: cannot read a reset room");
+                return;
+            }
+        };
+        let e = event(
+            EventType::RoomReset,
+            &s,
+            json!({ "epoch": reset.epoch.to_string() }),
+            self.now_ms(),
+        );
+        self.webhooks.send(&e, None);
     }
 
     fn record(&self, s: &RoomSnapshot, t: u64) -> Sample {

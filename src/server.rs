@@ -89,6 +89,12 @@ pub async fn serve(
     let webhooks = Webhooks::start(config.webhooks.clone(), metrics.clone(), stop.clone());
     let monitor = Monitor::new(backend.clone(), webhooks);
     monitor.start(stop.clone());
+    follow_resets(
+        backend.as_ref(),
+        monitor.clone(),
+        metrics.clone(),
+        stop.clone(),
+    );
     let access = Arc::new(AccessBook::default());
     let presence = Presence::new(config.max_streams_per_ticket);
     tokio::spawn(presence.clone().run(backend.clone(), stop.clone()));
@@ -124,6 +130,35 @@ pub async fn serve(
 /// Headers must arrive within this, or the connection is closed: a
 /// slowloris client trickling header bytes would otherwise hold a socket
 /// (and one of the process's 20,000 files) for as long as it likes.
+/// Reports each line the backend found lost and started again: counted in
+/// `/metrics` and sent to the webhooks (the backend logs it).
+fn follow_resets(
+    backend: &dyn Backend,
+    monitor: Arc<Monitor>,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
+    let Some(mut resets) = backend.line_resets() else {
+        return;
+    };
+    tokio::spawn(async move {
+        loop {
+            let reset = tokio::select! {
+                () = stop.cancelled() => return,
+                r = resets.recv() => r,
+            };
+            match reset {
+                Ok(reset) => {
+                    metrics.line_reset(reset.room.as_str());
+                    monitor.line_reset(&reset).await;
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+}
+
 /// Feeds every room's sample to the access book each second, so rules
 /// changed on another instance apply here and the join rate is known.
 fn follow_rooms(

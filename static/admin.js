@@ -170,7 +170,16 @@
     ["abandonments", "Abandonments"],
     ["tray", "Tray / held"],
     ["lottery", "Lottery"],
-    ["access", "Access"]
+    ["access", "Access"],
+    ["stock", "Stock left"]
+  ];
+
+  // The queueing modes, as the admin API names them, with what each does.
+  var MODES = [
+    ["queue", "Queue (the fair line)"],
+    ["passthrough", "Passthrough (admit everyone, still counted)"],
+    ["maintenance", "Maintenance (everyone waits)"],
+    ["sold_out", "Sold out (close the room)"]
   ];
 
   var CHARTS = [
@@ -208,6 +217,17 @@
       var paused = r.body && r.body.settings.paused;
       patch(id, { paused: !paused }, (paused ? "Resumed " : "Paused ") + id + ".");
     });
+    // The mode is applied by its own button, so a stray change of the list
+    // never closes a sale.
+    var modeSelect = h("select", { id: "mode-" + id, "aria-label": "Mode of " + id },
+      MODES.map(function (m) { return h("option", { value: m[0], text: m[1] }); }));
+    var modeSet = h("button", { type: "submit", id: "mode-set-" + id, text: "Set mode" });
+    var modeForm = h("form", { class: "control" }, [h("label", { for: "mode-" + id, text: "Mode" }), modeSelect, modeSet]);
+    modeForm.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      var mode = modeSelect.value;
+      patch(id, { mode: mode }, "Mode of " + id + " set to " + mode + ".");
+    });
     var open = h("button", { type: "button", id: "open-" + id, text: "Open now" });
     open.addEventListener("click", function () {
       patch(id, { open_now: true }, "Opened " + id + ".");
@@ -233,7 +253,7 @@
         h("span", { class: "cap", id: "cap-" + id })
       ]),
       figs,
-      h("div", { class: "controls" }, [capForm, pause, open]),
+      h("div", { class: "controls" }, [capForm, modeForm, pause, open]),
       charts
     ]);
     $("rooms").appendChild(card);
@@ -246,7 +266,12 @@
       say(done);
       var r = rooms[id];
       if (r && room) { r.body = room; render(r); }
-    }).catch(function (e) { say(id + ": " + e.message, true); });
+    }).catch(function (e) {
+      say(id + ": " + e.message, true);
+      // Show the room as it is, not as the refused change would have left it.
+      var r = rooms[id];
+      if (r) { render(r); }
+    });
   }
 
   function fmtNum(n) {
@@ -290,9 +315,16 @@
     }
     if (access.enqueue === "token") { rules.push("invite only"); }
     set("access", rules.length ? rules.join(" · ") : "open to all");
+    set("stock", b.stock === null || b.stock === undefined ? "not counted" : fmtNum(b.stock));
+    var modeSelect = $("mode-" + r.id);
+    if (document.activeElement !== modeSelect) { modeSelect.value = b.mode; }
+    modeSelect.disabled = b.state === "closed";
+    $("mode-set-" + r.id).disabled = b.state === "closed";
     var badge = $("state-" + r.id);
-    badge.textContent = b.state;
-    badge.className = "badge " + b.state;
+    // A mode other than the fair line is what an operator must see first.
+    var shown = b.state === "closed" || b.mode === "queue" ? b.state : b.mode.replace("_", " ");
+    badge.textContent = shown;
+    badge.className = "badge " + (b.mode === "queue" ? b.state : b.mode);
     $("cap-" + r.id).textContent = "capacity " + fmtNum(b.capacity);
     var pause = $("pause-" + r.id);
     pause.textContent = b.settings.paused ? "Resume" : "Pause";

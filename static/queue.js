@@ -159,7 +159,8 @@
     window.location.replace(safeReturn(data["return"]));
   }
 
-  // The server knows which page fits an expired, left or closed ticket.
+  // The server knows which page fits an expired, left or closed ticket, or
+  // one whose line was reset.
   function reload() {
     if (done) return;
     stop();
@@ -213,6 +214,7 @@
     source.addEventListener("admitted", admit);
     source.addEventListener("expired", reload);
     source.addEventListener("closed", reload);
+    source.addEventListener("reset", reload);
     source.addEventListener("error", function () {
       if (done) return;
       root.classList.add("is-stale");

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use narabu::backend::embedded::EmbeddedBackend;
+use narabu::engine::rules::Mode;
 use narabu::engine::{RoomId, SystemClock};
 use narabu_testkit::app::{ADMIN_TOKEN, config, spawn_with};
 use narabu_testkit::browser::Driver;
@@ -113,6 +114,24 @@ async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
     let shot = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/e2e/dashboard.png");
     driver.screenshot(&shot).await;
     assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
+
+    // The mode selector switches the room live, and the badge says so.
+    driver
+        .script("document.getElementById('mode-sale').value = 'maintenance'")
+        .await;
+    driver.click("#mode-set-sale").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while engine.mode() != Mode::Maintenance {
+        assert!(Instant::now() < deadline, "the mode change never arrived");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    driver
+        .wait_until(
+            "the badge shows the mode",
+            "return document.getElementById('state-sale').textContent === 'maintenance' && \
+             document.getElementById('mode-sale').value === 'maintenance'",
+        )
+        .await;
 
     // Forgetting the token returns to the form.
     driver.click("#signout").await;

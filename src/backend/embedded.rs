@@ -386,14 +386,17 @@ impl EmbeddedBackend {
     }
 
     /// The room and the engine's ticket id, if the ticket is of this
-    /// incarnation and was ever issued.
+    /// incarnation (else its line was reset) and was ever issued.
     fn ticket(&self, id: &RoomId, t: TicketRef) -> Result<(Arc<Room>, TicketId), BackendError> {
         let room = self.get(id)?;
         let ticket = TicketId::try_from(t.id).map_err(|_| BackendError::NoSuchTicket)?;
         // Not `ticket >= room.issued()`: the count lags a push that
         // finished while an earlier slot is still being written, so a
         // ticket just issued could read as unknown.
-        if t.epoch != room.epoch() || room.state_of(ticket).is_none() {
+        if t.epoch != room.epoch() {
+            return Err(BackendError::LineReset);
+        }
+        if room.state_of(ticket).is_none() {
             return Err(BackendError::NoSuchTicket);
         }
         Ok((room, ticket))
@@ -512,6 +515,14 @@ impl Backend for EmbeddedBackend {
 
     async fn join(&self, id: &RoomId, request: JoinRequest) -> Result<JoinOutcome, BackendError> {
         let room = self.get(id)?;
+        // A ticket of a line that was reset is answered as such, like an
+        // ended one, unless a new ticket is asked for.
+        if let Some(held) = request.held
+            && held.epoch != room.epoch()
+            && !request.replace_ended
+        {
+            return Err(BackendError::LineReset);
+        }
         if let Some(held) = request.held
             && let Ok((_, ticket)) = self.ticket(id, held)
         {

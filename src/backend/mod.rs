@@ -14,7 +14,8 @@
 //!
 //! Tickets cross this boundary as a [`TicketRef`]: the ticket id plus the
 //! room's epoch (its incarnation), both taken from a verified token, so a
-//! ticket of a deleted-and-recreated room is simply unknown.
+//! ticket of a replaced room, or of a line whose state was lost, is told
+//! so ([`BackendError::LineReset`]) rather than taken for another.
 
 pub mod embedded;
 pub mod feed;
@@ -136,6 +137,11 @@ pub enum BackendError {
     Full(RoomId),
     #[error("unknown ticket")]
     NoSuchTicket,
+    /// The ticket names an incarnation of the room that is gone: the line
+    /// it stood in was reset (its state lost, or the room replaced), so
+    /// its holder has to join again.
+    #[error("the line this ticket stood in was reset")]
+    LineReset,
     /// The join lacks what the room asks of a new ticket (see
     /// [`JoinRequest::refuse_new`]).
     #[error("this room asks more of a new ticket")]
@@ -150,6 +156,14 @@ pub enum BackendError {
     /// to show and holds no secrets.
     #[error("the waiting room's state store is unavailable: {0}")]
     Unavailable(String),
+}
+
+/// A room's line found lost in the store and started again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LineReset {
+    pub room: RoomId,
+    /// The new line's incarnation.
+    pub epoch: u64,
 }
 
 /// Fires whenever a ticket's state may have changed (admitted, expired,
@@ -303,6 +317,14 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Stop workers and flush state; called once on graceful shutdown.
     async fn shutdown(&self);
+
+    /// Rooms whose line this instance found lost in the store and started
+    /// again (one message per reset, on the one instance that did it), for
+    /// the operators' webhook and metric. `None` for a backend that cannot
+    /// lose a line.
+    fn line_resets(&self) -> Option<tokio::sync::broadcast::Receiver<LineReset>> {
+        None
+    }
 
     // ----- shorthands -----------------------------------------------------
 

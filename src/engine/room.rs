@@ -1064,12 +1064,10 @@ impl Room {
         let w = lock(&self.worker);
         let taken = {
             let mut s = write(&self.settings);
-            let taken = rules::take_stock(s.stock?, purchased);
+            let taken = rules::take_stock(s.stock?, self.hot.mode(), purchased);
             s.stock = Some(taken.left);
-            if taken.sold_out_now {
-                s.mode = Mode::SoldOut;
-                self.hot.mode.store(Mode::SoldOut.code(), Ordering::Release);
-            }
+            s.mode = taken.mode;
+            self.hot.mode.store(taken.mode.code(), Ordering::Release);
             taken
         };
         self.emit_settings();

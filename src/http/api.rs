@@ -19,6 +19,7 @@ use super::state::AppState;
 use super::ticket::{self, VisitorTicket};
 use crate::access::PowError;
 use crate::backend::{BackendError, JoinRequest, TicketRef};
+use crate::engine::rules::{Mode, STOCK_MAX, StockTaken};
 use crate::engine::{Departure, Identity, RoomId, TicketStatus};
 
 /// A join's answer: the ticket's token and its status (the same body as
@@ -221,26 +222,93 @@ pub async fn leave(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// The body of a release: the visitor's ticket and, optionally, the units
+/// they bought.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ReleaseRequest {
-    ticket: String,
+pub struct ReleaseRequest {
+    pub ticket: String,
+    /// Units bought, taken off a stock-aware room's stock.
+    #[serde(default)]
+    pub purchased: Option<u64>,
+}
+
+/// What a reported purchase did: the answer of a release that carried
+/// `purchased`, and of the operators' purchase report.
+#[derive(Debug, Serialize)]
+pub struct PurchaseBody {
+    /// For a release: whether a permit was given back (false: the ticket
+    /// held none; the purchase counts all the same).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub released: Option<bool>,
+    pub purchased: u64,
+    /// Units left; `null` for a room that does not count stock.
+    pub stock: Option<u64>,
+    /// The room's mode after the report.
+    pub mode: Mode,
+    /// This report took the last unit and turned the room sold out.
+    pub sold_out: bool,
+}
+
+/// Take a reported purchase off the room's stock (one atomic step on any
+/// backend). The report that sells the room out announces it
+/// (`room.mode_changed`, `room.sold_out`), so that is done once whichever
+/// instance took it. `None` for a room that does not count stock.
+pub async fn record_purchase(
+    state: &AppState,
+    room: &RoomId,
+    purchased: u64,
+) -> Result<Option<StockTaken>, ApiError> {
+    if !(1..=STOCK_MAX).contains(&purchased) {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            format!("purchased: must be between 1 and {STOCK_MAX}, got {purchased}"),
+        ));
+    }
+    let taken = state.backend.purchase(room, purchased).await?;
+    if let Some(t) = taken {
+        tracing::info!(room = %room, purchased, left = t.left, sold_out = t.sold_out_now, "purchase recorded");
+        if t.sold_out_now
+            && let Ok(s) = state.backend.room(room).await
+        {
+            state.monitor.observe(&s);
+            state.monitor.mode_changed(t.before, &s, "stock");
+        }
+    }
+    Ok(taken)
+}
+
+impl PurchaseBody {
+    pub fn new(purchased: u64, taken: Option<StockTaken>, mode: Mode) -> Self {
+        Self {
+            released: None,
+            purchased,
+            stock: taken.map(|t| t.left),
+            mode: taken.map_or(mode, |t| t.mode),
+            sold_out: taken.is_some_and(|t| t.sold_out_now),
+        }
+    }
 }
 
 /// `POST /api/rooms/{room}/release` — the origin's backend gives a
 /// visitor's permit back when the purchase is done. Needs the admin token
-/// (or the release key) as `Authorization: Bearer`.
+/// (or the release key) as `Authorization: Bearer`. With `purchased: n`
+/// the purchase is taken off the room's stock first (so a permit freed by
+/// the last sale goes to nobody), and the answer is 200 with what the
+/// report did ([`PurchaseBody`]); without it, 204, or 409 for a ticket
+/// that holds no permit.
 pub async fn release(
     State(state): State<AppState>,
     _: ReleaseKey,
     Room(room): Room,
     body: Bytes,
-) -> Result<StatusCode, ApiError> {
+) -> Result<Response, ApiError> {
     let request: ReleaseRequest = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_field",
-            format!("Expected {{\"ticket\": \"<token>\"}}: {e}"),
+            format!("Expected {{\"ticket\": \"<token>\", \"purchased\": n}}: {e}"),
         )
     })?;
     let claim = state.keys.verify(&request.ticket)?;
@@ -251,12 +319,29 @@ pub async fn release(
         epoch: claim.epoch,
         id: claim.ticket,
     };
-    match state.backend.release(&room, ticket).await? {
-        Departure::GaveBack(_) => Ok(StatusCode::NO_CONTENT),
-        Departure::LeftQueue | Departure::Nothing(_) => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "not_admitted",
-            "This ticket holds no permit (never admitted, or already released or expired).",
-        )),
-    }
+    let Some(purchased) = request.purchased else {
+        return match state.backend.release(&room, ticket).await? {
+            Departure::GaveBack(_) => Ok(StatusCode::NO_CONTENT.into_response()),
+            Departure::LeftQueue | Departure::Nothing(_) => Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "not_admitted",
+                "This ticket holds no permit (never admitted, or already released or expired).",
+            )),
+        };
+    };
+    let taken = record_purchase(&state, &room, purchased).await?;
+    let released = match state.backend.release(&room, ticket).await {
+        Ok(d) => matches!(d, Departure::GaveBack(_)),
+        Err(BackendError::NoSuchTicket) => false,
+        Err(e) => return Err(e.into()),
+    };
+    let mode = match taken {
+        Some(t) => t.mode,
+        None => state.backend.room(&room).await?.settings.mode,
+    };
+    let body = PurchaseBody {
+        released: Some(released),
+        ..PurchaseBody::new(purchased, taken, mode)
+    };
+    Ok(Json(body).into_response())
 }

@@ -113,6 +113,11 @@ impl From<BackendError> for ApiError {
                 "unknown_ticket",
                 "This ticket is not known in this room (the room may have been reset): join again.",
             ),
+            BackendError::LineReset => Self::new(
+                StatusCode::GONE,
+                "line_reset",
+                "The line this ticket stood in was reset (the room started again): join again for a new ticket.",
+            ),
             BackendError::Unavailable(_) => {
                 tracing::warn!(error = %message, "backend unavailable");
                 Self::new(

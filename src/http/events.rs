@@ -69,6 +69,15 @@ fn ending(status: Status) -> Event {
         .data(format!(r#"{{"status":"{}"}}"#, status.name()))
 }
 
+/// The event that ends a stream whose line was reset (its ticket names
+/// an incarnation of the room that is gone).
+fn reset_event() -> Event {
+    Event::default()
+        .event("reset")
+        .id(END_ID)
+        .data(r#"{"status":"reset"}"#)
+}
+
 /// The count ahead a reconnecting client last saw, from `Last-Event-ID`.
 fn last_seen(headers: &HeaderMap) -> Option<u64> {
     headers
@@ -235,6 +244,10 @@ fn stream(
                             Ok(read) => tracker.update(read),
                             Err(BackendError::NoSuchTicket | BackendError::NoSuchRoom(_)) => {
                                 yield Ok(ending(Status::Expired));
+                                return;
+                            }
+                            Err(BackendError::LineReset) => {
+                                yield Ok(reset_event());
                                 return;
                             }
                             // The store is briefly away: the next wave

@@ -111,7 +111,10 @@ pub async fn gate(
             }
             response
         }
-        Ok(_) | Err(BackendError::NoSuchTicket) => refuse(&state, &room, headers, redirect),
+        // A reset line sends the visitor to the queue page, which says so.
+        Ok(_) | Err(BackendError::NoSuchTicket | BackendError::LineReset) => {
+            refuse(&state, &room, headers, redirect)
+        }
         Err(BackendError::NoSuchRoom(_)) => {
             ApiError::from(BackendError::NoSuchRoom(room)).into_response()
         }

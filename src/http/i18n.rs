@@ -226,6 +226,10 @@ pub struct Strings {
     pub expired_body: &'static str,
     pub left_title: &'static str,
     pub left_body: &'static str,
+    /// The line itself started again (its state was lost): every ticket
+    /// of the old line is void.
+    pub reset_title: &'static str,
+    pub reset_body: &'static str,
     pub join_again: &'static str,
     /// `{code}`; the small line above an error page's title.
     pub error_code: &'static str,

@@ -136,6 +136,8 @@ pub enum ClosedReason {
     Expired,
     /// The visitor left the line.
     Left,
+    /// The line the ticket stood in was reset.
+    Reset,
 }
 
 /// The end of a wait that did not lead to the site: the room closed, the
@@ -160,6 +162,7 @@ impl ClosedPage {
             ClosedReason::SoldOut => self.t.sold_out_title,
             ClosedReason::Expired => self.t.expired_title,
             ClosedReason::Left => self.t.left_title,
+            ClosedReason::Reset => self.t.reset_title,
         }
     }
 
@@ -169,6 +172,7 @@ impl ClosedPage {
             ClosedReason::SoldOut => self.t.sold_out_body,
             ClosedReason::Expired => self.t.expired_body,
             ClosedReason::Left => self.t.left_body,
+            ClosedReason::Reset => self.t.reset_body,
         }
     }
 }
@@ -574,6 +578,7 @@ mod tests {
                 (ClosedReason::SoldOut, t.sold_out_title, t.sold_out_body),
                 (ClosedReason::Expired, t.expired_title, t.expired_body),
                 (ClosedReason::Left, t.left_title, t.left_body),
+                (ClosedReason::Reset, t.reset_title, t.reset_body),
             ] {
                 let ended = !matches!(reason, ClosedReason::Closed | ClosedReason::SoldOut);
                 let rejoin = ended.then(|| "/queue/sale?return=%2F".into());

@@ -59,6 +59,7 @@ pub fn router(state: AppState) -> Router {
                 .delete(admin::delete_room),
         )
         .route("/admin/rooms/{room}/revoke", post(admin::revoke))
+        .route("/admin/rooms/{room}/purchases", post(admin::purchases))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,

@@ -4,7 +4,8 @@
 //! the cookie, and shows the wait; once admitted it answers 303 to the
 //! return path, so a page without JavaScript gets there by its meta
 //! refresh. A ticket that ended shows why, with a way to join again that
-//! really starts a new ticket (`?rejoin=1`).
+//! really starts a new ticket (`?rejoin=1`); so does a ticket whose line
+//! was reset.
 
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -129,6 +130,20 @@ pub async fn queue(
             );
         }
         Err(e) if e.code.starts_with("enqueue_token_") => return invite_page(lang, &e),
+        // The cookie's ticket names a line that was reset: said so, with
+        // a way to join the new one.
+        Err(e) if e.code == "line_reset" => {
+            return pages::html(
+                StatusCode::OK,
+                &ClosedPage {
+                    lang,
+                    t: lang.strings(),
+                    room: room.to_string(),
+                    reason: ClosedReason::Reset,
+                    rejoin_url: Some(rejoin_url),
+                },
+            );
+        }
         Err(e) => return page_for_error(lang, &e),
     };
     if !joined.status.state.is_live() || joined.status.closed {

@@ -82,6 +82,10 @@ event_types! {
     /// The room became sold out (`data.reason`: `stock` when a reported
     /// purchase took the last unit, `operator` for a change of mode).
     RoomSoldOut => "room.sold_out",
+    /// The room's line was found lost in the state store (a Redis restart
+    /// without persistence, a flushed database) and started again: every
+    /// ticket of the old line is void (`data.epoch` names the new line).
+    RoomReset => "room.reset",
     /// The queue grew past a receiver's `queue_threshold` (sent to that
     /// receiver only; `data.threshold` says which).
     QueueThreshold => "queue.threshold",

@@ -245,7 +245,10 @@ async fn put_creates_and_replaces_rooms_with_the_config_rules() {
         .send()
         .await
         .unwrap();
-    assert_eq!(stale.status(), StatusCode::UNAUTHORIZED);
+    // The old ticket's line was reset by the replacement, and is told so.
+    assert_eq!(stale.status(), StatusCode::GONE);
+    let stale: Value = stale.json().await.unwrap();
+    assert_eq!(stale["error"], "line_reset");
 
     for (body, field) in [
         (

@@ -262,3 +262,103 @@ async fn webhooks_are_signed_retried_and_filtered() {
     drop(attempts);
     app.stop().await;
 }
+
+/// Mode changes are announced by the call that made them, once each: an
+/// operator's, and the purchase that took the last unit (with
+/// `room.sold_out`); later purchases and the monitor's samples add none.
+/// The mode and stock gauges follow.
+#[tokio::test]
+async fn mode_changes_and_the_end_of_a_sale_are_announced_once() {
+    let receiver = Receiver::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = Router::new()
+        .route("/modes", post(receive))
+        .with_state(receiver.clone());
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let config = Config {
+        webhooks: vec![WebhookConfig {
+            url: format!("http://{addr}/modes"),
+            secret: SigningKey::parse(&Secret::new(CLOSED_ONLY_SECRET)).unwrap(),
+            previous_secret: None,
+            events: vec![EventType::RoomModeChanged, EventType::RoomSoldOut],
+            queue_threshold: None,
+        }],
+        ..config()
+    };
+    let mut sale = room("sale", 1);
+    sale.stock = Some(2);
+    let backend = EmbeddedBackend::without_workers(vec![sale], Arc::new(SystemClock));
+    let app = spawn_with(config, backend).await;
+
+    let (status, _) = admin(
+        &app,
+        reqwest::Method::PATCH,
+        "/admin/rooms/sale",
+        Some(json!({"mode": "maintenance"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    wait_for(&receiver, "maintenance announced", |a| a.len() == 1).await;
+    for _ in 0..3 {
+        let (status, _) = admin(
+            &app,
+            reqwest::Method::POST,
+            "/admin/rooms/sale/purchases",
+            Some(json!({"purchased": 1})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    wait_for(&receiver, "sold out announced", |a| a.len() == 3).await;
+    // Samples come every second: none of them repeats an announcement.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let attempts = receiver.attempts.lock().unwrap().clone();
+    let seen: Vec<(&str, &Value)> = attempts
+        .iter()
+        .map(|a| (a.2.as_str(), &a.3["data"]))
+        .collect();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert_eq!(seen[0].0, "room.mode_changed");
+    assert_eq!(
+        (
+            &seen[0].1["mode"],
+            &seen[0].1["previous_mode"],
+            &seen[0].1["reason"]
+        ),
+        (&json!("maintenance"), &json!("queue"), &json!("operator"))
+    );
+    assert_eq!(seen[1].0, "room.mode_changed");
+    assert_eq!(
+        (
+            &seen[1].1["mode"],
+            &seen[1].1["previous_mode"],
+            &seen[1].1["reason"]
+        ),
+        (&json!("sold_out"), &json!("maintenance"), &json!("stock"))
+    );
+    assert_eq!(seen[2].0, "room.sold_out");
+    assert_eq!(
+        (&seen[2].1["reason"], &seen[2].1["stock"]),
+        (&json!("stock"), &json!(0))
+    );
+    assert!(attempts.iter().all(|a| a.4), "every signature is valid");
+
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        r#"narabu_room_mode{room="sale",mode="sold_out"} 1"#,
+        r#"narabu_room_mode{room="sale",mode="queue"} 0"#,
+        r#"narabu_room_stock{room="sale"} 0"#,
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
+    app.stop().await;
+}

@@ -126,3 +126,145 @@ async fn sold_out_tells_waiting_streams_at_once_and_turns_newcomers_away() {
     );
     app.stop().await;
 }
+
+async fn post(app: &TestApp, path: &str, bearer: &str, body: Value) -> (StatusCode, Value) {
+    let response = app
+        .client
+        .post(app.url(path))
+        .bearer_auth(bearer)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let text = response.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn purchases_reported_on_release_count_down_the_stock_to_sold_out() {
+    let app = spawn_app(vec![room("sale", 2)]).await;
+    let (code, body) = patch(&app, "sale", json!({"stock": 3})).await;
+    assert_eq!(
+        (code, &body["stock"]),
+        (StatusCode::OK, &json!(3)),
+        "{body}"
+    );
+    let buyer = app.join("sale").await;
+    let other = app.join("sale").await;
+    let waiting = app.join("sale").await;
+    app.tick("sale").await;
+    // The waiting page reads the stock left from the status.
+    assert_eq!(app.status("sale", &waiting).await["stock"], 3);
+
+    let release = "/api/rooms/sale/release";
+    let (code, body) = post(
+        &app,
+        release,
+        ADMIN_TOKEN,
+        json!({"ticket": buyer.token, "purchased": 2}),
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    assert_eq!(
+        body,
+        json!({"released": true, "purchased": 2, "stock": 1, "mode": "queue", "sold_out": false})
+    );
+    // The permit went on to the one waiting.
+    assert_eq!(app.status("sale", &waiting).await["status"], "admitted");
+    // A purchase counts even when the ticket no longer holds a permit.
+    let (code, body) = post(
+        &app,
+        release,
+        ADMIN_TOKEN,
+        json!({"ticket": buyer.token, "purchased": 1}),
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    assert_eq!(
+        (&body["released"], &body["stock"], &body["sold_out"]),
+        (&json!(false), &json!(0), &json!(true))
+    );
+    assert_eq!(app.status("sale", &other).await["status"], "closed");
+    // Later reports find nothing left and end nothing more.
+    let (_, body) = post(
+        &app,
+        "/admin/rooms/sale/purchases",
+        ADMIN_TOKEN,
+        json!({"purchased": 1}),
+    )
+    .await;
+    assert_eq!(
+        body,
+        json!({"purchased": 1, "stock": 0, "mode": "sold_out", "sold_out": false})
+    );
+
+    // Reopening while out of stock is refused; with new stock it is not.
+    let (code, body) = patch(&app, "sale", json!({"mode": "queue"})).await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("stock is 0"),
+        "{body}"
+    );
+    let (code, body) = patch(&app, "sale", json!({"mode": "queue", "stock": 5})).await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    assert_eq!(app.status("sale", &other).await["status"], "admitted");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn bad_purchase_reports_are_refused_clearly() {
+    let app = spawn_app(vec![room("sale", 1), room("plain", 1)]).await;
+    patch(&app, "sale", json!({"stock": 3})).await;
+    let v = app.join("sale").await;
+    for (body, words) in [
+        (
+            json!({"ticket": v.token, "purchased": 0}),
+            "purchased: must be between 1",
+        ),
+        (json!({"ticket": v.token, "purchased": -1}), "purchased"),
+        (json!({"ticket": v.token, "purchased": "two"}), "purchased"),
+    ] {
+        let (code, answer) = post(&app, "/api/rooms/sale/release", ADMIN_TOKEN, body).await;
+        assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+        assert!(
+            answer["message"].as_str().unwrap().contains(words),
+            "{answer}"
+        );
+    }
+    let admin = "/admin/rooms/sale/purchases";
+    let (code, answer) = post(&app, admin, ADMIN_TOKEN, json!({"purchased": 0})).await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    let (code, answer) = post(&app, admin, ADMIN_TOKEN, json!({"units": 1})).await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    let (code, _) = post(&app, admin, "not-the-token", json!({"purchased": 1})).await;
+    assert_eq!(code, StatusCode::UNAUTHORIZED);
+    let (code, answer) = post(
+        &app,
+        "/admin/rooms/plain/purchases",
+        ADMIN_TOKEN,
+        json!({"purchased": 1}),
+    )
+    .await;
+    assert_eq!(
+        (code, &answer["error"]),
+        (StatusCode::CONFLICT, &json!("no_stock"))
+    );
+    let (code, answer) = patch(&app, "sale", json!({"stock": -4})).await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    let (code, answer) = patch(&app, "sale", json!({"stock": 2_000_000_000_000u64})).await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    // Nothing was counted by any of them.
+    let room: Value = app
+        .client
+        .get(app.url("/admin/rooms/sale"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(room["stock"], 3);
+    app.stop().await;
+}

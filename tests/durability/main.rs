@@ -505,8 +505,9 @@ async fn a_damaged_journal_is_refused_with_file_and_offset() {
 }
 
 /// What operators change through the admin API is state too: a room made
-/// with PUT and a capacity changed with PATCH are there after a SIGKILL
-/// that follows the acknowledgement at once.
+/// with PUT, a capacity and a mode changed with PATCH and the stock a
+/// purchase took are there after a SIGKILL that follows the
+/// acknowledgement at once.
 #[tokio::test]
 async fn operators_changes_survive_a_kill() {
     const TOKEN: &str = "durability-admin-token-durability-admin-token";
@@ -525,7 +526,7 @@ async fn operators_changes_survive_a_kill() {
             .bearer_auth(TOKEN)
     };
     let put = admin(reqwest::Method::PUT, &server.base, "/admin/rooms/flash")
-        .json(&serde_json::json!({"capacity": 3, "tick": "250ms"}))
+        .json(&serde_json::json!({"capacity": 3, "tick": "250ms", "stock": 5}))
         .send()
         .await
         .unwrap();
@@ -535,7 +536,7 @@ async fn operators_changes_survive_a_kill() {
         &server.base,
         &format!("/admin/rooms/{ROOM}"),
     )
-    .json(&serde_json::json!({"capacity": 7, "paused": true}))
+    .json(&serde_json::json!({"capacity": 7, "paused": true, "mode": "maintenance"}))
     .send()
     .await
     .unwrap();
@@ -546,6 +547,16 @@ async fn operators_changes_survive_a_kill() {
         .await
         .unwrap();
     assert_eq!(joined.status(), 201);
+    let bought = admin(
+        reqwest::Method::POST,
+        &server.base,
+        "/admin/rooms/flash/purchases",
+    )
+    .json(&serde_json::json!({"purchased": 2}))
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(bought.status(), 200);
     server.kill();
 
     let server = Server::start(&data, &conf, tmp.path(), 1).expect("restarts");
@@ -562,8 +573,10 @@ async fn operators_changes_survive_a_kill() {
     };
     let flash = settings("flash").await;
     assert_eq!(flash["capacity"], 3, "{flash}");
+    assert_eq!(flash["stock"], 3, "{flash}");
     let sale = settings(ROOM).await;
     assert_eq!(sale["capacity"], 7, "{sale}");
     assert_eq!(sale["paused"], true, "{sale}");
+    assert_eq!(sale["mode"], "maintenance", "{sale}");
     drop(server);
 }

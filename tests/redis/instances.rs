@@ -242,6 +242,100 @@ async fn three_instances_admit_in_global_order_and_hand_off_across_instances() {
     }
 }
 
+/// The origin reports purchases through three instances at once, 25 units
+/// in stock and 40 buyers: the stock left that the answers report is every
+/// value from 24 down to 1 once and then 0 (never below), exactly one
+/// answer says it ended the sale, and a visitor still waiting, streaming
+/// on another instance, is told that the room closed as sold out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stock_runs_out_once_under_purchases_through_three_instances() {
+    let redis = RedisServer::start().await;
+    let mut sale = room("sale", 40);
+    sale.stock = Some(25);
+    sale.tick = Duration::from_secs(60);
+    let mut instances = Vec::new();
+    for _ in 0..3 {
+        instances.push(Instance::start(&redis, vec![sale.clone()], Duration::from_secs(1)).await);
+    }
+    let c = client();
+    let mut buyers = Vec::new();
+    for i in 0..40 {
+        buyers.push(join(&c, &instances[i % 3].base, "sale").await.0);
+    }
+    // Releases hand permits on until the stock runs out: with more people
+    // waiting than releases, the last of them is still waiting at the end.
+    let mut waiting = String::new();
+    for i in 0..41 {
+        waiting = join(&c, &instances[i % 3].base, "sale").await.0;
+    }
+    instances[1]
+        .backend
+        .tick(&RoomId::new("sale").unwrap())
+        .await
+        .unwrap();
+    let mut stream = events(&c, &instances[2].base, "sale", &waiting).await;
+
+    let mut reports = Vec::new();
+    for (i, token) in buyers.iter().enumerate() {
+        let request = c
+            .post(instances[i % 3].url("/api/rooms/sale/release"))
+            .bearer_auth(ADMIN)
+            .json(&serde_json::json!({ "ticket": token, "purchased": 1 }))
+            .send();
+        reports.push(tokio::spawn(request));
+    }
+    let mut lefts = Vec::new();
+    let mut endings = 0;
+    for r in reports {
+        let r = r.await.unwrap().unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["released"], true, "{body}");
+        lefts.push(body["stock"].as_u64().unwrap());
+        endings += usize::from(body["sold_out"] == true);
+    }
+    assert_eq!(endings, 1, "the sale ends once");
+    lefts.sort_unstable();
+    let mut want = vec![0; 16];
+    want.extend(1..=24);
+    assert_eq!(lefts, want);
+
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(Ok(e)) = stream.next().await {
+            if e.event != "position" {
+                return Some(e);
+            }
+        }
+        None
+    })
+    .await
+    .unwrap()
+    .expect("the stream ends with an event");
+    assert_eq!(closed.event, "closed");
+    let data: Value = serde_json::from_str(&closed.data).unwrap();
+    assert_eq!(data["reason"], "sold_out");
+    for i in &instances {
+        let joined = c.post(i.url("/api/rooms/sale/join")).send().await.unwrap();
+        assert_eq!(joined.status(), StatusCode::GONE);
+        let room: Value = c
+            .get(i.url("/admin/rooms/sale"))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            (&room["stock"], &room["mode"]),
+            (&serde_json::json!(0), &serde_json::json!("sold_out"))
+        );
+    }
+    for i in instances {
+        i.stop().await;
+    }
+}
+
 /// A narabu process on Redis, killed with SIGKILL on drop.
 struct Process {
     child: Child,

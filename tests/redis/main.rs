@@ -12,3 +12,4 @@ mod fair;
 mod follow;
 mod instances;
 mod measure;
+mod reset;

@@ -15,7 +15,7 @@
 -- Returns {r = 'ok', id, new, epoch, t = facts, w = waiting}
 --       | {r = 'limited', n = joins in the window, oldest, limit}
 --       | {r = 'denied'} | {r = 'spent'}
---       | {r = 'closed'} | {r = 'soldout'} | {r = 'full'} | {r = 'noroom'}
+--       | {r = 'closed'} | {r = 'soldout'} | {r = 'full'} | {r = 'noroom'} | {r = 'reset'}
 --
 -- In mode passthrough the new ticket (and anyone still in line) is
 -- admitted in the same step.
@@ -31,6 +31,8 @@ local function answer(t, new)
     w = n('waiting')})
 end
 
+-- A carried ticket of another incarnation stood in a line that was reset.
+if ARGV[4] ~= '' and ARGV[4] ~= EPOCH and ARGV[6] ~= '1' then return reply({r = 'reset'}) end
 if ARGV[4] == EPOCH and tonumber(ARGV[5]) < n('issued') then
   local t = load_ticket(ARGV[5])
   if t and (t.state == WAITING or t.state == ADMITTED or t.state == AWAY

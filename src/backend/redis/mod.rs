@@ -120,6 +120,8 @@ pub struct RedisBackend {
     /// with other timeouts than the room's answers with the room's, and is
     /// asked again.
     timeouts: DashMap<RoomId, Timeouts>,
+    /// Lines this instance found lost and started again (`recover`).
+    resets: tokio::sync::broadcast::Sender<super::LineReset>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
 }
@@ -156,6 +158,7 @@ impl RedisBackend {
             followers: DashMap::new(),
             instance: format!("{:016x}", rand::random::<u64>()),
             timeouts: DashMap::new(),
+            resets: tokio::sync::broadcast::channel(64).0,
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
         });
@@ -321,8 +324,130 @@ impl RedisBackend {
         }
     }
 
+    /// Run `f`; if the room is gone from Redis and is one of the
+    /// configured rooms, create it again (`recover`, a reset line) and run
+    /// `f` once more.
+    async fn or_recovered<T, F, Fut>(&self, room: &RoomId, f: F) -> Result<T, BackendError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, BackendError>>,
+    {
+        match f().await {
+            Err(BackendError::NoSuchRoom(_)) if self.recover(room).await => f().await,
+            other => other,
+        }
+    }
+
+    async fn join_once(
+        &self,
+        room: &RoomId,
+        request: JoinRequest,
+    ) -> Result<JoinOutcome, BackendError> {
+        let now = self.now();
+        let identity = request
+            .identity
+            .map(|i| format!("{:032x}", i.0))
+            .unwrap_or_default();
+        let (held_epoch, held_id) = request
+            .held
+            .map(|t| (t.epoch.to_string(), t.id.to_string()))
+            .unwrap_or_default();
+        let client = request.client.map(|c| c.to_string()).unwrap_or_default();
+        let since = rules::join_window_start(now).to_string();
+        let replace = if request.replace_ended { "1" } else { "0" };
+        let refuse = if request.refuse_new { "1" } else { "0" };
+        let (nonce, nonce_ttl) = request
+            .nonce
+            .map(|n| {
+                let ttl = n.until_ms.saturating_sub(now).max(1);
+                (hex::encode(n.nonce), ttl.to_string())
+            })
+            .unwrap_or_default();
+        let raw = self
+            .run(
+                &self.scripts.join,
+                room,
+                now,
+                &[
+                    &identity,
+                    &held_epoch,
+                    &held_id,
+                    replace,
+                    &client,
+                    &since,
+                    refuse,
+                    &nonce,
+                    &nonce_ttl,
+                ],
+            )
+            .await?;
+        match decode::<reply::Join>(&raw)? {
+            reply::Join::Ok {
+                id,
+                new,
+                epoch,
+                t,
+                w,
+            } => {
+                let epoch = epoch
+                    .parse()
+                    .map_err(|_| BackendError::Unavailable("bad epoch in Redis".into()))?;
+                let facts = self.room_facts(room, w).await?;
+                Ok(JoinOutcome {
+                    ticket: TicketRef { epoch, id },
+                    is_new: new,
+                    status: Self::status_of(&t, &facts, now),
+                })
+            }
+            reply::Join::Limited { n, oldest, limit } => {
+                match rules::join_allowance(limit, n, Some(oldest), now) {
+                    Err(retry_after) => Err(BackendError::JoinLimited { limit, retry_after }),
+                    // The log said full as of the script; a moment later
+                    // it may not be: the visitor may try again at once.
+                    Ok(()) => Err(BackendError::JoinLimited {
+                        limit,
+                        retry_after: Duration::from_millis(1),
+                    }),
+                }
+            }
+            reply::Join::Denied => Err(BackendError::AccessDenied),
+            reply::Join::Spent => Err(BackendError::NonceSpent),
+            reply::Join::Closed => Err(BackendError::Closed(room.clone())),
+            reply::Join::SoldOut => Err(BackendError::SoldOut(room.clone())),
+            reply::Join::Full => Err(BackendError::Full(room.clone())),
+            reply::Join::NoRoom => Err(BackendError::NoSuchRoom(room.clone())),
+            reply::Join::Reset => Err(BackendError::LineReset),
+        }
+    }
+
     /// One ticket's facts through the batched status reads.
     async fn read_facts(
+        &self,
+        room: &RoomId,
+        t: TicketRef,
+        touch: bool,
+    ) -> Result<(reply::Facts, u64), BackendError> {
+        match self
+            .or_recovered(room, || self.read_facts_once(room, t, touch))
+            .await
+        {
+            Err(BackendError::NoSuchTicket) => Err(self.why_unknown(room, t).await),
+            other => other,
+        }
+    }
+
+    /// Why a script did not know a ticket: it names another incarnation
+    /// of the room (its line was reset), or a number never issued. Asked
+    /// only then, so a known ticket costs no extra round trip.
+    async fn why_unknown(&self, room: &RoomId, t: TicketRef) -> BackendError {
+        match self.epoch(room).await {
+            Ok(epoch) if epoch != t.epoch => BackendError::LineReset,
+            Ok(_) => BackendError::NoSuchTicket,
+            Err(e) => e,
+        }
+    }
+
+    async fn read_facts_once(
         &self,
         room: &RoomId,
         t: TicketRef,
@@ -416,80 +541,8 @@ impl Backend for RedisBackend {
     }
 
     async fn join(&self, room: &RoomId, request: JoinRequest) -> Result<JoinOutcome, BackendError> {
-        let now = self.now();
-        let identity = request
-            .identity
-            .map(|i| format!("{:032x}", i.0))
-            .unwrap_or_default();
-        let (held_epoch, held_id) = request
-            .held
-            .map(|t| (t.epoch.to_string(), t.id.to_string()))
-            .unwrap_or_default();
-        let client = request.client.map(|c| c.to_string()).unwrap_or_default();
-        let since = rules::join_window_start(now).to_string();
-        let replace = if request.replace_ended { "1" } else { "0" };
-        let refuse = if request.refuse_new { "1" } else { "0" };
-        let (nonce, nonce_ttl) = request
-            .nonce
-            .map(|n| {
-                let ttl = n.until_ms.saturating_sub(now).max(1);
-                (hex::encode(n.nonce), ttl.to_string())
-            })
-            .unwrap_or_default();
-        let raw = self
-            .run(
-                &self.scripts.join,
-                room,
-                now,
-                &[
-                    &identity,
-                    &held_epoch,
-                    &held_id,
-                    replace,
-                    &client,
-                    &since,
-                    refuse,
-                    &nonce,
-                    &nonce_ttl,
-                ],
-            )
-            .await?;
-        match decode::<reply::Join>(&raw)? {
-            reply::Join::Ok {
-                id,
-                new,
-                epoch,
-                t,
-                w,
-            } => {
-                let epoch = epoch
-                    .parse()
-                    .map_err(|_| BackendError::Unavailable("bad epoch in Redis".into()))?;
-                let facts = self.room_facts(room, w).await?;
-                Ok(JoinOutcome {
-                    ticket: TicketRef { epoch, id },
-                    is_new: new,
-                    status: Self::status_of(&t, &facts, now),
-                })
-            }
-            reply::Join::Limited { n, oldest, limit } => {
-                match rules::join_allowance(limit, n, Some(oldest), now) {
-                    Err(retry_after) => Err(BackendError::JoinLimited { limit, retry_after }),
-                    // The log said full as of the script; a moment later
-                    // it may not be: the visitor may try again at once.
-                    Ok(()) => Err(BackendError::JoinLimited {
-                        limit,
-                        retry_after: Duration::from_millis(1),
-                    }),
-                }
-            }
-            reply::Join::Denied => Err(BackendError::AccessDenied),
-            reply::Join::Spent => Err(BackendError::NonceSpent),
-            reply::Join::Closed => Err(BackendError::Closed(room.clone())),
-            reply::Join::SoldOut => Err(BackendError::SoldOut(room.clone())),
-            reply::Join::Full => Err(BackendError::Full(room.clone())),
-            reply::Join::NoRoom => Err(BackendError::NoSuchRoom(room.clone())),
-        }
+        self.or_recovered(room, || self.join_once(room, request.clone()))
+            .await
     }
 
     async fn status(
@@ -578,8 +631,16 @@ impl Backend for RedisBackend {
                 reply::Depart::Nothing { s } => {
                     Departure::Nothing(TicketState::from_code(s).unwrap_or(TicketState::Abandoned))
                 }
-                reply::Depart::NoTicket => return Err(BackendError::NoSuchTicket),
-                reply::Depart::NoRoom => return Err(BackendError::NoSuchRoom(room.clone())),
+                reply::Depart::NoTicket => return Err(self.why_unknown(room, t).await),
+                reply::Depart::NoRoom => {
+                    // A configured room whose line was lost: started
+                    // again, and this ticket is of the old line.
+                    return Err(if self.recover(room).await {
+                        self.why_unknown(room, t).await
+                    } else {
+                        BackendError::NoSuchRoom(room.clone())
+                    });
+                }
                 reply::Depart::Stale(timeouts) => {
                     self.timeouts.insert(room.clone(), timeouts);
                     continue;
@@ -622,7 +683,7 @@ impl Backend for RedisBackend {
         t: TicketRef,
     ) -> Result<TicketSignal, BackendError> {
         if self.epoch(room).await? != t.epoch {
-            return Err(BackendError::NoSuchTicket);
+            return Err(BackendError::LineReset);
         }
         let notify = self.hub.ticket_notify(room, t.epoch, t.id);
         let hub = self.hub.clone();
@@ -684,6 +745,10 @@ impl Backend for RedisBackend {
 
     async fn close_room(&self, room: &RoomId) -> Result<(), BackendError> {
         self.close(room).await
+    }
+
+    fn line_resets(&self) -> Option<tokio::sync::broadcast::Receiver<super::LineReset>> {
+        Some(self.resets.subscribe())
     }
 
     async fn shutdown(&self) {

@@ -104,6 +104,9 @@ pub enum Join {
     SoldOut,
     Full,
     NoRoom,
+    /// The carried ticket names another incarnation of the room, and no
+    /// new ticket was asked for.
+    Reset,
 }
 
 /// One ticket of a batched status read: its facts, or unknown (`{x = 'noticket'}`).
@@ -244,9 +247,11 @@ pub enum Purchase {
     Ok {
         view: ViewFields,
     },
-    /// The stock was not what the caller computed from: it is `stock`.
+    /// Stock or mode were not what the caller computed from: they are
+    /// these.
     Moved {
         stock: u64,
+        mode: String,
     },
     NoStock,
     NoRoom,

@@ -51,6 +51,48 @@ impl RedisBackend {
         settings: RoomSettings,
         replace: bool,
     ) -> Result<u64, BackendError> {
+        Ok(self.create_room(settings, replace).await?.0)
+    }
+
+    /// A configured room that Redis no longer has (it restarted without
+    /// persistence, or its data was flushed) is created again, as a new
+    /// line: tickets of the lost one name its old epoch and are told
+    /// their line was reset. Of the instances that find it gone at once,
+    /// the one whose create made the room reports the reset (a log line,
+    /// and `line_resets` for the webhook and the metric). True when the
+    /// room exists again.
+    pub(super) async fn recover(&self, room: &RoomId) -> bool {
+        let Some(settings) = self.configured.iter().find(|s| &s.id == room).cloned() else {
+            return false;
+        };
+        match self.create_room(settings, false).await {
+            Ok((epoch, true)) => {
+                tracing::warn!(
+                    room = %room,
+                    epoch,
+                    "the room's line was lost in Redis (a restart without persistence, or flushed data) and started again; tickets of the old line are told it was reset"
+                );
+                let _ = self.resets.send(crate::backend::LineReset {
+                    room: room.clone(),
+                    epoch,
+                });
+                true
+            }
+            Ok((_, false)) => true,
+            Err(e) => {
+                tracing::debug!(room = %room, error = %e, "could not create a lost room again");
+                false
+            }
+        }
+    }
+
+    /// Create (or replace) a room: its epoch, and whether this call made
+    /// it (false: it existed and was kept).
+    async fn create_room(
+        &self,
+        settings: RoomSettings,
+        replace: bool,
+    ) -> Result<(u64, bool), BackendError> {
         let epoch = rand::random::<u64>().max(1);
         let seed = LotterySeed::random();
         let lottery = settings.order == Order::Lottery;
@@ -100,10 +142,11 @@ impl RedisBackend {
                 // end now, and the follower reads the new one.
                 self.hub.retire(&settings.id);
                 self.publish(&settings.id, &view, true, "", None).await?;
-                Ok(epoch)
+                Ok((epoch, true))
             }
             reply::Changed::Exists { epoch } => epoch
                 .parse()
+                .map(|e| (e, false))
                 .map_err(|_| BackendError::Unavailable("bad epoch in Redis".into())),
             other => Err(unexpected(&other)),
         }
@@ -174,12 +217,14 @@ impl RedisBackend {
         room: &RoomId,
         purchased: u64,
     ) -> Result<Option<StockTaken>, BackendError> {
-        let mut stock = match self.meta(room).await?.get("stock") {
+        let meta = self.meta(room).await?;
+        let mut stock = match meta.get("stock") {
             Some(v) if !v.is_empty() => v.parse::<u64>().unwrap_or(0),
             _ => return Ok(None),
         };
+        let mut mode = stored_mode(meta.get("mode"));
         loop {
-            let taken = take_stock(stock, purchased);
+            let taken = take_stock(stock, mode, purchased);
             let raw = self
                 .run(
                     &self.scripts.purchase,
@@ -187,8 +232,9 @@ impl RedisBackend {
                     self.now(),
                     &[
                         &stock.to_string(),
+                        mode.name(),
                         &taken.left.to_string(),
-                        flag(taken.sold_out_now),
+                        taken.mode.name(),
                     ],
                 )
                 .await?;
@@ -197,7 +243,10 @@ impl RedisBackend {
                     self.publish(room, &view, false, "", None).await?;
                     return Ok(Some(taken));
                 }
-                reply::Purchase::Moved { stock: now } => stock = now,
+                reply::Purchase::Moved { stock: s, mode: m } => {
+                    stock = s;
+                    mode = stored_mode(Some(&m));
+                }
                 reply::Purchase::NoStock => return Ok(None),
                 reply::Purchase::NoRoom => return Err(BackendError::NoSuchRoom(room.clone())),
             }
@@ -321,10 +370,7 @@ impl RedisBackend {
             Order::Lottery
         };
         settings.paused = num("paused") == 1;
-        settings.mode =
-            f.0.get("mode")
-                .and_then(|m| Mode::from_name(m))
-                .unwrap_or_default();
+        settings.mode = stored_mode(f.0.get("mode"));
         settings.stock = f.0.get("stock").and_then(|v| v.parse().ok());
         *settings.access = AccessSettings::from_fields(|k| f.0.get(k).map(String::as_str));
         let mut view = f.view();
@@ -444,8 +490,8 @@ impl RedisBackend {
                     backend.ensure_worker(&room);
                 }
                 Some(HubEvent::Resubscribed) => {
-                    for settings in backend.configured.clone() {
-                        let _ = backend.create(settings, false).await;
+                    for settings in &backend.configured {
+                        backend.recover(&settings.id).await;
                     }
                 }
                 None => {
@@ -459,6 +505,11 @@ impl RedisBackend {
             }
         }
     }
+}
+
+/// A stored mode; a room stored before modes existed queues.
+fn stored_mode(name: Option<&String>) -> Mode {
+    name.and_then(|m| Mode::from_name(m)).unwrap_or_default()
 }
 
 fn unexpected(reply: &impl std::fmt::Debug) -> BackendError {

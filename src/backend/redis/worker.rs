@@ -169,6 +169,9 @@ pub(super) async fn run_worker(me: Weak<RedisBackend>, room: RoomId) {
                     wake = now + renew_every;
                     continue;
                 }
+                Err(BackendError::NoSuchRoom(_)) if backend.recover(&room).await => {
+                    next_tick = now;
+                }
                 Err(e) => {
                     tracing::debug!(room = %room, error = %e, "tick failed");
                     next_tick = now + retry;

@@ -16,7 +16,10 @@
 //!
 //! A room may also know its `stock`: units left to sell. Purchases the
 //! origin reports are taken off it, never below zero ([`take_stock`]), and
-//! the report that takes the last unit turns the room `sold_out`, once.
+//! the report that takes the last unit turns the room `sold_out`, once:
+//! stores apply the result only if stock and mode are still what it was
+//! computed from, so of reports racing on several instances exactly one
+//! sees the room turn.
 
 use serde::{Deserialize, Serialize};
 
@@ -100,18 +103,24 @@ pub const STOCK_MAX: u64 = 1_000_000_000_000;
 pub struct StockTaken {
     /// Units left after it (never below zero).
     pub left: u64,
-    /// This report took the last unit: the room is sold out from now on.
-    /// True for exactly one report, however many race.
+    /// The room's mode before and after it.
+    pub before: Mode,
+    pub mode: Mode,
+    /// This report turned the room sold out.
     pub sold_out_now: bool,
 }
 
-/// Take `purchased` units off `stock`: what is left never goes below zero,
-/// and only the report that takes it from above zero to zero ends the sale.
-pub fn take_stock(stock: u64, purchased: u64) -> StockTaken {
+/// Take `purchased` units off `stock` in a room in `mode`: what is left
+/// never goes below zero, and with none left the room is sold out; the
+/// report that makes it so is the one that ends the sale.
+pub fn take_stock(stock: u64, mode: Mode, purchased: u64) -> StockTaken {
     let left = stock.saturating_sub(purchased);
+    let after = mode_with_stock(mode, Some(left));
     StockTaken {
         left,
-        sold_out_now: stock > 0 && left == 0,
+        before: mode,
+        mode: after,
+        sold_out_now: after.closes() && !mode.closes(),
     }
 }
 
@@ -163,34 +172,17 @@ mod tests {
 
     #[test]
     fn stock_never_goes_below_zero_and_ends_the_sale_once() {
-        assert_eq!(
-            take_stock(5, 2),
-            StockTaken {
-                left: 3,
-                sold_out_now: false
-            }
-        );
-        assert_eq!(
-            take_stock(3, 3),
-            StockTaken {
-                left: 0,
-                sold_out_now: true
-            }
-        );
-        assert_eq!(
-            take_stock(2, 9),
-            StockTaken {
-                left: 0,
-                sold_out_now: true
-            }
-        );
-        assert_eq!(
-            take_stock(0, 1),
-            StockTaken {
-                left: 0,
-                sold_out_now: false
-            }
-        );
+        let taken = |stock, mode, n| {
+            let t = take_stock(stock, mode, n);
+            (t.left, t.mode, t.sold_out_now)
+        };
+        assert_eq!(taken(5, Mode::Queue, 2), (3, Mode::Queue, false));
+        assert_eq!(taken(3, Mode::Queue, 3), (0, Mode::SoldOut, true));
+        assert_eq!(taken(2, Mode::Maintenance, 9), (0, Mode::SoldOut, true));
+        // Once sold out, later reports end nothing more.
+        assert_eq!(taken(0, Mode::SoldOut, 1), (0, Mode::SoldOut, false));
+        // A room an operator already closed as sold out is not ended twice.
+        assert_eq!(taken(1, Mode::SoldOut, 1), (0, Mode::SoldOut, false));
         assert_eq!(mode_with_stock(Mode::Queue, Some(0)), Mode::SoldOut);
         assert_eq!(
             mode_with_stock(Mode::Maintenance, Some(4)),

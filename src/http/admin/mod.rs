@@ -26,10 +26,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::access::AccessBook;
+use super::api::{self, PurchaseBody};
 use super::auth::require_admin;
 use super::error::ApiError;
 use super::extract::{Admin, Room};
@@ -382,6 +383,40 @@ pub async fn revoke(
     Ok(Json(
         json!({ "revoked": revoked, "was": was, "permit": permit }),
     ))
+}
+
+/// The body of `POST /admin/rooms/{room}/purchases`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PurchaseReport {
+    pub purchased: u64,
+}
+
+/// `POST /admin/rooms/{room}/purchases` with `{"purchased": n}`: sales the
+/// origin could not report with a release (a phone order, a batch), taken
+/// off the room's stock like a release's `purchased`. 409 for a room that
+/// does not count stock.
+pub async fn purchases(
+    State(state): State<AppState>,
+    _: Admin,
+    Room(id): Room,
+    bytes: Bytes,
+) -> Result<Json<PurchaseBody>, ApiError> {
+    let report: PurchaseReport =
+        serde_path_to_error::deserialize(Value::Object(object(&bytes)?))
+            .map_err(|e| invalid_field(&e.path().to_string(), e.into_inner().to_string()))?;
+    let Some(taken) = api::record_purchase(&state, &id, report.purchased).await? else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "no_stock",
+            "This room does not count stock: give it one first (PATCH {\"stock\": n}).",
+        ));
+    };
+    Ok(Json(PurchaseBody::new(
+        report.purchased,
+        Some(taken),
+        taken.mode,
+    )))
 }
 
 // ----- the live stream ----------------------------------------------------

@@ -60,6 +60,8 @@ pub(super) static EN: Strings = Strings {
     expired_body: "We lost touch with this page for a while, so your place was released. You can join the line again.",
     left_title: "You have left the line",
     left_body: "Your place has been given up. You can join the line again at any time.",
+    reset_title: "The line was reset",
+    reset_body: "The waiting room had to start its line again, so the ticket you held no longer counts. We are sorry: please join the line again.",
     join_again: "Join the line again",
     error_code: "Error {code}",
     bad_request_title: "This link doesn't look right",

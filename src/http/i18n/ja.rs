@@ -60,6 +60,8 @@ pub(super) static JA: Strings = Strings {
     expired_body: "しばらくこのページとの接続が途絶えたため、順番は解除されました。もう一度並び直すことができます。",
     left_title: "順番待ちをやめました",
     left_body: "順番は解除されました。いつでも並び直すことができます。",
+    reset_title: "列がリセットされました",
+    reset_body: "待合室の列を最初からやり直したため、お持ちの整理券は無効になりました。申し訳ありませんが、もう一度並び直してください。",
     join_again: "もう一度並ぶ",
     error_code: "エラー {code}",
     bad_request_title: "リンクが正しくないようです",

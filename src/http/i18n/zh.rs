@@ -60,6 +60,8 @@ pub(super) static ZH: Strings = Strings {
     expired_body: "此页面有一段时间未与我们保持连接，您的位置已被释放。您可以重新排队。",
     left_title: "您已退出排队",
     left_body: "您的位置已释放，可随时重新排队。",
+    reset_title: "队列已重置",
+    reset_body: "等候室的队列已重新开始，您持有的排队号码已失效。很抱歉，请重新排队。",
     join_again: "重新排队",
     error_code: "错误 {code}",
     bad_request_title: "链接似乎有误",

@@ -120,7 +120,7 @@ async fn admits_in_order_up_to_capacity(kind: Kind) {
     };
     assert_eq!(
         b.leave(&rid("r"), other_epoch).await,
-        Err(BackendError::NoSuchTicket)
+        Err(BackendError::LineReset)
     );
     assert!(matches!(
         b.join(&rid("nope"), JoinRequest::anonymous()).await,
@@ -509,11 +509,29 @@ async fn replaced_room_forgets_old_tickets(kind: Kind) {
     let snap = b.put_room(room("r", 5)).await.unwrap();
     assert_ne!(snap.epoch, a.epoch);
     assert_eq!(b.epoch(&rid("r")).await.unwrap(), snap.epoch);
+    // Its line was reset: said so to every call, and to a join that
+    // carries it without asking for a new ticket (the queue page's).
     assert_eq!(
         b.status(&rid("r"), a, true).await,
-        Err(BackendError::NoSuchTicket)
+        Err(BackendError::LineReset)
     );
-    let fresh = b.join(&rid("r"), JoinRequest::anonymous()).await.unwrap();
+    assert_eq!(b.leave(&rid("r"), a).await, Err(BackendError::LineReset));
+    assert_eq!(
+        b.read_ticket(&rid("r"), a).await.map(|_| ()),
+        Err(BackendError::LineReset)
+    );
+    let carried = |replace_ended| JoinRequest {
+        held: Some(a),
+        replace_ended,
+        ..JoinRequest::anonymous()
+    };
+    assert_eq!(
+        b.join(&rid("r"), carried(false)).await.map(|_| ()),
+        Err(BackendError::LineReset)
+    );
+    let fresh = b.join(&rid("r"), carried(true)).await.unwrap();
+    assert!(fresh.is_new);
+    assert_eq!(fresh.ticket.epoch, snap.epoch);
     assert_eq!(fresh.status.number, Some(1));
     assert_eq!(snap.ledger.held, 5);
     // Streams of the old incarnation are told it is gone.

@@ -2,11 +2,14 @@
 //! people in it: `passthrough` admits everyone at once and still counts
 //! them (so capacity holds again as soon as the room queues), `maintenance`
 //! admits nobody and says so, `sold_out` closes the room for that reason
-//! and can be lifted again.
+//! and can be lifted again. Stock: purchases reported from several
+//! instances at once take it to zero, never below, and exactly one of them
+//! turns the room sold out.
 
 use std::sync::Arc;
 
 use narabu::backend::{Backend, BackendError, JoinRequest, RoomPatch};
+use narabu::engine::Patch;
 use narabu::engine::rules::Mode;
 use narabu::engine::{Departure, Handoff, TicketState};
 
@@ -18,6 +21,8 @@ conformance!(
     passthrough_admits_everyone_at_once_and_still_counts_them,
     maintenance_admits_nobody_and_the_status_says_why,
     sold_out_closes_the_room_and_can_be_lifted,
+    stock_runs_out_once_under_concurrent_purchases,
+    stock_changes_with_the_room_and_zero_means_sold_out,
 );
 
 async fn set_mode(b: &Arc<dyn Backend>, mode: Mode) {
@@ -166,4 +171,106 @@ async fn sold_out_closes_the_room_and_can_be_lifted(kind: Kind) {
     assert_eq!(b.tick(&rid("r")).await.unwrap().admitted, vec![c.id as u32]);
     assert!(b.join(&rid("r"), JoinRequest::anonymous()).await.is_ok());
     conserved(b).await;
+}
+
+/// 90 reports of one unit each, from three instances at once, on a stock
+/// of 50: every unit is taken exactly once (the stock left after each
+/// report is 49 down to 1 once each, then 0), it never goes below zero,
+/// and exactly one report ends the sale.
+async fn stock_runs_out_once_under_concurrent_purchases(kind: Kind) {
+    let mut s = room("r", 5);
+    s.stock = Some(50);
+    let h = Harness::instances(kind, vec![s], 3).await;
+    let waiting = join(&h.backend, "r").await;
+    let mut tasks = Vec::new();
+    for i in 0..90 {
+        let b = h.backends[i % 3].clone();
+        tasks.push(tokio::spawn(async move {
+            b.purchase(&rid("r"), 1)
+                .await
+                .unwrap()
+                .expect("the room counts stock")
+        }));
+    }
+    let mut lefts = Vec::new();
+    let mut endings = 0;
+    for t in tasks {
+        let taken = t.await.unwrap();
+        let mode = if taken.left == 0 {
+            Mode::SoldOut
+        } else {
+            Mode::Queue
+        };
+        assert_eq!(taken.mode, mode);
+        lefts.push(taken.left);
+        endings += usize::from(taken.sold_out_now);
+    }
+    assert_eq!(endings, 1, "the sale ends once");
+    lefts.sort_unstable();
+    let mut want = vec![0; 41];
+    want.extend(1..=49);
+    assert_eq!(lefts, want);
+    let snap = h.backend.room(&rid("r")).await.unwrap();
+    assert_eq!(
+        (snap.settings.stock, snap.settings.mode),
+        (Some(0), Mode::SoldOut)
+    );
+    assert_eq!((snap.view.stock, snap.view.mode), (Some(0), Mode::SoldOut));
+    let s = h.backend.status(&rid("r"), waiting, false).await.unwrap();
+    assert!(s.closed && s.closed_reason() == "sold_out", "{s:?}");
+    assert_eq!(s.stock, Some(0));
+    assert!(matches!(
+        h.backends[2]
+            .join(&rid("r"), JoinRequest::anonymous())
+            .await,
+        Err(BackendError::SoldOut(_))
+    ));
+}
+
+async fn stock_changes_with_the_room_and_zero_means_sold_out(kind: Kind) {
+    let h = Harness::new(kind, vec![room("r", 1)]).await;
+    let b = &h.backend;
+    // A room without stock counts nothing.
+    assert_eq!(b.purchase(&rid("r"), 3).await.unwrap(), None);
+    let t = join(b, "r").await;
+    let stock = |v| RoomPatch {
+        stock: Patch::Value(v),
+        ..RoomPatch::default()
+    };
+    let snap = b.patch_room(&rid("r"), stock(4)).await.unwrap();
+    assert_eq!((snap.settings.stock, snap.view.stock), (Some(4), Some(4)));
+    let taken = b.purchase(&rid("r"), 3).await.unwrap().unwrap();
+    assert_eq!(
+        (taken.left, taken.mode, taken.sold_out_now),
+        (1, Mode::Queue, false)
+    );
+    // The waiting page reads the stock left from the status.
+    assert_eq!(b.status(&rid("r"), t, false).await.unwrap().stock, Some(1));
+    // More than is left takes what is left.
+    let taken = b.purchase(&rid("r"), 5).await.unwrap().unwrap();
+    assert_eq!(
+        (taken.left, taken.before, taken.sold_out_now),
+        (0, Mode::Queue, true)
+    );
+    // Restocked and reopened in one change.
+    let reopen = RoomPatch {
+        mode: Some(Mode::Queue),
+        ..stock(10)
+    };
+    let snap = b.patch_room(&rid("r"), reopen).await.unwrap();
+    assert_eq!(
+        (snap.settings.stock, snap.settings.mode),
+        (Some(10), Mode::Queue)
+    );
+    assert!(!b.status(&rid("r"), t, false).await.unwrap().closed);
+    // Stock no longer counted.
+    let none = RoomPatch {
+        stock: Patch::Null,
+        ..RoomPatch::default()
+    };
+    assert_eq!(
+        b.patch_room(&rid("r"), none).await.unwrap().view.stock,
+        None
+    );
+    assert_eq!(b.purchase(&rid("r"), 1).await.unwrap(), None);
 }
