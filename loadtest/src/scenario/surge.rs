@@ -40,6 +40,9 @@ pub struct Plan {
     pub narrate: bool,
     /// Visitors who close their page while waiting.
     pub closers: Vec<bool>,
+    /// Hold the room paused (admin API) from the start until this many
+    /// seconds in; the line moves from then on.
+    pub pause_for_s: Option<f64>,
 }
 
 impl Plan {
@@ -65,6 +68,7 @@ impl Plan {
             order_slack_ms: 50.0,
             narrate: false,
             closers: vec![false; n],
+            pause_for_s: None,
         }
     }
 
@@ -101,6 +105,7 @@ impl Plan {
             order_slack_ms: 50.0,
             narrate: true,
             closers: vec![false; 20],
+            pause_for_s: None,
         }
     }
 }
@@ -126,6 +131,8 @@ struct Visitor {
 struct Shared {
     start: Instant,
     visitors: Mutex<Vec<Visitor>>,
+    /// When a held line was let go (seconds from the start).
+    resumed: Mutex<Option<f64>>,
 }
 
 impl Shared {
@@ -144,7 +151,12 @@ pub async fn run(name: &str, common: &Common, plan: Plan) -> anyhow::Result<Repo
     let shared = Arc::new(Shared {
         start: Instant::now(),
         visitors: Mutex::new(vec![Visitor::default(); n]),
+        resumed: Mutex::new(None),
     });
+    let held = match (plan.pause_for_s, &common.admin_token) {
+        (Some(secs), Some(token)) => Some(hold_line(&api, token, &shared, secs).await?),
+        _ => None,
+    };
     let deadline = shared.start + crate::cli::secs(common.max_seconds);
     let bar = progress::bar(n as u64, "admitted");
 
@@ -184,6 +196,9 @@ pub async fn run(name: &str, common: &Common, plan: Plan) -> anyhow::Result<Repo
     for t in tasks {
         let _ = t.await;
     }
+    if let Some(h) = held {
+        h.await??;
+    }
     bar.finish_and_clear();
     let end = shared.now();
     // Asked to stop rather than aborted: an aborted poller would take what
@@ -198,7 +213,10 @@ pub async fn run(name: &str, common: &Common, plan: Plan) -> anyhow::Result<Repo
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clone();
-    Ok(summarize(name, common, &plan, &visitors, end, admin_seen))
+    let resumed = *shared.resumed.lock().unwrap_or_else(|p| p.into_inner());
+    Ok(summarize(
+        name, common, &plan, &visitors, end, admin_seen, resumed,
+    ))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -321,13 +339,41 @@ async fn visitor(
     }
 }
 
+/// Pause the room now and let it go `secs` after the start, from a task;
+/// the task's answer says whether the resume went through.
+async fn hold_line(
+    api: &Api,
+    token: &str,
+    shared: &Arc<Shared>,
+    secs: f64,
+) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<()>>> {
+    let mut conn = api.connect(None).await.map_err(|e| anyhow::anyhow!(e.0))?;
+    let pause = serde_json::json!({"paused": true});
+    api.admin_patch(&mut conn, token, &pause)
+        .await
+        .map_err(|e| anyhow::anyhow!("pausing the room: {}", e.0))?;
+    let (api, token, shared) = (api.clone(), token.to_owned(), shared.clone());
+    Ok(tokio::spawn(async move {
+        tokio::time::sleep_until(shared.start + crate::cli::secs(secs)).await;
+        let mut conn = api.connect(None).await.map_err(|e| anyhow::anyhow!(e.0))?;
+        *shared.resumed.lock().unwrap_or_else(|p| p.into_inner()) = Some(shared.now());
+        let resume = serde_json::json!({"paused": false});
+        api.admin_patch(&mut conn, &token, &resume)
+            .await
+            .map_err(|e| anyhow::anyhow!("resuming the room: {}", e.0))
+    }))
+}
+
 /// Admissions of visitors who kept their page open, per permit-second:
-/// `capacity` permits from the first join to the last such admission.
-fn per_permit_second(visitors: &[Visitor], capacity: u64) -> f64 {
-    let first = visitors
-        .iter()
-        .filter_map(|v| v.join_sent)
-        .fold(f64::INFINITY, f64::min);
+/// `capacity` permits from the first join (or from when a held line was
+/// let go) to the last such admission.
+fn per_permit_second(visitors: &[Visitor], capacity: u64, resumed: Option<f64>) -> f64 {
+    let first = resumed.unwrap_or_else(|| {
+        visitors
+            .iter()
+            .filter_map(|v| v.join_sent)
+            .fold(f64::INFINITY, f64::min)
+    });
     let present: Vec<f64> = visitors
         .iter()
         .filter(|v| !v.closed)
@@ -427,6 +473,7 @@ fn summarize(
     visitors: &[Visitor],
     end: f64,
     admin: Option<AdminSeen>,
+    resumed: Option<f64>,
 ) -> Report {
     let mut r = Report::new(name, &common.targets_label());
     let n = visitors.len();
@@ -590,7 +637,7 @@ fn summarize(
     r.figure("gate_refused", gate_refused);
     r.figure("elapsed_s", end);
     if let Some(c) = capacity {
-        let rate = per_permit_second(visitors, c);
+        let rate = per_permit_second(visitors, c, resumed);
         r.row(
             "admissions per permit-second (present visitors)",
             format!("{rate:.3}"),
