@@ -377,7 +377,7 @@ impl Collector for RoomCollector {
                 ConstGauge::new(value).encode(family.encode_family(&label(s))?)?;
             }
         }
-        let counters: [(&str, &str, Get); 7] = [
+        let counters: [(&str, &str, Get); 9] = [
             ("room_joins", "Tickets issued", |s| s.stats.joins),
             (
                 "room_admissions",
@@ -404,6 +404,16 @@ impl Collector for RoomCollector {
                 "room_abandonments",
                 "Waiting tickets skipped for going quiet",
                 |s| s.stats.abandonments,
+            ),
+            (
+                "room_away_skips",
+                "Tickets passed by at the head while their visitor was away",
+                |s| s.stats.skips,
+            ),
+            (
+                "room_away_returns",
+                "Away tickets whose visitor came back in time",
+                |s| s.stats.returns,
             ),
         ];
         for (name, help, get) in counters {

@@ -192,6 +192,35 @@ impl Api {
     }
 }
 
+impl Api {
+    /// Change the room through the admin API (`PATCH`); an error unless
+    /// the server takes it (200).
+    pub async fn admin_patch(
+        &self,
+        conn: &mut Conn,
+        admin_token: &str,
+        body: &Value,
+    ) -> Result<(), Failure> {
+        let bearer = format!("Bearer {admin_token}");
+        let body = body.to_string();
+        let req = request(
+            "PATCH",
+            &format!("/admin/rooms/{}", self.room),
+            &self.host,
+            &[
+                ("Authorization", &bearer),
+                ("Content-Type", "application/json"),
+            ],
+            body.as_bytes(),
+        );
+        let r = Self::call(conn, "admin patch", &req).await?;
+        if r.status != 200 {
+            return Err(Failure::http("admin patch", r.status));
+        }
+        Ok(())
+    }
+}
+
 pub fn parse_ticket(r: &Response) -> Option<Ticket> {
     let v = r.json()?;
     Some(Ticket {

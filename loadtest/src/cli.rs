@@ -102,6 +102,16 @@ pub struct SurgeArgs {
     /// Admissions reaching the tool this close together (ms) count as simultaneous in the order check.
     #[arg(long, default_value_t = 50.0)]
     pub order_slack_ms: f64,
+    /// Share of visitors (0 to 0.9) who close their page while waiting: the surge then runs twice,
+    /// everyone present and then with these gone, and compares admissions per permit-second
+    /// (needs --capacity).
+    #[arg(long, default_value_t = 0.0)]
+    pub away_share: f64,
+    /// With --away-share: the room is held paused (admin API) while visitors arrive and this long
+    /// after (ms), so that those who closed their page are away, past the room's `away_grace`,
+    /// before the line moves.
+    #[arg(long, default_value_t = 2000)]
+    pub away_wait_ms: u64,
     /// Write an SVG chart of queue length, admitted visitors and admissions per second.
     #[arg(long)]
     pub svg: Option<PathBuf>,
@@ -353,6 +363,15 @@ pub fn validate(scenario: &Scenario) -> Result<(), String> {
             one_target(&a.common, "surge")?;
             if a.visitors == 0 || a.visitors > 15_000 {
                 return Err("--visitors must be 1 to 15000 (each holds a connection)".into());
+            }
+            if !(0.0..=0.9).contains(&a.away_share) {
+                return Err("--away-share must be 0 to 0.9".into());
+            }
+            if a.away_share > 0.0 && (a.capacity.is_none() || a.common.admin_token.is_none()) {
+                return Err(
+                    "--away-share needs --capacity (admissions per permit-second) and --admin-token (to hold the line while visitors arrive)"
+                        .into(),
+                );
             }
             if !(a.over >= 0.0 && a.over <= 3600.0) {
                 return Err("--over must be 0 to 3600 seconds".into());

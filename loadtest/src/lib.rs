@@ -41,6 +41,10 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
             plan.gate_every = std::time::Duration::from_millis(a.gate_every_ms);
             plan.capacity = a.capacity;
             plan.order_slack_ms = a.order_slack_ms;
+            if a.away_share > 0.0 {
+                plan.pause_for_s = Some(a.over + a.away_wait_ms as f64 / 1000.0);
+                return scenario::surge::run_with_absences(&a.common, plan, a.away_share).await;
+            }
             scenario::surge::run("surge", &a.common, plan).await
         }
         Scenario::Article(a) => {

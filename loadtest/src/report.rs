@@ -40,6 +40,14 @@ impl Report {
         self.rows.push((name.to_owned(), value.into()));
     }
 
+    /// A figure recorded as a number, or 0.
+    pub fn figure_f64(&self, name: &str) -> f64 {
+        self.figures
+            .get(name)
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0)
+    }
+
     pub fn figure(&mut self, name: &str, value: impl Serialize) {
         if let Value::Object(map) = &mut self.figures {
             map.insert(

@@ -91,6 +91,8 @@ async fn metrics_parse_and_match_the_admin_figures() {
         ("narabu_room_releases_total", "releases"),
         ("narabu_room_revocations_total", "revocations"),
         ("narabu_room_abandonments_total", "abandonments"),
+        ("narabu_room_away_skips_total", "away_skips"),
+        ("narabu_room_away_returns_total", "away_returns"),
         ("narabu_room_leaves_total", "leaves"),
     ] {
         let sample =

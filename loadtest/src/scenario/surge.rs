@@ -4,6 +4,14 @@
 //! order among visitors who stayed, never more admitted than capacity
 //! (from its own events, and from the admin stats when the server has that
 //! API), positions that never go up — and times joins, waits and hand-offs.
+//!
+//! With `--away-share`, some visitors close their page while waiting
+//! (their event stream ends right after its first event, and they never
+//! come back): the server should pass them by at the head without giving
+//! them a permit. The surge runs twice, everyone present and then with
+//! those gone, and reports admissions of present visitors per
+//! permit-second for both (`capacity` × the time from the first join to
+//! the last admission) and their ratio.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -30,6 +38,11 @@ pub struct Plan {
     pub order_slack_ms: f64,
     /// Print each admission as it happens (the article).
     pub narrate: bool,
+    /// Visitors who close their page while waiting.
+    pub closers: Vec<bool>,
+    /// Hold the room paused (admin API) from the start until this many
+    /// seconds in; the line moves from then on.
+    pub pause_for_s: Option<f64>,
 }
 
 impl Plan {
@@ -54,7 +67,19 @@ impl Plan {
             capacity: None,
             order_slack_ms: 50.0,
             narrate: false,
+            closers: vec![false; n],
+            pause_for_s: None,
         }
+    }
+
+    /// The same surge with `share` of the visitors, evenly spread through
+    /// the line, closing their page while waiting.
+    pub fn with_closers(mut self, share: f64) -> Self {
+        let n = self.arrivals_s.len();
+        self.closers = (0..n)
+            .map(|i| (i as f64 * share).floor() != ((i + 1) as f64 * share).floor())
+            .collect();
+        self
     }
 
     /// The seed's case: 20 users arriving 100-200 ms apart, each holding
@@ -79,6 +104,8 @@ impl Plan {
             capacity: Some(2),
             order_slack_ms: 50.0,
             narrate: true,
+            closers: vec![false; 20],
+            pause_for_s: None,
         }
     }
 }
@@ -97,11 +124,15 @@ struct Visitor {
     position_rises: u32,
     gate_ok: u32,
     gate_refused: u32,
+    /// Closed the page while waiting.
+    closed: bool,
 }
 
 struct Shared {
     start: Instant,
     visitors: Mutex<Vec<Visitor>>,
+    /// When a held line was let go (seconds from the start).
+    resumed: Mutex<Option<f64>>,
 }
 
 impl Shared {
@@ -120,7 +151,12 @@ pub async fn run(name: &str, common: &Common, plan: Plan) -> anyhow::Result<Repo
     let shared = Arc::new(Shared {
         start: Instant::now(),
         visitors: Mutex::new(vec![Visitor::default(); n]),
+        resumed: Mutex::new(None),
     });
+    let held = match (plan.pause_for_s, &common.admin_token) {
+        (Some(secs), Some(token)) => Some(hold_line(&api, token, &shared, secs).await?),
+        _ => None,
+    };
     let deadline = shared.start + crate::cli::secs(common.max_seconds);
     let bar = progress::bar(n as u64, "admitted");
 
@@ -141,10 +177,13 @@ pub async fn run(name: &str, common: &Common, plan: Plan) -> anyhow::Result<Repo
         let hold = plan.holds[i];
         let gate_every = plan.gate_every;
         let narrate = plan.narrate;
+        let closes = plan.closers.get(i).copied().unwrap_or(false);
         let bar = bar.clone();
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep_until(arrive).await;
-            let run = visitor(i, &api, source, hold, gate_every, &shared, narrate, &bar);
+            let run = visitor(
+                i, &api, source, hold, gate_every, &shared, narrate, closes, &bar,
+            );
             if tokio::time::timeout_at(deadline, run).await.is_err() {
                 shared.update(i, |v| {
                     if v.joined.is_none() {
@@ -156,6 +195,9 @@ pub async fn run(name: &str, common: &Common, plan: Plan) -> anyhow::Result<Repo
     }
     for t in tasks {
         let _ = t.await;
+    }
+    if let Some(h) = held {
+        h.await??;
     }
     bar.finish_and_clear();
     let end = shared.now();
@@ -171,7 +213,10 @@ pub async fn run(name: &str, common: &Common, plan: Plan) -> anyhow::Result<Repo
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clone();
-    Ok(summarize(name, common, &plan, &visitors, end, admin_seen))
+    let resumed = *shared.resumed.lock().unwrap_or_else(|p| p.into_inner());
+    Ok(summarize(
+        name, common, &plan, &visitors, end, admin_seen, resumed,
+    ))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -183,6 +228,7 @@ async fn visitor(
     gate_every: Duration,
     shared: &Shared,
     narrate: bool,
+    closes: bool,
     bar: &indicatif::ProgressBar,
 ) {
     let fail = |e: Failure| {
@@ -214,6 +260,18 @@ async fn visitor(
         return fail(Failure::http("events", head.status));
     }
     let mut stream = EventStream::new(conn, &head);
+    if closes {
+        // Sees where it stands, then closes the page for good.
+        let first = stream.next_event().await;
+        shared.update(i, |v| v.closed = true);
+        bar.inc(1);
+        if let Ok(Some(e)) = first
+            && e.event == "admitted"
+        {
+            shared.update(i, |v| v.admitted = Some(shared.now()));
+        }
+        return;
+    }
     let mut last_position = u64::MAX;
     loop {
         match stream.next_event().await {
@@ -281,6 +339,83 @@ async fn visitor(
     }
 }
 
+/// Pause the room now and let it go `secs` after the start, from a task;
+/// the task's answer says whether the resume went through.
+async fn hold_line(
+    api: &Api,
+    token: &str,
+    shared: &Arc<Shared>,
+    secs: f64,
+) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<()>>> {
+    let mut conn = api.connect(None).await.map_err(|e| anyhow::anyhow!(e.0))?;
+    let pause = serde_json::json!({"paused": true});
+    api.admin_patch(&mut conn, token, &pause)
+        .await
+        .map_err(|e| anyhow::anyhow!("pausing the room: {}", e.0))?;
+    let (api, token, shared) = (api.clone(), token.to_owned(), shared.clone());
+    Ok(tokio::spawn(async move {
+        tokio::time::sleep_until(shared.start + crate::cli::secs(secs)).await;
+        let mut conn = api.connect(None).await.map_err(|e| anyhow::anyhow!(e.0))?;
+        *shared.resumed.lock().unwrap_or_else(|p| p.into_inner()) = Some(shared.now());
+        let resume = serde_json::json!({"paused": false});
+        api.admin_patch(&mut conn, &token, &resume)
+            .await
+            .map_err(|e| anyhow::anyhow!("resuming the room: {}", e.0))
+    }))
+}
+
+/// Admissions of visitors who kept their page open, per permit-second:
+/// `capacity` permits from the first join (or from when a held line was
+/// let go) to the last such admission.
+fn per_permit_second(visitors: &[Visitor], capacity: u64, resumed: Option<f64>) -> f64 {
+    let first = resumed.unwrap_or_else(|| {
+        visitors
+            .iter()
+            .filter_map(|v| v.join_sent)
+            .fold(f64::INFINITY, f64::min)
+    });
+    let present: Vec<f64> = visitors
+        .iter()
+        .filter(|v| !v.closed)
+        .filter_map(|v| v.admitted)
+        .collect();
+    let last = present.iter().copied().fold(0.0, f64::max);
+    if present.is_empty() || capacity == 0 || last <= first {
+        return 0.0;
+    }
+    present.len() as f64 / (capacity as f64 * (last - first))
+}
+
+/// The surge twice: everyone present, then with `share` of the visitors
+/// closing their page while waiting; the second report carries both
+/// rates and their ratio.
+pub async fn run_with_absences(common: &Common, plan: Plan, share: f64) -> anyhow::Result<Report> {
+    let capacity = plan.capacity.unwrap_or(1);
+    let present = run("surge (everyone present)", common, plan.clone()).await?;
+    let base = present.figure_f64("admissions_per_permit_second");
+    let mut away = run(
+        "surge (some close their page)",
+        common,
+        plan.with_closers(share),
+    )
+    .await?;
+    let with = away.figure_f64("admissions_per_permit_second");
+    let ratio = if base > 0.0 { with / base } else { 0.0 };
+    away.row(
+        "everyone present: admissions per permit-second",
+        format!("{base:.3} (capacity {capacity})"),
+    );
+    away.row(
+        "ratio (with closed pages ÷ everyone present)",
+        format!("{ratio:.3} (target ≥ 0.95)"),
+    );
+    away.figure("present_admissions_per_permit_second", base);
+    away.figure("away_share", share);
+    away.figure("ratio_to_everyone_present", ratio);
+    away.invariants_held &= present.invariants_held;
+    Ok(away)
+}
+
 /// The most admitted and the capacity the admin stats showed.
 #[derive(Debug, Clone, Copy, Default)]
 struct AdminSeen {
@@ -338,6 +473,7 @@ fn summarize(
     visitors: &[Visitor],
     end: f64,
     admin: Option<AdminSeen>,
+    resumed: Option<f64>,
 ) -> Report {
     let mut r = Report::new(name, &common.targets_label());
     let n = visitors.len();
@@ -397,6 +533,7 @@ fn summarize(
     // Order among visitors who stayed (no error while waiting).
     let stayed: Vec<(u64, Option<f64>)> = visitors
         .iter()
+        .filter(|v| !v.closed)
         .filter(|v| v.error.is_none() || v.error_after_admission)
         .filter_map(|v| Some((v.number?, v.admitted)))
         .collect();
@@ -499,6 +636,15 @@ fn summarize(
     r.figure("gate_ok", gate_ok);
     r.figure("gate_refused", gate_refused);
     r.figure("elapsed_s", end);
+    if let Some(c) = capacity {
+        let rate = per_permit_second(visitors, c, resumed);
+        r.row(
+            "admissions per permit-second (present visitors)",
+            format!("{rate:.3}"),
+        );
+        r.figure("admissions_per_permit_second", rate);
+    }
+    r.figure("closed_pages", visitors.iter().filter(|v| v.closed).count());
     r.series = stats::series(&seen, 0.1, end);
     r
 }

@@ -86,6 +86,10 @@ pub struct RoomBody {
     pub revocations: u64,
     pub expirations: u64,
     pub abandonments: u64,
+    /// Tickets passed by at the head while their visitor was away.
+    pub away_skips: u64,
+    /// Away tickets whose visitor came back in time.
+    pub away_returns: u64,
     pub peak_admitted: u64,
     pub opens_at: Option<Timestamp>,
     pub order: Order,
@@ -137,6 +141,8 @@ impl RoomBody {
             revocations: s.stats.revocations,
             expirations: s.stats.expirations,
             abandonments: s.stats.abandonments,
+            away_skips: s.stats.skips,
+            away_returns: s.stats.returns,
             peak_admitted: s.stats.peak_admitted,
             opens_at: s.settings.opens_at.map(Timestamp),
             order: s.settings.order,

@@ -22,6 +22,7 @@ conformance!(
     a_killed_instances_streams_go_away_after_its_lease,
     an_away_ticket_quiet_past_queue_idle_is_abandoned,
     an_away_ticket_can_leave,
+    another_instance_counts_skips_and_returns_from_the_feed,
 );
 
 const GRACE: Duration = Duration::from_secs(20);
@@ -192,6 +193,53 @@ async fn an_away_ticket_quiet_past_queue_idle_is_abandoned(kind: Kind) {
     let snap = b.room(&rid("r")).await.unwrap();
     assert_eq!((snap.view.waiting, snap.stats.abandonments), (0, 1));
     balanced(b, "r").await;
+}
+
+/// Wait (on Redis the follower applies the log a moment later) until the
+/// feed of `on` counts `want` ahead of each queue index.
+async fn feed_shows(on: &std::sync::Arc<dyn Backend>, want: &[(u64, Option<u64>)]) {
+    let feed = on.feed(&rid("r")).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let seen: Vec<_> = want
+            .iter()
+            .map(|&(qi, _)| (qi, feed.ahead(0, qi)))
+            .collect();
+        if seen == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the feed counts {seen:?}, not {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Skips and returns travel through the room's feed: an instance that
+/// made neither change counts the returner ahead of the line.
+async fn another_instance_counts_skips_and_returns_from_the_feed(kind: Kind) {
+    let h = Harness::instances(kind, vec![presence_room(1)], 2).await;
+    let (b, other) = (&h.backends[0], &h.backends[1]);
+    other.feed(&rid("r")).await.unwrap();
+    let a = join(b, "r").await;
+    let x = join(b, "r").await;
+    let y = join(b, "r").await;
+    let z = join(b, "r").await;
+    b.tick(&rid("r")).await.unwrap();
+    h.clock.advance(Duration::from_secs(30));
+    renew(b, &[y, z]).await;
+    b.leave(&rid("r"), a).await.unwrap();
+    // x was passed by, y admitted: z is first.
+    assert_eq!(state(b, "r", y).await, TicketState::Admitted);
+    feed_shows(other, &[(x.id, None), (z.id, Some(0))]).await;
+    // x comes back, through the other instance: ahead of z.
+    renew(other, &[x]).await;
+    feed_shows(other, &[(x.id, Some(0)), (z.id, Some(1))]).await;
+    feed_shows(b, &[(x.id, Some(0)), (z.id, Some(1))]).await;
+    b.release(&rid("r"), y).await.unwrap();
+    feed_shows(other, &[(x.id, None), (z.id, Some(0))]).await;
+    assert_eq!(state(other, "r", x).await, TicketState::Admitted);
 }
 
 async fn an_away_ticket_can_leave(kind: Kind) {
