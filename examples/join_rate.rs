@@ -1,5 +1,5 @@
 //! A quick join-throughput probe over HTTP, for comparing
-//! `durability = "fsync"` with `"off"` (issue 7) until the loadtest crate
+//! `durability = "fsync"` with `"off"` until the loadtest crate
 //! covers it: `cargo run --release --example join_rate -- URL ROOM
 //! CONNECTIONS SECONDS` against a running `narabu serve`. Prints joins per
 //! second (201 answers only).

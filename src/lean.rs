@@ -3,7 +3,7 @@
 //! hyper keeps an 8 KiB read buffer and an 8 KiB write buffer for every
 //! connection for as long as it is open (its `INIT_BUFFER_SIZE`, which its
 //! builder cannot lower). That is most of what a waiting visitor's open
-//! stream costs, and design §5 wants 16 KiB per stream in all. So the
+//! stream costs, and a stream should cost at most 16 KiB in all. So the
 //! accept loop reads the first request head of each connection itself: a
 //! `GET /api/rooms/{room}/events` is run through the same router as every
 //! other request (auth, limits, stream caps, metrics, request ids and

@@ -1,7 +1,8 @@
 //! Model-based tests: random sequences of operations run against the engine
 //! and against a plain sequential model of the semaphore; the two must agree
 //! on every ticket's state and position and on where every permit is, and
-//! the invariants of the design brief must hold after every step.
+//! the semaphore's invariants (capacity never exceeded, strict ticket
+//! order, every permit accounted for) must hold after every step.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;

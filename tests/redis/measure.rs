@@ -1,6 +1,6 @@
 //! Join throughput, measured, never asserted: one embedded instance, one
 //! and three instances on one Redis, and a trivial axum handler in the same
-//! run as the yardstick (design §5 figures are ratios to it). Run with
+//! run as the yardstick (throughput is always reported as a ratio to it). Run with
 //! `cargo test --release --test redis measure -- --ignored --nocapture`.
 //! The cost of waiting for a replica (`redis_wait_replicas`) is measured
 //! the same way, 0 against 1 in one run.
