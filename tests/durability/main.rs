@@ -310,11 +310,10 @@ async fn verify(base: &str, book: &Book, lossy: bool) {
         if lossy && body["number"].as_u64() != Some(number) {
             // A cut made by hand can drop records of answered joins, which
             // a crash cannot (an answered join's record is synced first, so
-            // a torn tail holds nothing anyone was told). After such a cut a
-            // token of a dropped ticket is sometimes answered with an
-            // earlier ticket's record: the order in which concurrent joins'
-            // records reach the journal need not be their ticket ids' order.
-            // That ticket must have ended, so nobody passes on it.
+            // a torn tail holds nothing anyone was told). A dropped join
+            // whose ticket id a later, kept record passed over is restored
+            // as a placeholder that has left; its number is not known, so
+            // it may show another. It must have ended, so nobody passes on it.
             let earlier = body["number"].as_u64().unwrap();
             assert!(earlier < number, "{body}");
             assert!(state != "waiting" && state != "admitted", "{body}");
