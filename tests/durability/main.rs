@@ -306,8 +306,20 @@ async fn verify(base: &str, book: &Book, lossy: bool) {
             continue;
         }
         let body: Value = r.json().await.unwrap();
-        assert_eq!(body["number"].as_u64(), Some(number), "{body}");
         let state = body["status"].as_str().unwrap().to_owned();
+        if lossy && body["number"].as_u64() != Some(number) {
+            // A cut made by hand can drop records of answered joins, which
+            // a crash cannot (an answered join's record is synced first, so
+            // a torn tail holds nothing anyone was told). A dropped join
+            // whose ticket id a later, kept record passed over is restored
+            // as a placeholder that has left; its number is not known, so
+            // it may show another. It must have ended, so nobody passes on it.
+            let earlier = body["number"].as_u64().unwrap();
+            assert!(earlier < number, "{body}");
+            assert!(state != "waiting" && state != "admitted", "{body}");
+            continue;
+        }
+        assert_eq!(body["number"].as_u64(), Some(number), "{body}");
         let ok = match seen {
             Seen::Waiting => lossy || state == "waiting" || state == "admitted",
             Seen::Admitted => lossy || state == "admitted",
