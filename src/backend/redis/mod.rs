@@ -502,6 +502,9 @@ impl RedisBackend {
     }
 }
 
+/// Tickets renewed per presence call (see `renew`).
+const RENEW_CHUNK: usize = 500;
+
 #[async_trait]
 impl Backend for RedisBackend {
     fn kind(&self) -> &'static str {
@@ -590,24 +593,39 @@ impl Backend for RedisBackend {
         }
         let mut grace = RoomSettings::DEFAULT_AWAY_GRACE;
         for epoch in epochs {
-            let mut args = vec![epoch.to_string()];
-            args.extend(
-                tickets
-                    .iter()
-                    .filter(|t| t.epoch == epoch)
-                    .map(|t| t.id.to_string()),
-            );
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            let raw = self
-                .run(&self.scripts.presence, room, self.now(), &args)
-                .await?;
-            match decode::<reply::Presence>(&raw)? {
-                reply::Presence::Ok { away_grace_ms, .. } => {
-                    if away_grace_ms > 0 {
-                        grace = Duration::from_millis(away_grace_ms);
+            let ids: Vec<String> = tickets
+                .iter()
+                .filter(|t| t.epoch == epoch)
+                .map(|t| t.id.to_string())
+                .collect();
+            // Redis runs one script at a time: a renewal of an instance's
+            // whole crowd in one call held it for hundreds of milliseconds
+            // at 12,500 streams, and every leave and hand-off waited behind
+            // it. Calls of a few hundred tickets let them in between; each
+            // ticket's renewal stands on its own, so nothing needs them in
+            // one step.
+            let chunks: Vec<&[String]> = if ids.is_empty() {
+                vec![&[]]
+            } else {
+                ids.chunks(RENEW_CHUNK).collect()
+            };
+            for chunk in chunks {
+                let epoch = epoch.to_string();
+                let mut args = vec![epoch.as_str()];
+                args.extend(chunk.iter().map(String::as_str));
+                let raw = self
+                    .run(&self.scripts.presence, room, self.now(), &args)
+                    .await?;
+                match decode::<reply::Presence>(&raw)? {
+                    reply::Presence::Ok { away_grace_ms, .. } => {
+                        if away_grace_ms > 0 {
+                            grace = Duration::from_millis(away_grace_ms);
+                        }
+                    }
+                    reply::Presence::NoRoom => {
+                        return Err(BackendError::NoSuchRoom(room.clone()));
                     }
                 }
-                reply::Presence::NoRoom => return Err(BackendError::NoSuchRoom(room.clone())),
             }
         }
         Ok(grace)

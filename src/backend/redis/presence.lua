@@ -1,8 +1,9 @@
 -- presence: one instance renews the presence of the visitors whose event
--- streams it holds, for one room, in one call per period
--- (rules::renew_every). ARGV[3] = the epoch the tickets are of, ARGV[4..] =
+-- streams it holds, for one room, once per period, a few hundred tickets a
+-- call (rules::renew_every). ARGV[3] = the epoch the tickets are of, ARGV[4..] =
 -- ticket ids. In an open room a renewal writes only the `seen` scores
--- (`ZADD XX GT`, a thousand at a time: no ticket record is read), then
+-- (`ZADD XX GT`, a thousand at a time: no ticket record is read; the
+-- backend sends a few hundred ids a call, so no call holds Redis long), then
 -- looks the same ids up in `away` and brings back those whose visitor
 -- returned. Before opening the pre-queue has no scores: the records are
 -- touched.

@@ -1,5 +1,5 @@
 //! Presence on both backends: a ticket's visitor is present while an
-//! instance renews it (its live streams, in one batched call per room) or
+//! instance renews it (its live streams, in batched calls per room) or
 //! while a status read is younger than `away_grace`. A ticket away when
 //! the head reaches it is skipped without taking a permit, keeps its
 //! number, and when its visitor comes back within `queue_idle` it is next
@@ -23,6 +23,7 @@ conformance!(
     an_away_ticket_quiet_past_queue_idle_is_abandoned,
     an_away_ticket_can_leave,
     another_instance_counts_skips_and_returns_from_the_feed,
+    a_crowd_larger_than_one_renewal_call_is_renewed_to_its_last_ticket,
 );
 
 const GRACE: Duration = Duration::from_secs(20);
@@ -262,5 +263,38 @@ async fn an_away_ticket_can_leave(kind: Kind) {
     b.tick(&rid("r")).await.unwrap();
     let snap = b.room(&rid("r")).await.unwrap();
     assert_eq!((snap.stats.leaves, snap.view.waiting), (1, 0));
+    balanced(b, "r").await;
+}
+
+/// An instance renews a big crowd in several calls (Redis runs one script
+/// at a time, so one call must not hold it long): the ticket renewed last,
+/// in the last call, is as present as the first.
+async fn a_crowd_larger_than_one_renewal_call_is_renewed_to_its_last_ticket(kind: Kind) {
+    let mut settings = presence_room(1);
+    settings.join_limit_per_minute = 0;
+    let h = Harness::new(kind, vec![settings]).await;
+    let b = &h.backend;
+    let a = join(b, "r").await;
+    b.tick(&rid("r")).await.unwrap();
+    assert_eq!(state(b, "r", a).await, TicketState::Admitted);
+    // x is first in line; its renewal comes last, after 1,200 others.
+    let x = join(b, "r").await;
+    let mut crowd = Vec::new();
+    for _ in 0..1_200 {
+        crowd.push(join(b, "r").await);
+    }
+    crowd.push(x);
+    renew(b, &crowd).await;
+    h.clock.advance(Duration::from_secs(15));
+    renew(b, &crowd).await;
+    h.clock.advance(Duration::from_secs(10));
+    // Renewed 10 s ago, within the grace: the hand-off goes to x.
+    assert_eq!(
+        b.leave(&rid("r"), a).await.unwrap(),
+        Departure::GaveBack(Handoff::To(x.id as u32))
+    );
+    assert_eq!(state(b, "r", x).await, TicketState::Admitted);
+    let snap = b.room(&rid("r")).await.unwrap();
+    assert_eq!(snap.stats.skips, 0);
     balanced(b, "r").await;
 }
