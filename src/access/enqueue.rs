@@ -283,11 +283,7 @@ fn enqueuer(c: Claims, now: u64) -> Result<Enqueuer, EnqueueError> {
     };
     let lane = match c.lane {
         None | Some(serde_json::Value::Null) => None,
-        Some(serde_json::Value::String(s))
-            if !s.is_empty() && s.len() <= MAX_LANE_LEN && s.bytes().all(is_lane_byte) =>
-        {
-            Some(s)
-        }
+        Some(serde_json::Value::String(s)) if is_lane_name(&s) => Some(s),
         Some(_) => return Err(EnqueueError::BadClaim("lane")),
     };
     Ok(Enqueuer {
@@ -297,9 +293,14 @@ fn enqueuer(c: Claims, now: u64) -> Result<Enqueuer, EnqueueError> {
     })
 }
 
-/// Lane names: lower-case letters, digits, `-` and `_`.
-fn is_lane_byte(b: u8) -> bool {
-    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_'
+/// A lane's name: 1 to 64 lower-case letters, digits, `-` and `_`; what
+/// a room's `lanes` and a token's `lane` claim may say alike.
+pub fn is_lane_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_LANE_LEN
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 
 use crate::engine::{Identity, RoomId};
 
-pub use enqueue::{EnqueueError, EnqueueVerifier, Enqueuer};
+pub use enqueue::{EnqueueError, EnqueueVerifier, Enqueuer, is_lane_name};
 pub use patch::AccessPatch;
 pub use pow::{Challenge, ChallengeKeys, PowError, Solved};
 

@@ -77,7 +77,7 @@ impl Tracker {
     pub fn new(read: TicketRead) -> Self {
         Self {
             facts: read.facts,
-            lane: 0,
+            lane: read.facts.lane,
             floor: read.ahead,
         }
     }

@@ -70,6 +70,10 @@ pub struct JoinRequest {
     /// atomically with being issued, so one solution makes one ticket on
     /// every instance ([`BackendError::NonceSpent`] for a second).
     pub nonce: Option<NonceSpend>,
+    /// The priority lane a new ticket queues in (`RoomSettings::lane_of`);
+    /// 0 in a room without lanes. A lane the room no longer has (its
+    /// settings were replaced meanwhile) queues in the default lane.
+    pub lane: u8,
 }
 
 /// A proof-of-work nonce to remember until its challenge expires.
@@ -89,6 +93,14 @@ impl JoinRequest {
     pub fn with_identity(identity: Identity) -> Self {
         Self {
             identity: Some(identity),
+            ..Self::default()
+        }
+    }
+
+    /// A fresh join queueing in `lane`.
+    pub fn in_lane(lane: u8) -> Self {
+        Self {
+            lane,
             ..Self::default()
         }
     }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use super::{ConfigError, join_field};
 use crate::access::{AccessSettings, ChallengeMode, EnqueueMode, SharedKey};
 use crate::engine::rules::{Mode, STOCK_MAX, mode_with_stock};
-use crate::engine::{Order, RoomId, RoomSettings};
+use crate::engine::{LaneSpec, Order, RoomId, RoomSettings};
 
 /// Smallest and largest room: one permit up to a million (a bigger room is
 /// not a waiting room any more).
@@ -137,6 +137,15 @@ pub struct RoomTable {
     /// instance's; checked when the room is loaded or changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub templates_dir: Option<String>,
+    /// Priority lanes (`[{name, weight}]`, at most 16): within a lane
+    /// admission follows ticket order; across lanes permits are shared by
+    /// weight. Set when the room is made.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lanes: Vec<LaneSpec>,
+    /// The lane of a join whose enqueue token names none (required with
+    /// `lanes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_lane: Option<String>,
 }
 
 impl RoomTable {
@@ -167,6 +176,8 @@ impl RoomTable {
             enqueue_public_key: None,
             enqueue_previous_public_key: None,
             templates_dir: None,
+            lanes: Vec::new(),
+            default_lane: None,
         }
     }
 
@@ -212,6 +223,8 @@ impl RoomTable {
         s.mode = stock_mode(&field("mode"), self.mode, s.stock)?.unwrap_or_default();
         self.fill_access(&mut s.access);
         s.templates_dir = self.templates_dir;
+        s.lanes = self.lanes;
+        s.default_lane = self.default_lane;
         validate_room(&s, field_prefix)?;
         Ok(s)
     }
@@ -292,6 +305,8 @@ impl From<&RoomSettings> for RoomTable {
             enqueue_public_key: s.access.enqueue_public_key.clone(),
             enqueue_previous_public_key: s.access.enqueue_previous_public_key.clone(),
             templates_dir: s.templates_dir.clone(),
+            lanes: s.lanes.clone(),
+            default_lane: s.default_lane.clone(),
         }
     }
 }
@@ -318,6 +333,7 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
     if let Some(dir) = &s.templates_dir {
         check_templates_dir(&field("templates_dir"), dir)?;
     }
+    check_lanes(field_prefix, &s.lanes, s.default_lane.as_deref())?;
     if let Some(at) = s.opens_at
         && at > OPENS_AT_MAX
     {
@@ -331,6 +347,65 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
 
 /// A directory path as text: what it holds is checked by the pages' own
 /// loader, which names the file and line of what is wrong.
+/// Lanes: at most [`RoomSettings::MAX_LANES`], names as an enqueue
+/// token's `lane` claim allows them and each once, weights 1 to 1000, and
+/// a `default_lane` that is one of them (required with lanes, refused
+/// without).
+pub fn check_lanes(
+    field_prefix: &str,
+    lanes: &[LaneSpec],
+    default_lane: Option<&str>,
+) -> Result<(), ConfigError> {
+    let field = |name: &str| join_field(field_prefix, name);
+    if lanes.len() > RoomSettings::MAX_LANES {
+        return Err(ConfigError::new(
+            field("lanes"),
+            format!(
+                "at most {} lanes, not {}",
+                RoomSettings::MAX_LANES,
+                lanes.len()
+            ),
+        ));
+    }
+    for (i, lane) in lanes.iter().enumerate() {
+        let at = |key: &str| field(&format!("lanes[{i}].{key}"));
+        if !crate::access::is_lane_name(&lane.name) {
+            return Err(ConfigError::new(
+                at("name"),
+                "1 to 64 characters of a-z, 0-9, '-' and '_'",
+            ));
+        }
+        if lanes[..i].iter().any(|l| l.name == lane.name) {
+            return Err(ConfigError::new(
+                at("name"),
+                format!("{:?} names two lanes", lane.name),
+            ));
+        }
+        if !(1..=1000).contains(&lane.weight) {
+            return Err(ConfigError::new(
+                at("weight"),
+                format!("must be 1 to 1000, not {}", lane.weight),
+            ));
+        }
+    }
+    match (lanes.is_empty(), default_lane) {
+        (true, None) => Ok(()),
+        (true, Some(_)) => Err(ConfigError::new(
+            field("default_lane"),
+            "the room has no lanes (set `lanes` too)",
+        )),
+        (false, None) => Err(ConfigError::new(
+            field("default_lane"),
+            "required with `lanes`: the lane of joins whose enqueue token names none",
+        )),
+        (false, Some(name)) if lanes.iter().any(|l| l.name == name) => Ok(()),
+        (false, Some(name)) => Err(ConfigError::new(
+            field("default_lane"),
+            format!("{name:?} is not one of the room's lanes"),
+        )),
+    }
+}
+
 pub fn check_templates_dir(field: &str, dir: &str) -> Result<(), ConfigError> {
     if dir.trim().is_empty() {
         return Err(ConfigError::new(

@@ -61,6 +61,8 @@ pub use room::{Departure, Handoff, Identity, JoinError, Joined, Room};
 pub use rules::{
     AdmissionRate, Eta, Status, StatusBody, TicketState, TicketStatus, WAIT_BUCKETS_MS,
 };
-pub use settings::{InvalidRoomId, Order, Patch, RoomId, RoomPatch, RoomSettings};
+pub use settings::{
+    InvalidRoomId, LaneSpec, Order, Patch, RoomId, RoomPatch, RoomSettings, UnknownLane,
+};
 pub use ticket::TicketId;
-pub use view::{PermitLedger, RoomStats, RoomView, TickReport, WaitSnapshot};
+pub use view::{LaneView, PermitLedger, RoomStats, RoomView, TickReport, WaitSnapshot};

@@ -886,6 +886,7 @@ impl Room {
             admitted_at: t.admitted_at(),
             last_seen: t.last_seen(),
             arrived: t.has_arrived(),
+            lane: 0,
         };
         let ahead = match (facts.state, t.queue_index()) {
             (TicketState::Waiting, Some(index)) => {
@@ -1129,6 +1130,7 @@ impl Room {
             admissions_total: self.counters.admissions.load(Ordering::Relaxed),
             tick_ms,
             timeouts: self.hot.timeouts(),
+            lanes: Vec::new(),
         };
         let published = self.view_tx.send_if_modified(|current| {
             if force || rules::worth_publishing(current, &next) {

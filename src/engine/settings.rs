@@ -131,7 +131,35 @@ pub struct RoomSettings {
     /// wrote it; `None` for the instance's pages. The engine only keeps it
     /// for the backends to store; the HTTP layer loads it.
     pub templates_dir: Option<String>,
+    /// Priority lanes, in order (`rules::lanes`); empty for one line.
+    /// Set when the room is made: a room's lanes do not change under the
+    /// people standing in them.
+    #[serde(default)]
+    pub lanes: Vec<LaneSpec>,
+    /// The lane of a join that names none; one of `lanes`' names, `None`
+    /// when the room has no lanes.
+    #[serde(default)]
+    pub default_lane: Option<String>,
 }
+
+/// One priority lane: its name (what an enqueue token's `lane` claim says)
+/// and its weight, its share of the room's permits while it has people
+/// waiting.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LaneSpec {
+    /// Lower-case letters, digits, `-` and `_`, at most 64 characters.
+    #[schema(example = "members")]
+    pub name: String,
+    /// 1 to 1000.
+    #[schema(example = 30, minimum = 1, maximum = 1000)]
+    pub weight: u32,
+}
+
+/// A join named a lane the room does not have.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("this room has no lane named {0:?}")]
+pub struct UnknownLane(pub String);
 
 fn default_away_grace() -> Duration {
     RoomSettings::DEFAULT_AWAY_GRACE
@@ -168,7 +196,44 @@ impl RoomSettings {
             stock: None,
             access: Box::default(),
             templates_dir: None,
+            lanes: Vec::new(),
+            default_lane: None,
         }
+    }
+
+    /// The most lanes a room may have.
+    pub const MAX_LANES: usize = super::rules::MAX_LANES;
+
+    /// How many lines the room keeps: one per lane, one without lanes.
+    pub fn lane_count(&self) -> usize {
+        self.lanes.len().max(1)
+    }
+
+    /// The lane a join goes to: the one it names, else the default.
+    pub fn lane_of(&self, name: Option<&str>) -> Result<u8, UnknownLane> {
+        let Some(name) = name.or(self.default_lane.as_deref()) else {
+            return Ok(0);
+        };
+        match self.lanes.iter().position(|l| l.name == name) {
+            Some(i) => Ok(i as u8),
+            // A room without lanes queues everyone in its one line, a
+            // token's lane claim included.
+            None if self.lanes.is_empty() => Ok(0),
+            None => Err(UnknownLane(name.to_owned())),
+        }
+    }
+
+    /// A lane's name; `None` for a room without lanes.
+    pub fn lane_name(&self, lane: u8) -> Option<&str> {
+        self.lanes.get(usize::from(lane)).map(|l| l.name.as_str())
+    }
+
+    /// Each lane's weight, in order (`[1]` for a room without lanes).
+    pub fn lane_weights(&self) -> Vec<u32> {
+        if self.lanes.is_empty() {
+            return vec![1];
+        }
+        self.lanes.iter().map(|l| l.weight).collect()
     }
 }
 

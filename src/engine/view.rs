@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use super::rules::{AdmissionRate, Mode, PassTimeouts, RoomFacts, WAIT_BUCKETS_MS, wait_bucket};
+use super::rules::{
+    AdmissionRate, LaneLoads, Mode, PassTimeouts, RoomFacts, WAIT_BUCKETS_MS, wait_bucket,
+};
 use super::ticket::TicketId;
 
 /// The room as a whole, published through a `tokio::sync::watch` after each
@@ -52,6 +54,20 @@ pub struct RoomView {
     /// The worker's tick, in ms.
     pub tick_ms: u64,
     pub timeouts: PassTimeouts,
+    /// Each priority lane, in order; empty for a room without lanes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lanes: Vec<LaneView>,
+}
+
+/// One priority lane as the room's view shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LaneView {
+    pub name: String,
+    pub weight: u32,
+    /// Tickets waiting in the lane.
+    pub waiting: u64,
+    /// Permits the lane's visitors hold.
+    pub admitted: u64,
 }
 
 impl RoomView {
@@ -70,6 +86,7 @@ impl RoomView {
             rate: self.rate,
             tick_ms: self.tick_ms,
             timeouts: self.timeouts,
+            lanes: LaneLoads::new(self.lanes.iter().map(|l| (l.weight, l.waiting > 0))),
         }
     }
 }

@@ -136,6 +136,7 @@ pub async fn join_room(
         client: Some(client.key()),
         refuse_new: refusal.is_some(),
         nonce: cleared.nonce(),
+        lane: 0,
     };
     let outcome = match state.backend.join(room, request).await {
         Ok(outcome) => outcome,

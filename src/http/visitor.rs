@@ -228,6 +228,7 @@ fn pow_page(
     let none = TicketStatus {
         id: 0,
         state: TicketState::Waiting,
+        lane: 0,
         number: None,
         position: None,
         ahead: None,

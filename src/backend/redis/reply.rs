@@ -57,6 +57,9 @@ pub struct Facts {
     i: u64,
     /// Tickets still waiting ahead (never more than shown before).
     h: Option<u64>,
+    /// The ticket's lane; absent for a room without lanes.
+    #[serde(default, rename = "ln")]
+    lane: u8,
 }
 
 impl Facts {
@@ -70,6 +73,7 @@ impl Facts {
             admitted_at: self.a,
             last_seen: self.l,
             arrived: self.v,
+            lane: self.lane,
         }
     }
 
@@ -332,6 +336,7 @@ impl ViewFields {
             rate: self.rate(),
             admissions_total: self.num("c_admissions"),
             tick_ms: self.num("tick_ms"),
+            lanes: Vec::new(),
             timeouts: PassTimeouts {
                 pass_idle_ms: self.num("pass_idle_ms"),
                 arrival_grace_ms: self.num("arrival_grace_ms"),

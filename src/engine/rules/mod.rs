@@ -22,6 +22,7 @@
 
 mod capacity;
 mod join_limit;
+mod lanes;
 mod mode;
 mod presence;
 mod publish;
@@ -32,6 +33,9 @@ mod waits;
 
 pub use capacity::{Counter, GROW, Plan, SHRINK, Transfer, resize};
 pub use join_limit::{JOIN_WINDOW_MS, join_allowance, join_window_start};
+pub use lanes::{
+    LANE_PICK_LUA, LaneLoad, LaneLoads, MAX_LANES, lane_order, lane_share, next_lane, shares,
+};
 pub use mode::{Mode, STOCK_MAX, StockTaken, mode_with_stock, take_stock};
 pub use presence::{AtHead, PresenceTimeouts, RENEWALS_PER_GRACE, away_cutoff, renew_every};
 pub use publish::{Visible, worth_publishing};
@@ -95,6 +99,8 @@ pub fn lua_constants() -> String {
         .filter_map(|s| Some(format!("[{}] = 'c_{}'", s.code(), s.ended_counter()?)))
         .collect();
     let _ = writeln!(lua, "local ENDED_COUNTER = {{{}}}", ended.join(", "));
+    let _ = writeln!(lua, "local MAX_LANES = {MAX_LANES}");
+    lua.push_str(LANE_PICK_LUA);
     lua
 }
 

@@ -12,6 +12,7 @@ use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::lanes::LaneLoads;
 use super::mode::Mode;
 use super::rate::AdmissionRate;
 use super::state::{Status, TicketState};
@@ -31,6 +32,9 @@ pub struct TicketFacts {
     pub last_seen: u64,
     /// Seen since admission (its pass then lapses after `pass_idle`).
     pub arrived: bool,
+    /// The lane it queues in (0 in a room without lanes); `index` counts
+    /// in that lane's line.
+    pub lane: u8,
 }
 
 /// What the status needs to know of the room.
@@ -52,6 +56,9 @@ pub struct RoomFacts {
     pub rate: AdmissionRate,
     pub tick_ms: u64,
     pub timeouts: PassTimeouts,
+    /// The lanes' weights and which have people waiting, for the part of
+    /// the admissions each lane can expect.
+    pub lanes: LaneLoads,
 }
 
 /// How long a pass lasts without activity.
@@ -114,6 +121,8 @@ pub struct Eta {
 pub struct TicketStatus {
     pub id: u64,
     pub state: TicketState,
+    /// The lane it queues in; `number`, `position` and `ahead` count in it.
+    pub lane: u8,
     /// Queue number (1-based); `None` in the pre-queue before the draw.
     pub number: Option<u64>,
     /// Tickets still waiting ahead, plus one; `None` unless waiting and placed.
@@ -180,6 +189,10 @@ impl TicketStatus {
 #[schema(as = TicketStatus)]
 pub struct StatusBody {
     pub status: Status,
+    /// The priority lane the ticket queues in, for a room with lanes:
+    /// `number`, `position` and `ahead` count in that lane's line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lane: Option<String>,
     /// Queue number (1-based); `null` in the pre-queue before the draw.
     pub number: Option<u64>,
     /// Place in line (1 = next); `null` unless waiting and placed.
@@ -213,6 +226,7 @@ impl From<&TicketStatus> for StatusBody {
     fn from(t: &TicketStatus) -> Self {
         Self {
             status: t.status(),
+            lane: None,
             number: t.number,
             position: t.position,
             ahead: t.ahead,
@@ -227,6 +241,17 @@ impl From<&TicketStatus> for StatusBody {
             opens_at: t.opens_at,
             pass_expires_at: t.pass_expires_at,
             updated_at: t.at,
+        }
+    }
+}
+
+impl StatusBody {
+    /// The wire form, naming the ticket's lane (`None` for a room without
+    /// lanes).
+    pub fn named(t: &TicketStatus, lane: Option<&str>) -> Self {
+        Self {
+            lane: lane.map(str::to_owned),
+            ..Self::from(t)
         }
     }
 }
@@ -249,6 +274,7 @@ pub fn ticket_status(
     let mut status = TicketStatus {
         id: t.id,
         state: t.state,
+        lane: t.lane,
         number: t.index.map(|i| i + 1),
         position: None,
         ahead: None,
@@ -272,7 +298,11 @@ pub fn ticket_status(
                 status.position = Some(position);
                 status.ahead = Some(ahead);
                 status.progress = progress(ahead, t.initial_ahead);
-                status.eta = eta(position, room);
+                // A lane gets its share of the room's admissions: its
+                // place in its line counts for more of the room's.
+                let share = room.lanes.share(t.lane);
+                let room_position = (position as f64 / share).ceil() as u64;
+                status.eta = eta(room_position.max(position), room);
             }
         }
         TicketState::Admitted => {

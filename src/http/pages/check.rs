@@ -249,6 +249,7 @@ fn samples(lang: Lang) -> Vec<(Visit, Page)> {
     let full = TicketStatus {
         id: 7,
         state: TicketState::Waiting,
+        lane: 0,
         number: Some(12_345),
         position: Some(1_234),
         ahead: Some(1_233),

@@ -9,6 +9,7 @@ fn waiting() -> TicketStatus {
     TicketStatus {
         id: 7,
         state: TicketState::Waiting,
+        lane: 0,
         number: Some(12_345),
         position: Some(1_234),
         ahead: Some(1_233),
