@@ -44,8 +44,11 @@ async fn live(life: &mut Life, b: &Arc<dyn Backend>, h: &Harness, steps: usize) 
 async fn a_late_instance_reads_the_line_it_missed() {
     let h = Harness::instances(Kind::Redis, rooms(), 2).await;
     let (driver, late) = (h.backends[0].clone(), h.backends[1].clone());
-    for (i, name) in ["lottery", "open"].into_iter().enumerate() {
-        let mut life = Life::new(name, seed() ^ 0x1a7e ^ i as u64);
+    for (i, (name, lanes)) in [("lottery", 1), ("open", 1), ("lanes", 2)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut life = Life::new(name, lanes, seed() ^ 0x1a7e ^ i as u64);
         // Nobody on the second instance follows the room yet.
         live(&mut life, &driver, &h, 40).await;
         counts_agree(&h, &late, &life).await;
@@ -59,7 +62,7 @@ async fn a_late_instance_reads_the_line_it_missed() {
 async fn a_follower_that_lost_its_connection_catches_up() {
     let h = Harness::instances(Kind::Redis, rooms(), 2).await;
     let (driver, follower) = (h.backends[0].clone(), h.backends[1].clone());
-    let mut life = Life::new("open", seed() ^ 0xc0ff);
+    let mut life = Life::new("lanes", 2, seed() ^ 0xc0ff);
     live(&mut life, &driver, &h, 20).await;
     counts_agree(&h, &follower, &life).await;
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use narabu::backend::feed::Tracker;
 use narabu::backend::{Backend, JoinRequest, RoomPatch, TicketRef};
-use narabu::engine::{Clock, Order, RoomSettings, TicketState};
+use narabu::engine::{Clock, LaneSpec, Order, RoomSettings, TicketState};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -35,7 +35,8 @@ pub(crate) fn seed() -> u64 {
 }
 
 /// The rooms a life is lived in: scheduled with a lottery, scheduled first
-/// come first served, and open from the start.
+/// come first served, open from the start, and scheduled with a lottery and
+/// two priority lanes.
 pub(crate) fn rooms() -> Vec<RoomSettings> {
     let mut lottery = room("lottery", 3);
     lottery.opens_at = Some(T0 + 60_000);
@@ -43,21 +44,41 @@ pub(crate) fn rooms() -> Vec<RoomSettings> {
     let mut fifo = room("fifo", 2);
     fifo.opens_at = Some(T0 + 60_000);
     fifo.order = Order::Fifo;
-    vec![lottery, fifo, room("open", 2)]
+    let mut lanes = room("lanes", 3);
+    lanes.opens_at = Some(T0 + 60_000);
+    lanes.order = Order::Lottery;
+    lanes.lanes = vec![
+        LaneSpec {
+            name: "members".into(),
+            weight: 1,
+        },
+        LaneSpec {
+            name: "general".into(),
+            weight: 2,
+        },
+    ];
+    lanes.default_lane = Some("general".into());
+    vec![lottery, fifo, room("open", 2), lanes]
 }
+
+/// The rooms of [`rooms`] by name, with how many lanes each has.
+pub(crate) const ROOMS: [(&str, u8); 4] = [("lottery", 1), ("fifo", 1), ("open", 1), ("lanes", 2)];
 
 /// A random life of one room, driven through one instance.
 pub(crate) struct Life {
     pub room: &'static str,
     pub tickets: Vec<TicketRef>,
+    /// Joins pick one of this many lanes at random.
+    lanes: u8,
     rng: StdRng,
 }
 
 impl Life {
-    pub fn new(room: &'static str, seed: u64) -> Self {
+    pub fn new(room: &'static str, lanes: u8, seed: u64) -> Self {
         Self {
             room,
             tickets: Vec::new(),
+            lanes,
             rng: StdRng::seed_from_u64(seed),
         }
     }
@@ -76,7 +97,12 @@ impl Life {
         match self.rng.random_range(0..100) {
             0..35 => {
                 for _ in 0..self.rng.random_range(1..4) {
-                    let j = b.join(&r, JoinRequest::anonymous()).await.unwrap();
+                    let lane = if self.lanes > 1 {
+                        self.rng.random_range(0..self.lanes)
+                    } else {
+                        0
+                    };
+                    let j = b.join(&r, JoinRequest::in_lane(lane)).await.unwrap();
                     self.tickets.push(j.ticket);
                 }
             }
@@ -158,7 +184,7 @@ pub(crate) async fn counts_agree(h: &Harness, feed_on: &Arc<dyn Backend>, life: 
             };
             waiting += 1;
             let placed = feed.placement(t.id).map(|p| p.qi + 1);
-            let counted = feed.ahead(0, number - 1);
+            let counted = feed.ahead(s.lane, number - 1);
             let agrees = match (counted, s.ahead) {
                 (Some(c), Some(a)) if returns > 0 => c >= a,
                 (c, a) => c == a,
@@ -199,8 +225,8 @@ pub(crate) async fn counts_agree(h: &Harness, feed_on: &Arc<dyn Backend>, life: 
 async fn feed_counts_equal_direct_counts_through_a_random_life(kind: Kind) {
     let h = Harness::instances(kind, rooms(), 2).await;
     let (driver, follower) = (h.backends[0].clone(), h.backends[1].clone());
-    for (i, name) in ["lottery", "fifo", "open"].into_iter().enumerate() {
-        let mut life = Life::new(name, seed() + i as u64);
+    for (i, (name, lanes)) in ROOMS.into_iter().enumerate() {
+        let mut life = Life::new(name, lanes, seed() + i as u64);
         // The follower watches from the start: everything it counts came
         // through the feed.
         follower.feed(&rid(name)).await.unwrap();

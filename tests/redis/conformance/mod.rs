@@ -55,6 +55,7 @@ macro_rules! conformance {
 
 mod changes;
 pub(crate) mod feed;
+mod lanes;
 mod modes;
 mod presence;
 
