@@ -554,11 +554,12 @@ impl Backend for EmbeddedBackend {
             {
                 return Err(BackendError::NonceSpent);
             }
-            room.join_in(request.identity, request.lane).map_err(|e| match e {
-                JoinError::Closed => BackendError::Closed(id.clone()),
-                JoinError::Full => BackendError::Full(id.clone()),
-                JoinError::SoldOut => BackendError::SoldOut(id.clone()),
-            })
+            room.join_in(request.identity, request.lane)
+                .map_err(|e| match e {
+                    JoinError::Closed => BackendError::Closed(id.clone()),
+                    JoinError::Full => BackendError::Full(id.clone()),
+                    JoinError::SoldOut => BackendError::SoldOut(id.clone()),
+                })
         };
         let (joined, appended) = journal::recording(|| match limit {
             Some((client, limit)) => self

@@ -32,8 +32,8 @@ use super::event::{EventSink, RoomEvent};
 use super::lane::LaneIndex;
 use super::lottery::LotterySeed;
 use super::rules::{
-    self, AdmitCap, AtHead, Counter, LaneLoad, MAX_TICKETS, Mode, PassTimeouts, PresenceTimeouts, RoomFacts,
-    StockTaken, TicketFacts, TicketStatus,
+    self, AdmitCap, AtHead, Counter, LaneLoad, MAX_TICKETS, Mode, PassTimeouts, PresenceTimeouts,
+    RoomFacts, StockTaken, TicketFacts, TicketStatus,
 };
 use super::settings::{Order, RoomId, RoomPatch, RoomSettings};
 use super::ticket::{Ticket, TicketId, TicketState};

@@ -160,7 +160,13 @@ impl Room {
         abandoned
     }
 
-    fn sweep_line(&self, line: &Line, sweep_cursor: &mut u32, budget: u32, quiet_before: u64) -> u64 {
+    fn sweep_line(
+        &self,
+        line: &Line,
+        sweep_cursor: &mut u32,
+        budget: u32,
+        quiet_before: u64,
+    ) -> u64 {
         let head = line.index.head();
         let end = line.queue.count() as u32;
         if head >= end {
