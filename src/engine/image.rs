@@ -194,7 +194,7 @@ impl RoomImage {
                 }
                 // Each lane's front, in drawn order (a pre-queue ticket's
                 // join, with its lane, is recorded before the opening).
-                let mut next = vec![0u32; RoomSettings::MAX_LANES];
+                let mut next = [0u32; RoomSettings::MAX_LANES];
                 for &id in order {
                     let lane = self.slot(id).lane;
                     let slot = &mut next[usize::from(lane) % RoomSettings::MAX_LANES];
