@@ -200,7 +200,8 @@ fn lanes_survive_images_and_replay() {
     room.renew(early.iter().copied());
     assert!(room.tick().opened);
     for i in 0..9u8 {
-        room.join_in(Some(Identity(u128::from(i) + 7)), i % 2).unwrap();
+        room.join_in(Some(Identity(u128::from(i) + 7)), i % 2)
+            .unwrap();
     }
     room.leave(early[5]);
     room.release(room.tick().admitted.first().copied().unwrap_or(early[0]));
