@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::TicketSignal;
+use super::{Armed, TicketSignal};
 use crate::engine::TicketState;
 use crate::engine::rules::{self, RoomFacts, TicketFacts, TicketStatus};
 
@@ -57,10 +57,11 @@ pub struct TicketRead {
 
 /// What a stream follows: its room's feed, its ticket's signal, and its
 /// ticket as read when the stream opened (after the signal was armed, so
-/// no change in between is missed).
+/// no change in between is missed: `armed` fires for it).
 pub struct Follow {
     pub feed: Arc<dyn RoomFeed>,
     pub signal: TicketSignal,
+    pub armed: Armed,
     pub ticket: TicketRead,
 }
 

@@ -205,7 +205,20 @@ impl TicketSignal {
     pub fn notify(&self) -> &Notify {
         &self.notify
     }
+
+    /// A wait for the signal's next firing that counts from now: armed
+    /// before a read of the ticket, it cannot miss a change that lands
+    /// between the read and the wait (the signal keeps no permit for
+    /// whoever was not yet waiting).
+    pub fn arm(&self) -> Armed {
+        let mut armed = Box::pin(self.notify.clone().notified_owned());
+        armed.as_mut().enable();
+        armed
+    }
 }
+
+/// A [`TicketSignal`]'s next firing, already registered.
+pub type Armed = std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>;
 
 impl Drop for TicketSignal {
     fn drop(&mut self) {
@@ -296,10 +309,12 @@ pub trait Backend: Send + Sync + 'static {
     async fn follow(&self, room: &RoomId, ticket: TicketRef) -> Result<Follow, BackendError> {
         let feed = self.feed(room).await?;
         let signal = self.watch_ticket(room, ticket).await?;
+        let armed = signal.arm();
         let ticket = self.read_ticket(room, ticket).await?;
         Ok(Follow {
             feed,
             signal,
+            armed,
             ticket,
         })
     }

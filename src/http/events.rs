@@ -215,7 +215,10 @@ fn stream(
         let Opened { follow, redirect, slot, hold, last_seen } = opened;
         let _held = (slot, hold);
         let backend = state.backend.clone();
-        let Follow { feed, signal, ticket: read } = follow;
+        // `woken` was armed before the ticket was read, and is re-armed
+        // before every later read: a change between a read and the wait
+        // still wakes the stream.
+        let Follow { feed, signal, armed: mut woken, ticket: read } = follow;
         let Subscription { waves: mut view, mut pending } = state.fanout.subscribe(&room, &*feed);
         // A ticket's lane is its own for life: named once.
         let lane = super::api::lane_name(&state, &room, read.facts.lane).await;
@@ -228,9 +231,6 @@ fn stream(
         let mut shown: Option<TicketStatus> = None;
         let mut last_sent: Option<Instant> = None;
         loop {
-            let woken = signal.notify().notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
             // The feed's change this count reflects.
             let seen = *view.borrow_and_update();
 
@@ -272,7 +272,9 @@ fn stream(
                     biased;
                     () = state.shutdown.cancelled() => return,
                     () = &mut woken => {
-                        // The ticket's own news: read it from the store.
+                        // The ticket's own news: read it from the store,
+                        // listening for the next already.
+                        woken = signal.arm();
                         match backend.read_ticket(&room, ticket).await {
                             Ok(read) => tracker.update(read),
                             Err(BackendError::NoSuchTicket | BackendError::NoSuchRoom(_)) => {

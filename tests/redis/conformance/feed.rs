@@ -25,6 +25,7 @@ use narabu_testkit::room;
 conformance!(
     feed_counts_equal_direct_counts_through_a_random_life,
     a_departure_reaches_the_feed_without_a_tick,
+    an_admission_between_the_read_and_the_wait_still_wakes_the_stream,
 );
 
 pub(crate) fn seed() -> u64 {
@@ -285,4 +286,26 @@ async fn a_departure_reaches_the_feed_without_a_tick(kind: Kind) {
         .await
         .expect("the feed's change counter moved")
         .unwrap();
+}
+
+/// A stream reads its ticket when it opens and only later waits on the
+/// ticket's signal; an admission that lands in between must still wake it
+/// (a signal keeps no permit for whoever was not waiting yet, so the wait
+/// is armed before the read). Otherwise the visitor is admitted and never
+/// told.
+async fn an_admission_between_the_read_and_the_wait_still_wakes_the_stream(kind: Kind) {
+    let h = Harness::new(kind, vec![room("r", 1)]).await;
+    let b = &h.backend;
+    let first = b.join(&rid("r"), JoinRequest::anonymous()).await.unwrap();
+    let second = b.join(&rid("r"), JoinRequest::anonymous()).await.unwrap();
+    b.tick(&rid("r")).await.unwrap();
+    let follow = b.follow(&rid("r"), second.ticket).await.unwrap();
+    assert_eq!(follow.ticket.facts.state, TicketState::Waiting);
+    // The hand-off lands after the read, before anyone waits.
+    b.release(&rid("r"), first.ticket).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), follow.armed)
+        .await
+        .expect("the admission woke the stream that read its ticket before it");
+    let read = b.read_ticket(&rid("r"), second.ticket).await.unwrap();
+    assert_eq!(read.facts.state, TicketState::Admitted);
 }
