@@ -80,6 +80,16 @@ pub enum JournalError {
         what: String,
     },
     #[error(
+        "{file} was written by an earlier Narabu, in journal format {found}; this version \
+         reads format {current} only. Start the earlier version on it until its rooms are \
+         done, or move the data directory aside to start empty"
+    )]
+    OldFormat {
+        file: PathBuf,
+        found: u8,
+        current: u8,
+    },
+    #[error(
         "{file}: records {expected} to {next} are missing (a journal segment was removed?). \
          Restore the data directory from a backup"
     )]
@@ -476,12 +486,25 @@ impl Writer {
     }
 }
 
+/// A file of an older journal format is refused by name, never decoded.
+fn older_format(path: &Path, bytes: &[u8]) -> Result<(), JournalError> {
+    match format::older_version(bytes) {
+        Some(found) => Err(JournalError::OldFormat {
+            file: path.to_owned(),
+            found,
+            current: format::VERSION,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Load the newest snapshot and replay the segments after it.
 fn recover(dir: &Path) -> Result<(Recovered, u64), JournalError> {
     let mut rooms: BTreeMap<RoomId, RoomImage> = BTreeMap::new();
     let mut last_seq = 0;
     if let Some((_, path)) = numbered(dir, "snapshot-", ".bin")?.pop() {
         let bytes = std::fs::read(&path).map_err(io_err(&path))?;
+        older_format(&path, &bytes)?;
         let damaged = |offset, what| JournalError::Damaged {
             file: path.clone(),
             offset,
@@ -521,6 +544,7 @@ fn recover(dir: &Path) -> Result<(Recovered, u64), JournalError> {
             });
         }
         let bytes = std::fs::read(&path).map_err(io_err(&path))?;
+        older_format(&path, &bytes)?;
         let damaged = |offset, what| JournalError::Damaged {
             file: path.clone(),
             offset,

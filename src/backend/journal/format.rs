@@ -1,6 +1,6 @@
 //! The bytes on disk: journal segments and snapshots.
 //!
-//! A segment is `NARABUJ1`, the sequence number of its first record (u64
+//! A segment is `NARABUJ2`, the sequence number of its first record (u64
 //! LE), then frames. A frame is `len u32 LE | crc32c(payload) u32 LE |
 //! crc32c(first 8 bytes) u32 LE | payload` (postcard). The header has its
 //! own checksum so that a damaged length is caught as damage, not mistaken
@@ -12,16 +12,32 @@
 //! the file was damaged after it was written. The first is dropped with a
 //! warning naming the offset; the second stops start-up.
 //!
-//! A snapshot is `NARABUS1`, the sequence number it covers up to, and one
+//! A snapshot is `NARABUS2`, the sequence number it covers up to, and one
 //! frame.
+//!
+//! The digit is the format's version: postcard is not self-describing, so a
+//! record of another version could decode as nonsense rather than fail.
+//! Files of an older version are named as such at start-up and not read.
 
 use std::path::Path;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-pub const SEGMENT_MAGIC: &[u8; 8] = b"NARABUJ1";
-pub const SNAPSHOT_MAGIC: &[u8; 8] = b"NARABUS1";
+pub const SEGMENT_MAGIC: &[u8; 8] = b"NARABUJ2";
+pub const SNAPSHOT_MAGIC: &[u8; 8] = b"NARABUS2";
+/// The version the magics above carry.
+pub const VERSION: u8 = 2;
+
+/// The version of a journal file of an older format than this one reads
+/// (its magic with an older digit), if it is one.
+pub fn older_version(bytes: &[u8]) -> Option<u8> {
+    let magic = bytes.get(..8)?;
+    let (kind, digit) = (&magic[..7], magic[7]);
+    let known = kind == &SEGMENT_MAGIC[..7] || kind == &SNAPSHOT_MAGIC[..7];
+    let version = digit.checked_sub(b'0')?;
+    (known && (1..VERSION).contains(&version)).then_some(version)
+}
 pub const FILE_HEADER: usize = 16;
 pub const FRAME_HEADER: usize = 12;
 /// Larger frames are damage, not data (a snapshot of a full room is far

@@ -128,6 +128,40 @@ fn damage_before_the_end_is_refused_and_named() {
     );
 }
 
+/// A journal of an older format is named as such, never decoded: its
+/// records could read as other records in this version's layout.
+#[test]
+fn an_older_format_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let (j, _) = Journal::open(dir.path(), Durability::Fsync).unwrap();
+    j.append(&Record::Created(Box::new(image("a"))));
+    j.close();
+    drop(j);
+    let (_, path) = numbered(dir.path(), "journal-", ".log")
+        .unwrap()
+        .pop()
+        .unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[7] = b'1';
+    std::fs::write(&path, &bytes).unwrap();
+    let msg = Journal::open(dir.path(), Durability::Fsync)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains(&path.display().to_string())
+            && msg.contains("journal format 1")
+            && msg.contains("reads format 2"),
+        "{msg}"
+    );
+    // Any other change of the magic is plain damage.
+    bytes[7] = b'7';
+    std::fs::write(&path, &bytes).unwrap();
+    let msg = Journal::open(dir.path(), Durability::Fsync)
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("bad magic"), "{msg}");
+}
+
 #[test]
 fn a_second_process_cannot_open_the_same_directory() {
     let dir = tempfile::tempdir().unwrap();
