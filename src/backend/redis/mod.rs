@@ -385,6 +385,7 @@ impl RedisBackend {
                 (hex::encode(n.nonce), ttl.to_string())
             })
             .unwrap_or_default();
+        let lane = request.lane.to_string();
         let written = self.acks.before(&self.conn);
         let raw = self
             .run(
@@ -401,6 +402,7 @@ impl RedisBackend {
                     refuse,
                     &nonce,
                     &nonce_ttl,
+                    &lane,
                 ],
             )
             .await?;
