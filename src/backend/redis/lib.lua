@@ -65,13 +65,6 @@ end
 -- without them keeps no per-lane counters, exactly as before lanes).
 local LANES, LANED = 1, false
 
--- A departure also sets the slot's bit in the lane's departed bitmap, so a
--- follower that starts late reads the line in one GETRANGE.
-local function log_dep(t)
-  if t.qi >= 0 then redis.call('SETBIT', LK('dep', t.lane), t.qi, 1) end
-  log_event({'d', t.lane, t.qi, t.id, t.state})
-end
-
 -- The room's change log (a Redis Stream, one per room whatever its epoch):
 -- every instance follows it to keep its own copy of the line's position
 -- index and to wake the streams of the tickets it names. A script collects
@@ -94,6 +87,13 @@ local function log_back(t) log_event({'b', t.lane, t.qi, t.id}) end
 local function log_end(t) log_event({'e', t.lane, t.qi, t.id, t.state}) end
 local function log_open(lane, drawn, placed) log_event({'o', lane, drawn, placed}) end
 local function log_join(t) log_event({'j', t.lane, t.qi, t.id}) end
+
+-- A departure also sets the slot's bit in the lane's departed bitmap, so a
+-- follower that starts late reads the line in one GETRANGE.
+local function log_dep(t)
+  if t.qi >= 0 then redis.call('SETBIT', LK('dep', t.lane), t.qi, 1) end
+  log_event({'d', t.lane, t.qi, t.id, t.state})
+end
 local function append_log(field, value)
   local seq = redis.call('INCR', P .. 'lseq')
   redis.call('XADD', LOG, 'MAXLEN', '~', LOG_MAX, '*', 's', seq, field, value)
