@@ -13,6 +13,7 @@ mod failover;
 mod fair;
 mod follow;
 mod instances;
+mod lanes;
 mod measure;
 mod reset;
 mod wait;

@@ -434,7 +434,7 @@ mod tests {
             );
             next[usize::from(lane)] += 1;
         }
-        assert_eq!(next, [3, 6]);
+        assert_eq!(next, [4, 5]);
         assert_eq!(places.of(9), None);
         places.joined(9, 1, 6);
         assert_eq!(places.of(9), Some((1, 6)));
