@@ -4,9 +4,9 @@
 -- ticket ids. In an open room a renewal writes only the `seen` scores
 -- (`ZADD XX GT`, a thousand at a time: no ticket record is read; the
 -- backend sends a few hundred ids a call, so no call holds Redis long), then
--- looks the same ids up in `away` (each lane's) and brings back those whose visitor
--- returned. Before opening the pre-queue has no scores: the records are
--- touched.
+-- looks the same ids up in `away` (each lane's) and brings back those whose
+-- visitor returned. Before opening the pre-queue has no scores: the records
+-- are touched.
 -- Returns {r = 'ok', away_grace_ms, back = n} | {r = 'noroom'}
 if not room({'open', 'away_grace_ms'}) then return reply({r = 'noroom'}) end
 local back = 0
