@@ -365,6 +365,34 @@ impl Collector for RoomCollector {
                     .encode(family.encode_family(&labels)?)?;
             }
         }
+        // Per priority lane, for rooms with lanes: is each lane getting
+        // its share, and how long is it?
+        type LaneGet = fn(&crate::engine::LaneView) -> u64;
+        let lane_gauges: [(&str, &str, LaneGet); 2] = [
+            (
+                "room_lane_waiting",
+                "Tickets waiting in a priority lane",
+                |l| l.waiting,
+            ),
+            (
+                "room_lane_admitted",
+                "Permits a priority lane's visitors hold",
+                |l| l.admitted,
+            ),
+        ];
+        for (name, help, get) in lane_gauges {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for s in &self.0 {
+                for lane in &s.view.lanes {
+                    let labels = [
+                        ("room", s.settings.id.to_string()),
+                        ("lane", lane.name.clone()),
+                    ];
+                    let value = i64::try_from(get(lane)).unwrap_or(i64::MAX);
+                    ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
+                }
+            }
+        }
         let mut family = encoder.encode_descriptor(
             "room_stock",
             "Units left to sell, for rooms that count stock",

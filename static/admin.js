@@ -171,7 +171,8 @@
     ["tray", "Tray / held"],
     ["lottery", "Lottery"],
     ["access", "Access"],
-    ["stock", "Stock left"]
+    ["stock", "Stock left"],
+    ["lanes", "Lanes: waiting / admitted"]
   ];
 
   // The queueing modes, as the admin API names them, with what each does.
@@ -316,6 +317,10 @@
     if (access.enqueue === "token") { rules.push("invite only"); }
     set("access", rules.length ? rules.join(" · ") : "open to all");
     set("stock", b.stock === null || b.stock === undefined ? "not counted" : fmtNum(b.stock));
+    var lanes = (b.lanes || []).map(function (l) {
+      return l.name + " (" + l.weight + "): " + fmtNum(l.waiting) + " / " + fmtNum(l.admitted);
+    });
+    set("lanes", lanes.length ? lanes.join(" · ") : "one line");
     var modeSelect = $("mode-" + r.id);
     if (document.activeElement !== modeSelect) { modeSelect.value = b.mode; }
     modeSelect.disabled = b.state === "closed";

@@ -58,6 +58,8 @@ pub enum EnqueueError {
     MissingClaim(&'static str),
     #[error("the enqueue token's `{0}` claim is not valid")]
     BadClaim(&'static str),
+    #[error("the enqueue token names the lane {0:?}, which this room does not have")]
+    UnknownLane(String),
 }
 
 impl EnqueueError {
@@ -73,11 +75,12 @@ impl EnqueueError {
             Self::WrongRoom => "wrong_room",
             Self::MissingClaim(_) => "missing_claim",
             Self::BadClaim(_) => "bad_claim",
+            Self::UnknownLane(_) => "unknown_lane",
         }
     }
 
     /// Every `reason`, for metrics that show zeros before the first refusal.
-    pub const REASONS: [&'static str; 9] = [
+    pub const REASONS: [&'static str; 10] = [
         "missing",
         "malformed",
         "algorithm",
@@ -87,6 +90,7 @@ impl EnqueueError {
         "wrong_room",
         "missing_claim",
         "bad_claim",
+        "unknown_lane",
     ];
 }
 

@@ -432,6 +432,7 @@ impl EmbeddedBackend {
         let mut view = room.view();
         view.waiting = room.waiting_count();
         view.admitted = room.admitted_count();
+        view.lanes = room.lane_views();
         RoomSnapshot {
             settings: room.settings(),
             epoch: room.epoch(),
@@ -553,11 +554,12 @@ impl Backend for EmbeddedBackend {
             {
                 return Err(BackendError::NonceSpent);
             }
-            room.join(request.identity).map_err(|e| match e {
-                JoinError::Closed => BackendError::Closed(id.clone()),
-                JoinError::Full => BackendError::Full(id.clone()),
-                JoinError::SoldOut => BackendError::SoldOut(id.clone()),
-            })
+            room.join_in(request.identity, request.lane)
+                .map_err(|e| match e {
+                    JoinError::Closed => BackendError::Closed(id.clone()),
+                    JoinError::Full => BackendError::Full(id.clone()),
+                    JoinError::SoldOut => BackendError::SoldOut(id.clone()),
+                })
         };
         let (joined, appended) = journal::recording(|| match limit {
             Some((client, limit)) => self

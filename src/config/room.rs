@@ -807,6 +807,70 @@ opens_at = "2026-12-01T01:00:00Z""#,
     }
 
     #[test]
+    fn lanes_are_checked_with_the_field_named() {
+        let two =
+            r#"lanes = [{ name = "members", weight = 30 }, { name = "general", weight = 70 }]"#;
+        let cases = [
+            (format!("{two}\ndefault_lane = \"general\""), ""),
+            (
+                two.to_owned(),
+                "rooms[1].default_lane: required with `lanes`",
+            ),
+            (
+                format!("{two}\ndefault_lane = \"vip\""),
+                "rooms[1].default_lane: \"vip\" is not one of the room's lanes",
+            ),
+            (
+                "default_lane = \"general\"".to_owned(),
+                "rooms[1].default_lane: the room has no lanes",
+            ),
+            (
+                "lanes = [{ name = \"a\", weight = 1 }, { name = \"a\", weight = 2 }]\ndefault_lane = \"a\"".to_owned(),
+                "rooms[1].lanes[1].name: \"a\" names two lanes",
+            ),
+            (
+                "lanes = [{ name = \"Members!\", weight = 1 }]\ndefault_lane = \"Members!\"".to_owned(),
+                "rooms[1].lanes[0].name: 1 to 64 characters",
+            ),
+            (
+                "lanes = [{ name = \"a\", weight = 0 }]\ndefault_lane = \"a\"".to_owned(),
+                "rooms[1].lanes[0].weight: must be 1 to 1000, not 0",
+            ),
+            (
+                format!(
+                    "lanes = [{}]\ndefault_lane = \"l0\"",
+                    (0..17)
+                        .map(|i| format!("{{ name = \"l{i}\", weight = 1 }}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                "rooms[1].lanes: at most 16 lanes, not 17",
+            ),
+        ];
+        for (lines, want) in cases {
+            let table = from_toml(&format!("id = \"a\"\n{lines}")).expect("well-formed");
+            match table.into_settings("rooms[1]") {
+                Ok(s) => {
+                    assert_eq!(want, "", "{lines} should be refused");
+                    assert_eq!(s.lane_of(None), Ok(1));
+                    assert_eq!(s.lane_of(Some("members")), Ok(0));
+                    assert!(s.lane_of(Some("vip")).is_err());
+                    // And back out in the shape it came in.
+                    let back = RoomTable::from(&s);
+                    assert_eq!(back.lanes.len(), 2);
+                    assert_eq!(back.default_lane.as_deref(), Some("general"));
+                }
+                Err(e) => {
+                    assert!(!want.is_empty(), "{lines} should be accepted, got {e}");
+                    assert!(e.to_string().starts_with(want), "{lines}: {e}");
+                }
+            }
+        }
+        // A lane entry with an unknown key is a typo, caught.
+        assert!(from_toml("id = \"a\"\nlanes = [{ name = \"a\", weigth = 1 }]").is_err());
+    }
+
+    #[test]
     fn edges_of_the_limits_are_accepted() {
         let mut t = RoomTable::new(id("a"));
         t.capacity = Some(CAPACITY_MAX);

@@ -25,6 +25,8 @@ pub enum RoomEvent<'a> {
     Joined {
         ticket: TicketId,
         identity: Option<Identity>,
+        /// The lane it queues in; `index` is in that lane's line.
+        lane: u8,
         index: Option<u32>,
         ahead: u32,
         at: u64,
@@ -64,6 +66,7 @@ pub enum EventRecord {
     Joined {
         ticket: TicketId,
         identity: Option<u128>,
+        lane: u8,
         index: Option<u32>,
         ahead: u32,
         at: u64,
@@ -97,12 +100,14 @@ impl From<RoomEvent<'_>> for EventRecord {
             RoomEvent::Joined {
                 ticket,
                 identity,
+                lane,
                 index,
                 ahead,
                 at,
             } => Self::Joined {
                 ticket,
                 identity: identity.map(|i| i.0),
+                lane,
                 index,
                 ahead,
                 at,
@@ -126,12 +131,14 @@ impl EventRecord {
             Self::Joined {
                 ticket,
                 identity,
+                lane,
                 index,
                 ahead,
                 at,
             } => RoomEvent::Joined {
                 ticket: *ticket,
                 identity: identity.map(Identity),
+                lane: *lane,
                 index: *index,
                 ahead: *ahead,
                 at: *at,

@@ -50,6 +50,8 @@ pub struct TicketImage {
     pub admitted_at: u64,
     pub last_seen: u64,
     pub arrived: bool,
+    /// The lane it queues in; `index` is in that lane's line.
+    pub lane: u8,
 }
 
 impl TicketImage {
@@ -64,6 +66,7 @@ impl TicketImage {
             admitted_at: 0,
             last_seen: 0,
             arrived: false,
+            lane: 0,
         }
     }
 }
@@ -79,10 +82,12 @@ pub struct RoomImage {
     pub handoffs: u64,
     pub peak_admitted: u64,
     pub tickets: Vec<TicketImage>,
-    /// Queue index → ticket id; `u32::MAX` where the ticket is unknown.
-    pub queue: Vec<TicketId>,
-    /// How many queue slots the opening placed (the draw's length).
-    pub drawn: Option<u32>,
+    /// Each lane's line: queue index → ticket id; `u32::MAX` where the
+    /// ticket is unknown.
+    pub queues: Vec<Vec<TicketId>>,
+    /// The pre-queue in the order the opening placed it (each ticket at
+    /// the front of its own lane, in this order).
+    pub drawn: Option<Vec<TicketId>>,
 }
 
 /// How far along its life a state is: events never move a ticket back.
@@ -104,13 +109,19 @@ impl RoomImage {
         &mut self.tickets[i]
     }
 
-    fn place(&mut self, id: TicketId, index: u32) {
-        let i = index as usize;
-        if self.queue.len() <= i {
-            self.queue.resize(i + 1, NOT_QUEUED);
+    fn place(&mut self, id: TicketId, lane: u8, index: u32) {
+        let (l, i) = (usize::from(lane), index as usize);
+        if self.queues.len() <= l {
+            self.queues.resize(l + 1, Vec::new());
         }
-        self.queue[i] = id;
-        self.slot(id).index = Some(index);
+        let queue = &mut self.queues[l];
+        if queue.len() <= i {
+            queue.resize(i + 1, NOT_QUEUED);
+        }
+        queue[i] = id;
+        let t = self.slot(id);
+        t.index = Some(index);
+        t.lane = lane;
     }
 
     /// Move a ticket forward to `state`; false if it was already there or
@@ -132,11 +143,13 @@ impl RoomImage {
             RoomEvent::Joined {
                 ticket,
                 identity,
+                lane,
                 index,
                 ahead,
                 at,
             } => {
                 let t = self.slot(ticket);
+                t.lane = lane;
                 if let Some(identity) = identity {
                     t.identity = Some(identity.0);
                 }
@@ -148,7 +161,7 @@ impl RoomImage {
                 }
                 self.advance(ticket, TicketState::Waiting);
                 if let Some(index) = index {
-                    self.place(ticket, index);
+                    self.place(ticket, lane, index);
                 }
             }
             RoomEvent::Admitted { ticket, at } => {
@@ -179,10 +192,16 @@ impl RoomImage {
                 if self.settings.opens_at.is_none_or(|t| t > at) {
                     self.settings.opens_at = Some(at);
                 }
-                for (k, &id) in order.iter().enumerate() {
-                    self.place(id, k as u32);
+                // Each lane's front, in drawn order (a pre-queue ticket's
+                // join, with its lane, is recorded before the opening).
+                let mut next = [0u32; RoomSettings::MAX_LANES];
+                for &id in order {
+                    let lane = self.slot(id).lane;
+                    let slot = &mut next[usize::from(lane) % RoomSettings::MAX_LANES];
+                    self.place(id, lane, *slot);
+                    *slot += 1;
                 }
-                self.drawn = Some(order.len() as u32);
+                self.drawn = Some(order.to_vec());
             }
             RoomEvent::Settings(s) => self.settings = s.clone(),
             RoomEvent::Closed => self.closed = true,
@@ -219,12 +238,19 @@ impl Room {
                     admitted_at: t.admitted_at(),
                     last_seen: t.last_seen(),
                     arrived: t.has_arrived(),
+                    lane: t.lane,
                 },
                 None => TicketImage::unknown(),
             })
             .collect();
-        let queue = (0..self.queue.count())
-            .map(|i| self.queue.get(i).copied().unwrap_or(NOT_QUEUED))
+        let queues = self
+            .lines
+            .iter()
+            .map(|line| {
+                (0..line.queue.count())
+                    .map(|i| line.queue.get(i).copied().unwrap_or(NOT_QUEUED))
+                    .collect()
+            })
             .collect();
         RoomImage {
             settings: self.settings(),
@@ -235,8 +261,8 @@ impl Room {
             handoffs: self.counters.handoffs.load(Ordering::Relaxed),
             peak_admitted: self.peak_admitted.load(Ordering::Relaxed),
             tickets,
-            queue,
-            drawn: self.drawn.get().copied(),
+            queues,
+            drawn: self.drawn.get().cloned(),
         }
     }
 
@@ -257,18 +283,20 @@ impl Room {
             handoffs,
             peak_admitted,
             mut tickets,
-            queue,
+            mut queues,
             drawn,
         } = image;
-        let mut queue = queue;
         // Queue slots whose ticket is unknown get a placeholder that has
         // left, so later numbers keep their meaning.
-        for (i, id) in queue.iter_mut().enumerate() {
-            if *id == NOT_QUEUED || (*id as usize) >= tickets.len() {
-                *id = tickets.len() as TicketId;
-                let mut ghost = TicketImage::unknown();
-                ghost.index = Some(i as u32);
-                tickets.push(ghost);
+        for (lane, queue) in queues.iter_mut().enumerate() {
+            for (i, id) in queue.iter_mut().enumerate() {
+                if *id == NOT_QUEUED || (*id as usize) >= tickets.len() {
+                    *id = tickets.len() as TicketId;
+                    let mut ghost = TicketImage::unknown();
+                    ghost.index = Some(i as u32);
+                    ghost.lane = lane as u8;
+                    tickets.push(ghost);
+                }
             }
         }
         let mut prequeue = Vec::new();
@@ -292,9 +320,9 @@ impl Room {
             (!open).then_some(prequeue),
             sink,
         );
-        room.load(tickets, queue, closed, handoffs, peak_admitted);
-        if let Some(n) = drawn {
-            let _ = room.drawn.set(n);
+        room.load(tickets, queues, closed, handoffs, peak_admitted);
+        if let Some(order) = drawn {
+            let _ = room.drawn.set(order);
         }
         room
     }
@@ -302,7 +330,7 @@ impl Room {
     fn load(
         &self,
         tickets: Vec<TicketImage>,
-        queue: Vec<TicketId>,
+        queues: Vec<Vec<TicketId>>,
         closed: bool,
         handoffs: u64,
         peak_admitted: u64,
@@ -316,15 +344,7 @@ impl Room {
                 TicketState::Away => TicketState::Waiting,
                 s => s,
             };
-            let ticket = Ticket::restore(
-                state,
-                t.index,
-                t.ahead,
-                t.joined_at,
-                t.admitted_at,
-                t.last_seen,
-                t.arrived,
-            );
+            let ticket = Ticket::restore(state, t);
             self.tickets.push(ticket);
             if let Some(identity) = t.identity {
                 self.restore_identity(identity, id as TicketId);
@@ -340,10 +360,16 @@ impl Room {
             let counter = match state {
                 TicketState::Waiting | TicketState::Away => {
                     waiting += 1;
+                    if let Some(line) = self.lines.get(usize::from(t.lane)) {
+                        line.waiting.fetch_add(1, Ordering::Relaxed);
+                    }
                     None
                 }
                 TicketState::Admitted => {
                     admitted += 1;
+                    if let Some(line) = self.lines.get(usize::from(t.lane)) {
+                        line.admitted.fetch_add(1, Ordering::Relaxed);
+                    }
                     self.admitted_log.push(id as TicketId);
                     None
                 }
@@ -363,19 +389,21 @@ impl Room {
                 c.admissions.fetch_add(1, Ordering::Relaxed);
             }
         }
-        for &id in &queue {
-            self.queue.push(id);
-        }
-        let head = queue
-            .iter()
-            .position(|&id| self.state_of(id) == Some(TicketState::Waiting))
-            .unwrap_or(queue.len());
-        for (i, &id) in queue.iter().enumerate().skip(head) {
-            if self.state_of(id) != Some(TicketState::Waiting) {
-                self.line().record_departure(i as u32);
+        for (line, queue) in self.lines.iter().zip(&queues) {
+            for &id in queue {
+                line.queue.push(id);
             }
+            let head = queue
+                .iter()
+                .position(|&id| self.state_of(id) == Some(TicketState::Waiting))
+                .unwrap_or(queue.len());
+            for (i, &id) in queue.iter().enumerate().skip(head) {
+                if self.state_of(id) != Some(TicketState::Waiting) {
+                    line.index.record_departure(i as u32);
+                }
+            }
+            line.index.head.store(head as u32, Ordering::Release);
         }
-        self.line().head.store(head as u32, Ordering::Release);
         c.handoffs.store(handoffs, Ordering::Relaxed);
         self.waiting.store(waiting, Ordering::Release);
         self.admitted.store(admitted, Ordering::Release);

@@ -133,11 +133,7 @@ impl Room {
     /// (`order = "fifo"`, or open from the start).
     pub fn draw_record(&self) -> Option<DrawRecord> {
         let seed = self.lottery.as_ref()?;
-        let order: Option<Vec<TicketId>> = self.drawn.get().map(|&n| {
-            (0..n as usize)
-                .filter_map(|i| self.queue.get(i).copied())
-                .collect()
-        });
+        let order: Option<Vec<TicketId>> = self.drawn.get().cloned();
         Some(DrawRecord {
             commitment: seed.commitment(),
             seed: order.as_ref().map(|_| seed.to_hex()),

@@ -9,11 +9,14 @@
 //!   when nobody waits does it put the permit on the tray, an atomic counter
 //!   the worker empties into its hand when its hand is empty.
 //!
-//! The queue is an append-only vector of ticket ids with a `head` cursor.
-//! Whoever pops (a releaser or the worker) claims the head index with a CAS,
-//! then moves that ticket `Waiting -> Admitted` with a CAS; a ticket that
-//! left or went quiet fails the second CAS and is skipped. Claiming indices
-//! in order is what makes admission follow queue order exactly.
+//! Each line (one per priority lane; one for a room without lanes) is an
+//! append-only vector of ticket ids with a `head` cursor. Whoever pops (a
+//! releaser or the worker) picks the lane by the lane rule
+//! (`rules::lane_order`: permits shared by weight), claims that line's
+//! head index with a CAS, then moves that ticket `Waiting -> Admitted` with
+//! a CAS; a ticket that left or went quiet fails the second CAS and is
+//! skipped. Claiming indices in order is what makes admission follow queue
+//! order exactly within each lane.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
@@ -29,12 +32,12 @@ use super::event::{EventSink, RoomEvent};
 use super::lane::LaneIndex;
 use super::lottery::LotterySeed;
 use super::rules::{
-    self, AdmitCap, AtHead, Counter, MAX_TICKETS, Mode, PassTimeouts, PresenceTimeouts, RoomFacts,
-    StockTaken, TicketFacts, TicketStatus,
+    self, AdmitCap, AtHead, Counter, LaneLoad, MAX_TICKETS, Mode, PassTimeouts, PresenceTimeouts,
+    RoomFacts, StockTaken, TicketFacts, TicketStatus,
 };
 use super::settings::{Order, RoomId, RoomPatch, RoomSettings};
 use super::ticket::{Ticket, TicketId, TicketState};
-use super::view::{Counters, PermitLedger, RoomStats, RoomView, WaitHistogram};
+use super::view::{Counters, LaneView, PermitLedger, RoomStats, RoomView, WaitHistogram};
 use super::worker::Worker;
 use crate::sync::{lock, read, write};
 
@@ -207,10 +210,10 @@ pub struct Room {
     pub(crate) hot: HotSettings,
 
     pub(crate) tickets: boxcar::Vec<Ticket>,
-    pub(crate) queue: boxcar::Vec<TicketId>,
-    /// The position index of each lane (today one): the poppers' head,
-    /// departures, returners.
-    pub(crate) lanes: Box<[LaneIndex]>,
+    /// One line per lane (one for a room without lanes).
+    pub(crate) lines: Box<[Line]>,
+    /// The lane of a join that names none or one the room does not have.
+    default_lane: u8,
     /// Moved (coalesced) whenever positions or the view may have changed;
     /// the room's streams follow it.
     pub(crate) changes: Changes,
@@ -220,9 +223,9 @@ pub struct Room {
     /// and the draw must see a complete list.
     pub(crate) prequeue: Mutex<Option<Vec<TicketId>>>,
     pub(crate) lottery: Option<LotterySeed>,
-    /// How many tickets the opening placed (the first queue slots): set
-    /// once, at the draw.
-    pub(crate) drawn: OnceLock<u32>,
+    /// The pre-queue in the order the opening placed it (each ticket at the
+    /// front of its lane): set once, at the draw.
+    pub(crate) drawn: OnceLock<Vec<TicketId>>,
 
     pub(crate) tray: AtomicU64,
     pub(crate) debt: AtomicU64,
@@ -306,8 +309,8 @@ impl Room {
             hot: HotSettings::from(&settings, open),
             clock,
             tickets: boxcar::Vec::new(),
-            queue: boxcar::Vec::new(),
-            lanes: Box::new([LaneIndex::new()]),
+            lines: settings.lane_weights().into_iter().map(Line::new).collect(),
+            default_lane: settings.lane_of(None).unwrap_or(0),
             changes: Changes::new(),
             identities: DashMap::new(),
             prequeue: Mutex::new(prequeue),
@@ -396,25 +399,37 @@ impl Room {
 
     // ----- joining -------------------------------------------------------
 
-    /// Take a ticket. Never blocks on the queue; the same identity gets the
-    /// same ticket back.
+    /// Take a ticket in the default lane. Never blocks on the queue; the
+    /// same identity gets the same ticket back.
     pub fn join(&self, identity: Option<Identity>) -> Result<Joined, JoinError> {
+        self.join_in(identity, self.default_lane)
+    }
+
+    /// Take a ticket in `lane` (a lane the room does not have means the
+    /// default lane). An identity that already holds a ticket gets it
+    /// back, in whatever lane it queues: one identity, one place.
+    pub fn join_in(&self, identity: Option<Identity>, lane: u8) -> Result<Joined, JoinError> {
+        let lane = if usize::from(lane) < self.lines.len() {
+            lane
+        } else {
+            self.default_lane
+        };
         if self.hot.closed.load(Ordering::Acquire) {
             return Err(JoinError::Closed);
         }
         if self.hot.mode().closes() {
             return Err(JoinError::SoldOut);
         }
-        let joined = self.join_line(identity)?;
+        let joined = self.join_line(identity, lane)?;
         if self.hot.mode().admits_everyone() && self.hot.admitting() {
             self.admit_everyone(self.clock.now_ms());
         }
         Ok(joined)
     }
 
-    fn join_line(&self, identity: Option<Identity>) -> Result<Joined, JoinError> {
+    fn join_line(&self, identity: Option<Identity>, lane: u8) -> Result<Joined, JoinError> {
         let Some(identity) = identity else {
-            return self.issue(None).map(|(ticket, number)| Joined {
+            return self.issue(None, lane).map(|(ticket, number)| Joined {
                 ticket,
                 number,
                 is_new: true,
@@ -432,7 +447,7 @@ impl Room {
                 })
             }
             Entry::Vacant(e) => {
-                let (ticket, number) = self.issue(Some(identity))?;
+                let (ticket, number) = self.issue(Some(identity), lane)?;
                 e.insert(ticket);
                 Ok(Joined {
                     ticket,
@@ -448,13 +463,20 @@ impl Room {
         self.identities.get(&identity).map(|e| *e)
     }
 
-    fn issue(&self, identity: Option<Identity>) -> Result<(TicketId, Option<u64>), JoinError> {
+    fn issue(
+        &self,
+        identity: Option<Identity>,
+        lane: u8,
+    ) -> Result<(TicketId, Option<u64>), JoinError> {
         if self.tickets.count() as u64 >= MAX_TICKETS {
             return Err(JoinError::Full);
         }
         let now = self.clock.now_ms();
-        let id = self.tickets.push(Ticket::new(now)) as TicketId;
+        let id = self.tickets.push(Ticket::new(now, lane)) as TicketId;
         self.waiting.fetch_add(1, Ordering::AcqRel);
+        self.lines[usize::from(lane)]
+            .waiting
+            .fetch_add(1, Ordering::AcqRel);
         self.counters.joins.fetch_add(1, Ordering::Relaxed);
         if !self.hot.open.load(Ordering::Acquire) {
             let mut pre = lock(&self.prequeue);
@@ -465,6 +487,7 @@ impl Room {
                 self.emit(RoomEvent::Joined {
                     ticket: id,
                     identity,
+                    lane,
                     index: None,
                     ahead: 0,
                     at: now,
@@ -479,6 +502,7 @@ impl Room {
         self.emit(RoomEvent::Joined {
             ticket: id,
             identity,
+            lane,
             index: Some(index),
             ahead,
             at: now,
@@ -486,48 +510,64 @@ impl Room {
         Ok((id, Some(u64::from(index) + 1)))
     }
 
-    /// Append a ticket to the queue; returns its queue index.
+    /// Append a ticket to its lane's line; returns its queue index there.
     pub(crate) fn enqueue(&self, id: TicketId) -> u32 {
-        let index = self.queue.push(id) as u32;
-        let ahead = self.waiting_ahead(index);
-        if let Some(t) = self.tickets.get(id as usize) {
-            t.set_queue_index(index, ahead.min(u64::from(u32::MAX)) as u32);
-            // Gone before it had an index (revoked mid-join, or left the
-            // pre-queue before the draw): count it now. Counting a ticket
-            // the head already passed is harmless.
-            if t.state() != TicketState::Waiting {
-                self.count_departure(t);
-            }
+        let Some(t) = self.tickets.get(id as usize) else {
+            return 0;
+        };
+        let line = self.line_of(t);
+        let index = line.queue.push(id) as u32;
+        let ahead = line.index.ahead(index).unwrap_or(0);
+        t.set_queue_index(index, ahead.min(u64::from(u32::MAX)) as u32);
+        // Gone before it had an index (revoked mid-join, or left the
+        // pre-queue before the draw): count it now. Counting a ticket the
+        // head already passed is harmless.
+        if t.state() != TicketState::Waiting {
+            self.count_departure(t);
         }
         index
     }
 
     fn count_departure(&self, t: &Ticket) {
         if let Some(index) = t.departure_to_count() {
-            self.line().departed(index);
+            self.line_of(t).index.departed(index);
             self.changes.mark();
         }
     }
 
-    /// The main lane's position index.
-    pub(crate) fn line(&self) -> &LaneIndex {
-        &self.lanes[0]
+    /// The line a ticket queues in.
+    pub(crate) fn line_of(&self, t: &Ticket) -> &Line {
+        // A lane is checked when the ticket is made; the fallback only
+        // keeps a damaged image from panicking.
+        self.lines
+            .get(usize::from(t.lane))
+            .unwrap_or(&self.lines[0])
     }
 
     /// A lane's position index, for the streams that count positions
     /// from it.
     pub fn lane(&self, lane: u8) -> Option<&LaneIndex> {
-        self.lanes.get(usize::from(lane))
+        self.lines.get(usize::from(lane)).map(|l| &l.index)
+    }
+
+    /// Each lane as the view shows it; empty for a room without lanes.
+    pub fn lane_views(&self) -> Vec<LaneView> {
+        let s = read(&self.settings);
+        s.lanes
+            .iter()
+            .zip(self.lines.iter())
+            .map(|(spec, line)| LaneView {
+                name: spec.name.clone(),
+                weight: spec.weight,
+                waiting: line.waiting.load(Ordering::Acquire),
+                admitted: line.admitted.load(Ordering::Acquire),
+            })
+            .collect()
     }
 
     /// What this room's streams follow to know when to look again.
     pub fn changes(&self) -> &Changes {
         &self.changes
-    }
-
-    /// Tickets still waiting ahead of queue index `index`.
-    fn waiting_ahead(&self, index: u32) -> u64 {
-        self.line().ahead(index).unwrap_or(0)
     }
 
     fn number_of(&self, id: TicketId) -> Option<u64> {
@@ -542,39 +582,38 @@ impl Room {
 
     // ----- popping and handing off --------------------------------------
 
-    /// Whether anyone might be waiting at the head right now.
+    /// Whether anyone might be waiting at the head of any lane right now.
     pub(crate) fn has_queued(&self) -> bool {
-        (self.line().head() as usize) < self.queue.count() || self.line().back_len() > 0
+        self.lines.iter().any(Line::has_queued)
     }
 
-    /// The next ticket at the head: a returner first (lowest number), else
-    /// the main line's head, claimed with a CAS.
-    fn claim_head(&self) -> Option<TicketId> {
-        let line = self.line();
-        if let Some(qi) = line.take_back() {
-            return self.queue.get(qi as usize).copied();
-        }
-        loop {
-            let head = line.head();
-            // A slot whose push has not finished yet reads as the end of the
-            // queue; the worker will get it on its next tick.
-            let id = *self.queue.get(head as usize)?;
-            if line
-                .head
-                .compare_exchange(head, head + 1, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                return Some(id);
-            }
-        }
-    }
-
-    /// Claim the next waiting ticket and admit it. Tickets met on the way
-    /// whose visitor is away are skipped (they keep their number); quiet
-    /// ones are abandoned (`rules::PresenceTimeouts::at_head`).
+    /// Claim the next waiting ticket, in the lane the lane rule picks, and
+    /// admit it; if that lane's head holds nobody admissible, the next
+    /// lane the rule would pick.
     pub(crate) fn pop_and_admit(&self, now: u64) -> Option<TicketId> {
+        if self.lines.len() == 1 {
+            return self.pop_lane(&self.lines[0], now);
+        }
+        let loads: Vec<LaneLoad> = self
+            .lines
+            .iter()
+            .map(|line| LaneLoad {
+                weight: line.weight,
+                admitted: line.admitted.load(Ordering::Acquire),
+                waiting: line.has_queued(),
+            })
+            .collect();
+        rules::lane_order(&loads)
+            .into_iter()
+            .find_map(|lane| self.pop_lane(&self.lines[lane], now))
+    }
+
+    /// Claim the next waiting ticket of one line and admit it. Tickets met
+    /// on the way whose visitor is away are skipped (they keep their
+    /// number); quiet ones are abandoned (`rules::PresenceTimeouts::at_head`).
+    fn pop_lane(&self, line: &Line, now: u64) -> Option<TicketId> {
         loop {
-            let id = self.claim_head()?;
+            let id = line.claim_head()?;
             // Everyone behind moved up one.
             self.changes.mark();
             let Some(t) = self.ticket(id) else { continue };
@@ -608,6 +647,9 @@ impl Room {
         let admitted = self.admitted.fetch_add(1, Ordering::AcqRel) + 1;
         self.peak_admitted.fetch_max(admitted, Ordering::AcqRel);
         self.waiting.fetch_sub(1, Ordering::AcqRel);
+        let line = self.line_of(t);
+        line.admitted.fetch_add(1, Ordering::AcqRel);
+        line.waiting.fetch_sub(1, Ordering::AcqRel);
         self.counters.admissions.fetch_add(1, Ordering::Relaxed);
         self.waits.record(now.saturating_sub(t.joined_at));
         self.admitted_log.push(id);
@@ -625,6 +667,7 @@ impl Room {
             return;
         }
         self.waiting.fetch_sub(1, Ordering::AcqRel);
+        self.line_of(t).waiting.fetch_sub(1, Ordering::AcqRel);
         self.counters.skips.fetch_add(1, Ordering::Relaxed);
         self.skipped_log.push(id);
         self.notify_ticket(id);
@@ -643,8 +686,10 @@ impl Room {
             return;
         }
         self.waiting.fetch_add(1, Ordering::AcqRel);
+        let line = self.line_of(t);
+        line.waiting.fetch_add(1, Ordering::AcqRel);
         self.counters.returns.fetch_add(1, Ordering::Relaxed);
-        self.line().go_back(qi);
+        line.index.go_back(qi);
         self.changes.mark();
         self.notify_ticket(id);
     }
@@ -658,6 +703,9 @@ impl Room {
     fn on_left_line(&self, id: TicketId, to: TicketState, was_waiting: bool) {
         if was_waiting {
             self.waiting.fetch_sub(1, Ordering::AcqRel);
+            if let Some(t) = self.ticket(id) {
+                self.line_of(t).waiting.fetch_sub(1, Ordering::AcqRel);
+            }
         }
         let counter = match to {
             TicketState::Abandoned => &self.counters.abandonments,
@@ -774,7 +822,7 @@ impl Room {
     }
 
     fn after_permit_freed(&self, id: TicketId, state: TicketState) -> Handoff {
-        self.admitted.fetch_sub(1, Ordering::AcqRel);
+        self.count_permit_back(id);
         let now = self.clock.now_ms();
         // Before the hand-off, so the journal has the permit back before
         // the next visitor's admission.
@@ -785,6 +833,15 @@ impl Room {
         });
         self.notify_ticket(id);
         self.give_back(now)
+    }
+
+    /// An admitted ticket's permit is no longer held: out of the room's
+    /// count and its lane's.
+    pub(crate) fn count_permit_back(&self, id: TicketId) {
+        self.admitted.fetch_sub(1, Ordering::AcqRel);
+        if let Some(t) = self.ticket(id) {
+            self.line_of(t).admitted.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 
     /// Move a waiting ticket out of the line, keeping positions exact.
@@ -886,11 +943,12 @@ impl Room {
             admitted_at: t.admitted_at(),
             last_seen: t.last_seen(),
             arrived: t.has_arrived(),
-            lane: 0,
+            lane: t.lane,
         };
         let ahead = match (facts.state, t.queue_index()) {
             (TicketState::Waiting, Some(index)) => {
-                let counted = (self.waiting_ahead(index) + 1).min(u64::from(u32::MAX)) as u32;
+                let waiting_ahead = self.line_of(t).index.ahead(index).unwrap_or(0);
+                let counted = (waiting_ahead + 1).min(u64::from(u32::MAX)) as u32;
                 Some(u64::from(t.report_position(counted)) - 1)
             }
             _ => None,
@@ -1130,7 +1188,7 @@ impl Room {
             admissions_total: self.counters.admissions.load(Ordering::Relaxed),
             tick_ms,
             timeouts: self.hot.timeouts(),
-            lanes: Vec::new(),
+            lanes: self.lane_views(),
         };
         let published = self.view_tx.send_if_modified(|current| {
             if force || rules::worth_publishing(current, &next) {
@@ -1143,6 +1201,56 @@ impl Room {
         });
         if published {
             self.changes.bump();
+        }
+    }
+}
+
+/// One lane's line: its queue, its position index, its weight and its
+/// counts (the lane rule reads the admitted count; the view shows both).
+#[derive(Debug)]
+pub(crate) struct Line {
+    pub(crate) queue: boxcar::Vec<TicketId>,
+    pub(crate) index: LaneIndex,
+    weight: u32,
+    pub(crate) admitted: AtomicU64,
+    pub(crate) waiting: AtomicU64,
+}
+
+impl Line {
+    fn new(weight: u32) -> Self {
+        Self {
+            queue: boxcar::Vec::new(),
+            index: LaneIndex::new(),
+            weight,
+            admitted: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether anyone might be waiting at this line's head right now.
+    fn has_queued(&self) -> bool {
+        (self.index.head() as usize) < self.queue.count() || self.index.back_len() > 0
+    }
+
+    /// The next ticket at the head: a returner first (lowest number), else
+    /// the main line's head, claimed with a CAS.
+    fn claim_head(&self) -> Option<TicketId> {
+        if let Some(qi) = self.index.take_back() {
+            return self.queue.get(qi as usize).copied();
+        }
+        loop {
+            let head = self.index.head();
+            // A slot whose push has not finished yet reads as the end of the
+            // queue; the worker will get it on its next tick.
+            let id = *self.queue.get(head as usize)?;
+            if self
+                .index
+                .head
+                .compare_exchange(head, head + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Some(id);
+            }
         }
     }
 }

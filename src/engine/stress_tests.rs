@@ -17,19 +17,26 @@ const JOINS_PER_THREAD: usize = 3_000;
 
 #[test]
 fn concurrent_joins_releases_and_ticks_keep_every_invariant() {
-    stress(false);
+    stress(false, false);
 }
 
 #[test]
 fn concurrent_revocations_and_expiries_keep_every_invariant() {
-    stress(true);
+    stress(true, false);
+}
+
+/// The same in a room with two priority lanes, joined at random: every
+/// invariant holds for the room, and order and exact positions per lane.
+#[test]
+fn concurrent_joins_in_two_lanes_keep_every_invariant_per_lane() {
+    stress(true, true);
 }
 
 /// With `revocations`, a revoker thread and short pass timeouts take
 /// permits away from visitors who still think they hold them, so the
 /// visitors' own count is no longer a measure of capacity; the engine's
 /// peak count and the ledger still are.
-fn stress(revocations: bool) {
+fn stress(revocations: bool, lanes: bool) {
     let clock = ManualClock::new(1_800_000_000_000);
     let mut s = RoomSettings::new(RoomId::new("stress").unwrap());
     s.capacity = CAPACITY;
@@ -38,6 +45,19 @@ fn stress(revocations: bool) {
         s.pass_idle = Duration::from_millis(80);
     }
     s.queue_idle = Duration::from_secs(3600);
+    if lanes {
+        s.lanes = vec![
+            LaneSpec {
+                name: "members".into(),
+                weight: 1,
+            },
+            LaneSpec {
+                name: "general".into(),
+                weight: 3,
+            },
+        ];
+        s.default_lane = Some("general".into());
+    }
     let room = Room::new(s, Arc::new(clock.clone()));
 
     // Visitors count themselves in when they see their admission and out
@@ -75,7 +95,8 @@ fn stress(revocations: bool) {
                     let mut mine: Vec<TicketId> = Vec::new();
                     let mut holding: Vec<TicketId> = Vec::new();
                     for _ in 0..JOINS_PER_THREAD {
-                        mine.push(room.join(None).unwrap().ticket);
+                        let lane = u8::from(lanes && rng.random_ratio(1, 3));
+                        mine.push(room.join_in(None, lane).unwrap().ticket);
                         // Notice admissions among my waiting tickets.
                         mine.retain(|&id| match room.state_of(id).unwrap() {
                             // Some visitors walk away once admitted: their
@@ -142,29 +163,49 @@ fn stress(revocations: bool) {
     let ledger = room.ledger();
     assert!(ledger.balances(), "{ledger:?}");
 
-    // Invariant 2: every ticket ever admitted stood ahead of every ticket
-    // still waiting.
+    // Invariant 2, per lane: every ticket ever admitted stood ahead of
+    // every ticket still waiting in its lane.
     let left = left_while_waiting.into_inner().unwrap();
-    let mut last_admitted = None;
-    let mut first_waiting = None;
+    let mut last_admitted = [None; 2];
+    let mut first_waiting = [None; 2];
+    let mut positions = [Vec::new(), Vec::new()];
     for id in 0..room.issued() {
-        let number = room.status(id).unwrap().number.unwrap();
+        let status = room.status(id).unwrap();
+        let (lane, number) = (usize::from(status.lane), status.number.unwrap());
         match room.state_of(id).unwrap() {
             TicketState::Waiting => {
-                first_waiting = first_waiting.min(Some(number)).or(Some(number));
+                first_waiting[lane] = first_waiting[lane].min(Some(number)).or(Some(number));
+                positions[lane].push(status.position.unwrap());
             }
             TicketState::Left | TicketState::Abandoned => {}
             TicketState::Revoked if left.contains(&id) => {}
-            _ => last_admitted = last_admitted.max(Some(number)),
+            _ => last_admitted[lane] = last_admitted[lane].max(Some(number)),
         }
     }
-    if let (Some(a), Some(w)) = (last_admitted, first_waiting) {
-        assert!(a < w, "ticket {w} still waits behind admitted ticket {a}");
+    for lane in 0..2 {
+        if let (Some(a), Some(w)) = (last_admitted[lane], first_waiting[lane]) {
+            assert!(
+                a < w,
+                "lane {lane}: ticket {w} still waits behind admitted ticket {a}"
+            );
+        }
+        // Positions of those still waiting are exact: 1, 2, 3…
+        let positions = &mut positions[lane];
+        positions.sort_unstable();
+        assert_eq!(*positions, (1..=positions.len() as u64).collect::<Vec<_>>());
     }
-    // Positions of those still waiting are exact: 1, 2, 3…
-    let mut positions: Vec<u64> = (0..room.issued())
-        .filter_map(|id| room.status(id).unwrap().position)
-        .collect();
-    positions.sort_unstable();
-    assert_eq!(positions, (1..=positions.len() as u64).collect::<Vec<_>>());
+    // Each lane's counts are its tickets'.
+    if lanes {
+        for (i, view) in room.lane_views().iter().enumerate() {
+            let count = |state| {
+                (0..room.issued())
+                    .filter(|&id| {
+                        room.state_of(id) == Some(state) && room.status(id).unwrap().lane == i as u8
+                    })
+                    .count() as u64
+            };
+            assert_eq!(view.waiting, count(TicketState::Waiting), "lane {i}");
+            assert_eq!(view.admitted, count(TicketState::Admitted), "lane {i}");
+        }
+    }
 }

@@ -9,6 +9,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
+use super::image::TicketImage;
 pub use super::rules::TicketState;
 
 /// A ticket's id within its room: the order in which tickets were issued.
@@ -40,10 +41,13 @@ pub(crate) struct Ticket {
     pub(crate) joined_at: u64,
     admitted_at: AtomicU64,
     last_seen: AtomicU64,
+    /// The lane it queues in, for life: its queue index is in that lane's
+    /// line.
+    pub(crate) lane: u8,
 }
 
 impl Ticket {
-    pub(crate) fn new(now_ms: u64) -> Self {
+    pub(crate) fn new(now_ms: u64, lane: u8) -> Self {
         Self {
             state: AtomicU8::new(TicketState::Waiting.code()),
             arrived: AtomicBool::new(false),
@@ -54,6 +58,7 @@ impl Ticket {
             joined_at: now_ms,
             admitted_at: AtomicU64::new(0),
             last_seen: AtomicU64::new(now_ms),
+            lane,
         }
     }
 
@@ -135,25 +140,19 @@ impl Ticket {
     /// A ticket as it was saved. A placed ticket's departure from the line
     /// counts as already recorded (whoever restores the room records it
     /// once); an unplaced one's is counted when the draw places it.
-    pub(crate) fn restore(
-        state: TicketState,
-        index: Option<u32>,
-        ahead: u32,
-        joined_at: u64,
-        admitted_at: u64,
-        last_seen: u64,
-        arrived: bool,
-    ) -> Self {
+    pub(crate) fn restore(state: TicketState, saved: &TicketImage) -> Self {
+        let index = saved.index;
         Self {
             state: AtomicU8::new(state.code()),
-            arrived: AtomicBool::new(arrived),
+            arrived: AtomicBool::new(saved.arrived),
             departure_counted: AtomicBool::new(state != TicketState::Waiting && index.is_some()),
             queue_index: AtomicU32::new(index.unwrap_or(NOT_QUEUED)),
             reported_position: AtomicU32::new(u32::MAX),
-            initial_ahead: AtomicU32::new(ahead),
-            joined_at,
-            admitted_at: AtomicU64::new(admitted_at),
-            last_seen: AtomicU64::new(last_seen),
+            initial_ahead: AtomicU32::new(saved.ahead),
+            joined_at: saved.joined_at,
+            admitted_at: AtomicU64::new(saved.admitted_at),
+            last_seen: AtomicU64::new(saved.last_seen),
+            lane: saved.lane,
         }
     }
 
@@ -168,7 +167,7 @@ mod tests {
 
     #[test]
     fn only_one_transition_out_of_a_state_wins() {
-        let t = Ticket::new(0);
+        let t = Ticket::new(0, 0);
         assert!(t.transition(TicketState::Waiting, TicketState::Admitted));
         assert!(!t.transition(TicketState::Waiting, TicketState::Left));
         assert!(t.transition(TicketState::Admitted, TicketState::Expired));
@@ -179,7 +178,7 @@ mod tests {
 
     #[test]
     fn reported_position_never_goes_up() {
-        let t = Ticket::new(0);
+        let t = Ticket::new(0, 0);
         assert_eq!(t.report_position(7), 7);
         assert_eq!(t.report_position(9), 7);
         assert_eq!(t.report_position(3), 3);

@@ -11,7 +11,7 @@
 use std::sync::atomic::Ordering;
 
 use super::event::RoomEvent;
-use super::room::{Room, take_up_to};
+use super::room::{Line, Room, take_up_to};
 use super::rules::{self, AdmissionRate, SWEEP_BUDGET};
 use super::ticket::{TicketId, TicketState};
 use super::view::TickReport;
@@ -25,7 +25,8 @@ pub(crate) struct Worker {
     admitted: Vec<TicketId>,
     /// Tickets skipped while away, checked for quiet past `queue_idle`.
     away: Vec<TicketId>,
-    sweep_cursor: u32,
+    /// Where each lane's last quiet sweep stopped.
+    sweep_cursor: Vec<u32>,
     pub(crate) rate: AdmissionRate,
     last_tick_ms: u64,
     admissions_at_last_tick: u64,
@@ -37,7 +38,7 @@ impl Worker {
             hand: capacity,
             admitted: Vec::new(),
             away: Vec::new(),
-            sweep_cursor: 0,
+            sweep_cursor: Vec::new(),
             rate: AdmissionRate::default(),
             last_tick_ms: now,
             admissions_at_last_tick: 0,
@@ -126,7 +127,7 @@ impl Room {
             // Whoever wins this CAS owns the permit; a release racing us
             // either won (and handed off) or will find the ticket expired.
             if t.transition(TicketState::Admitted, TicketState::Expired) {
-                self.admitted.fetch_sub(1, Ordering::AcqRel);
+                self.count_permit_back(id);
                 self.counters.expirations.fetch_add(1, Ordering::Relaxed);
                 returned += 1;
                 report.expired.push(id);
@@ -148,16 +149,33 @@ impl Room {
     /// that people behind them see their true position before the head
     /// reaches them. (Whoever pops a quiet ticket skips it regardless.)
     fn sweep_quiet(&self, w: &mut Worker, now: u64) -> u64 {
-        let head = self.line().head();
-        let end = self.queue.count() as u32;
+        let quiet_before = rules::quiet_cutoff(now, self.hot.queue_idle_ms.load(Ordering::Acquire));
+        w.sweep_cursor.resize(self.lines.len(), 0);
+        // The budget is the room's, shared by its lanes.
+        let budget = SWEEP_BUDGET / self.lines.len().max(1) as u32;
+        let mut abandoned = 0;
+        for (line, cursor) in self.lines.iter().zip(w.sweep_cursor.iter_mut()) {
+            abandoned += self.sweep_line(line, cursor, budget, quiet_before);
+        }
+        abandoned
+    }
+
+    fn sweep_line(
+        &self,
+        line: &Line,
+        sweep_cursor: &mut u32,
+        budget: u32,
+        quiet_before: u64,
+    ) -> u64 {
+        let head = line.index.head();
+        let end = line.queue.count() as u32;
         if head >= end {
             return 0;
         }
-        let quiet_before = rules::quiet_cutoff(now, self.hot.queue_idle_ms.load(Ordering::Acquire));
         // Resume where the last sweep stopped and wrap to the head once, so
         // a line shorter than the budget is covered whole every tick.
-        let mut cursor = w.sweep_cursor.clamp(head, end);
-        let mut budget = SWEEP_BUDGET.min(end - head);
+        let mut cursor = (*sweep_cursor).clamp(head, end);
+        let mut budget = budget.min(end - head);
         let mut abandoned = 0;
         while budget > 0 {
             if cursor >= end {
@@ -166,7 +184,7 @@ impl Room {
             budget -= 1;
             let index = cursor;
             cursor += 1;
-            let Some(&id) = self.queue.get(index as usize) else {
+            let Some(&id) = line.queue.get(index as usize) else {
                 continue;
             };
             if let Some(t) = self.ticket(id)
@@ -177,7 +195,7 @@ impl Room {
                 abandoned += 1;
             }
         }
-        w.sweep_cursor = cursor;
+        *sweep_cursor = cursor;
         abandoned
     }
 
@@ -233,7 +251,7 @@ impl Room {
         for &id in &order {
             self.enqueue(id);
         }
-        let _ = self.drawn.set(order.len() as u32);
+        let _ = self.drawn.set(order.clone());
         self.emit(RoomEvent::Opened {
             order: &order,
             at: self.clock.now_ms(),

@@ -34,7 +34,7 @@ use super::openapi::{ErrorBody, RoomParam};
 use super::state::AppState;
 use crate::access::{Challenge, EnqueueError, PowError, RoomAccess, Solved, account_identity};
 use crate::backend::{Backend, BackendError, NonceSpend, RoomSnapshot};
-use crate::engine::{Identity, RoomId, Timestamp};
+use crate::engine::{Identity, RoomId, RoomSettings, Timestamp};
 
 /// A room's rules older than this are read from the backend again (the
 /// monitor's samples normally keep them fresher).
@@ -59,7 +59,9 @@ pub struct Proof {
 #[derive(Clone, Debug, Default)]
 pub struct Cleared {
     pub identity: Option<Identity>,
-    pub lane: Option<String>,
+    /// The lane a new ticket queues in: the token's, else the room's
+    /// default.
+    pub lane: u8,
     pub solved: Option<Solved>,
     /// An enqueue token was checked and accepted.
     pub enqueued: bool,
@@ -80,11 +82,15 @@ impl Cleared {
 pub struct Policy {
     pub access: Arc<RoomAccess>,
     pub difficulty: u8,
+    /// The room's settings as last read (its lanes: which a token may
+    /// name, and what they are called).
+    pub settings: Arc<RoomSettings>,
 }
 
 struct Entry {
     epoch: u64,
     access: Arc<RoomAccess>,
+    settings: Arc<RoomSettings>,
     fetched_at: u64,
     /// (time, the room's join counter), over the last `RATE_WINDOW_MS`.
     joins: VecDeque<(u64, u64)>,
@@ -122,12 +128,16 @@ impl AccessBook {
         let entry = rooms.entry(id.clone()).or_insert_with(|| Entry {
             epoch: s.epoch,
             access: Arc::new(RoomAccess::new(id, (*s.settings.access).clone())),
+            settings: Arc::new(s.settings.clone()),
             fetched_at: now,
             joins: VecDeque::new(),
             difficulty: s.settings.access.pow_difficulty,
         });
         if entry.access.settings != *s.settings.access {
             entry.access = Arc::new(RoomAccess::new(id, (*s.settings.access).clone()));
+        }
+        if *entry.settings != s.settings {
+            entry.settings = Arc::new(s.settings.clone());
         }
         if entry.epoch != s.epoch {
             entry.epoch = s.epoch;
@@ -155,7 +165,30 @@ impl AccessBook {
             .map(|e| Policy {
                 access: e.access.clone(),
                 difficulty: e.difficulty,
+                settings: e.settings.clone(),
             })
+    }
+
+    /// What a room calls one of its lanes; `None` for a room without
+    /// lanes. A room's lanes are fixed for its life, so this instance's
+    /// copy of its settings answers, read from the backend only when
+    /// this instance has none.
+    pub async fn lane_name(
+        &self,
+        backend: &dyn Backend,
+        room: &RoomId,
+        lane: u8,
+        now: u64,
+    ) -> Option<String> {
+        let known = {
+            let rooms = self.rooms.read().unwrap_or_else(|e| e.into_inner());
+            rooms.get(room).map(|e| e.settings.clone())
+        };
+        let settings = match known {
+            Some(s) => s,
+            None => self.policy(backend, room, now).await.ok()?.settings,
+        };
+        settings.lane_name(lane).map(str::to_owned)
     }
 
     /// A room's rules, from this instance's book or else the backend.
@@ -275,6 +308,12 @@ fn enqueue_refusal(state: &AppState, room: &RoomId, e: &EnqueueError) -> ApiErro
             "This room is invite-only: join with the enqueue token the site gave you \
              (`enqueue_token` in the body, or in the queue page's address).",
         ),
+        EnqueueError::UnknownLane(_) => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "unknown_lane",
+            format!("{}.", capitalize(&e.to_string())),
+        )
+        .with("reason", e.reason()),
         other => ApiError::new(
             StatusCode::FORBIDDEN,
             "enqueue_token_invalid",
@@ -308,8 +347,13 @@ pub fn clear(
             .verify(proof.enqueue_token.as_deref(), now / 1000)
             .map_err(Refusal::Enqueue)?;
         cleared.identity = Some(account_identity(room, &who.account));
-        cleared.lane = who.lane;
+        cleared.lane = policy
+            .settings
+            .lane_of(who.lane.as_deref())
+            .map_err(|e| Refusal::Enqueue(EnqueueError::UnknownLane(e.0)))?;
         cleared.enqueued = true;
+    } else {
+        cleared.lane = policy.settings.lane_of(None).unwrap_or(0);
     }
     if policy.access.needs_pow() {
         let token = proof.challenge.as_deref().ok_or(Refusal::Pow(None))?;

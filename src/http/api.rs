@@ -136,7 +136,7 @@ pub async fn join_room(
         client: Some(client.key()),
         refuse_new: refusal.is_some(),
         nonce: cleared.nonce(),
-        lane: 0,
+        lane: cleared.lane,
     };
     let outcome = match state.backend.join(room, request).await {
         Ok(outcome) => outcome,
@@ -221,7 +221,7 @@ pub async fn join(
     };
     let body = Json(JoinBody {
         ticket: &joined.token,
-        status: StatusBody::from(&joined.status),
+        status: status_body(&state, &room, &joined.status).await,
     })
     .into_response();
     Ok((code, [set_cookie(&state, &room, joined.token)], body).into_response())
@@ -248,10 +248,23 @@ pub async fn join(
 pub async fn status(
     State(state): State<AppState>,
     Visitor { room, ticket }: Visitor,
-) -> Result<Json<TicketStatus>, ApiError> {
-    Ok(Json(
-        state.backend.status(&room, ticket.ticket, true).await?,
-    ))
+) -> Result<Json<StatusBody>, ApiError> {
+    let status = state.backend.status(&room, ticket.ticket, true).await?;
+    Ok(Json(status_body(&state, &room, &status).await))
+}
+
+/// A status as it goes out, naming the ticket's lane in a room with lanes.
+pub async fn status_body(state: &AppState, room: &RoomId, status: &TicketStatus) -> StatusBody {
+    let lane = lane_name(state, room, status.lane).await;
+    StatusBody::named(status, lane.as_deref())
+}
+
+/// What the room calls a lane; `None` in a room without lanes.
+pub async fn lane_name(state: &AppState, room: &RoomId, lane: u8) -> Option<String> {
+    state
+        .access
+        .lane_name(state.backend.as_ref(), room, lane, state.clock.now_ms())
+        .await
 }
 
 /// Leave

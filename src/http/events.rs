@@ -45,7 +45,7 @@ use super::presence::StreamHold;
 use super::state::AppState;
 use crate::backend::feed::{Follow, Tracker};
 use crate::backend::{BackendError, TicketRef};
-use crate::engine::{RoomId, Status, TicketState, TicketStatus, Timestamp};
+use crate::engine::{RoomId, Status, StatusBody, TicketState, TicketStatus, Timestamp};
 
 /// At most one `position` event a second per stream.
 const POSITION_INTERVAL: Duration = Duration::from_secs(1);
@@ -196,8 +196,8 @@ fn final_event(status: &TicketStatus, redirect: Option<&str>) -> Option<Event> {
     }
 }
 
-fn position(status: &TicketStatus) -> Event {
-    let data = serde_json::to_string(status).unwrap_or_default();
+fn position(status: &TicketStatus, lane: Option<&str>) -> Event {
+    let data = serde_json::to_string(&StatusBody::named(status, lane)).unwrap_or_default();
     let event = Event::default().event("position").data(data);
     match status.ahead {
         Some(ahead) => event.id(ahead.to_string()),
@@ -217,6 +217,8 @@ fn stream(
         let backend = state.backend.clone();
         let Follow { feed, signal, ticket: read } = follow;
         let Subscription { waves: mut view, mut pending } = state.fanout.subscribe(&room, &*feed);
+        // A ticket's lane is its own for life: named once.
+        let lane = super::api::lane_name(&state, &room, read.facts.lane).await;
         let mut tracker = Tracker::new(read);
         if let Some(ahead) = last_seen {
             tracker.seen(ahead);
@@ -254,7 +256,7 @@ fn stream(
                 match last_sent {
                     Some(at) if at.elapsed() < POSITION_INTERVAL => held_back = true,
                     _ => {
-                        let event = position(&status);
+                        let event = position(&status, lane.as_deref());
                         yield Ok(if last_sent.is_none() { event.retry(RETRY) } else { event });
                         shown = Some(status);
                         last_sent = Some(Instant::now());

@@ -427,6 +427,10 @@ pub struct Strings {
     /// Shown in place of the ticket number before a scheduled opening draws
     /// the order.
     pub ticket_number_pending: String,
+    /// Beside the lane's name, in a room with priority lanes (the number
+    /// and place count in that lane).
+    #[serde(default)]
+    pub lane: String,
     pub position: String,
     pub ahead: String,
     /// `{n}`: how many wait in the room in total.
@@ -909,7 +913,7 @@ mod tests {
                     "queue_length = \"Total in line: {n}\"",
                     "queue_length = \"Total in line\"",
                 )]),
-                Some(19),
+                Some(20),
                 "`queue_length` must contain {n}",
             ),
             (

@@ -186,7 +186,9 @@ pub async fn queue(
         return ([cookie], Redirect::to(&clean)).into_response();
     }
     let before_draw = joined.status.number.is_none();
+    let lane = super::api::lane_name(&state, &room, joined.status.lane).await;
     let mut page = queue_page(&room, joined.status, &return_path);
+    page.lane = lane;
     if before_draw && let Ok(snapshot) = state.backend.room(&room).await {
         page.draw = snapshot.view.lottery_commitment.map(|commitment| DrawLink {
             commitment,

@@ -457,6 +457,145 @@ async fn invite_only_rooms_take_pyjwt_tokens_one_place_per_account() {
     app.stop().await;
 }
 
+/// A presale with a members lane: the lane comes from the origin's token
+/// (minted by PyJWT), numbers and places count within it, ten permits go
+/// 3/7 by weight, and the lanes show in the answers, the event stream, the
+/// admin API and `/metrics`. A token naming a lane the room lacks is
+/// refused and makes no ticket.
+#[tokio::test]
+async fn a_members_lane_gets_its_share_and_says_so_everywhere() {
+    let mut s = room("presale", 10);
+    s.access.enqueue = EnqueueMode::Token;
+    s.access.enqueue_key = Some(SharedKey::new(HS_KEY));
+    s.lanes = vec![
+        narabu::engine::LaneSpec {
+            name: "members".into(),
+            weight: 30,
+        },
+        narabu::engine::LaneSpec {
+            name: "general".into(),
+            weight: 70,
+        },
+    ];
+    s.default_lane = Some("general".into());
+    let app = spawn_app(vec![s]).await;
+    app.backend
+        .patch_room(
+            &RoomId::new("presale").unwrap(),
+            narabu::backend::RoomPatch {
+                paused: Some(true),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let exp = now_secs() + 600;
+    let mut claims: Vec<(Value, &str, &str)> = Vec::new();
+    for i in 0..8 {
+        let member =
+            json!({"aud": "presale", "sub": format!("m{i}"), "exp": exp, "lane": "members"});
+        let general = json!({"aud": "presale", "sub": format!("g{i}"), "exp": exp});
+        claims.push((member, "HS256", HS_KEY));
+        claims.push((general, "HS256", HS_KEY));
+    }
+    claims.push((
+        json!({"aud": "presale", "sub": "v", "exp": exp, "lane": "vip"}),
+        "HS256",
+        HS_KEY,
+    ));
+    let minted = pyjwt(&claims);
+
+    let (status, body) = token_join(&app, "presale", &minted[16]).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["error"], "unknown_lane");
+    assert_eq!(body["reason"], "unknown_lane");
+    assert!(body["message"].as_str().unwrap().contains("vip"), "{body}");
+    assert_eq!(joins(&app, "presale").await, (0, 0));
+
+    let mut visitors = Vec::new();
+    for (i, token) in minted[..16].iter().enumerate() {
+        let (status, body) = token_join(&app, "presale", token).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let lane = if i % 2 == 0 { "members" } else { "general" };
+        assert_eq!(body["lane"], lane, "{body}");
+        assert_eq!(
+            body["number"],
+            i as u64 / 2 + 1,
+            "numbers count within the lane"
+        );
+        assert_eq!(body["position"], i as u64 / 2 + 1);
+        visitors.push(Visitor {
+            token: body["ticket"].as_str().unwrap().to_owned(),
+            number: body["number"].as_u64().unwrap(),
+            body,
+        });
+    }
+    // The stream names the lane too.
+    let mut stream = app.events("presale", &visitors[2]).await;
+    let first = narabu_testkit::app::next_event(&mut stream, Duration::from_secs(5)).await;
+    let data: Value = serde_json::from_str(&first.data).unwrap();
+    assert_eq!(
+        (data["lane"].as_str(), data["position"].as_u64()),
+        (Some("members"), Some(2))
+    );
+    drop(stream);
+
+    let r = app
+        .client
+        .patch(app.url("/admin/rooms/presale"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"paused": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    app.tick("presale").await;
+    let admitted: Vec<&str> = {
+        let mut v = Vec::new();
+        for (i, visitor) in visitors.iter().enumerate() {
+            if app.status("presale", visitor).await["status"] == "admitted" {
+                v.push(if i % 2 == 0 { "members" } else { "general" });
+            }
+        }
+        v
+    };
+    let members = admitted.iter().filter(|l| **l == "members").count();
+    assert_eq!((members, admitted.len()), (3, 10), "{admitted:?}");
+    let waiting = app.status("presale", &visitors[6]).await;
+    assert_eq!(
+        (waiting["lane"].as_str(), waiting["position"].as_u64()),
+        (Some("members"), Some(1))
+    );
+
+    let room: Value = app
+        .client
+        .get(app.url("/admin/rooms/presale"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        room["lanes"],
+        json!([
+            {"name": "members", "weight": 30, "waiting": 5, "admitted": 3},
+            {"name": "general", "weight": 70, "waiting": 1, "admitted": 7},
+        ])
+    );
+    assert_eq!(room["settings"]["default_lane"], "general");
+    let page = metrics(&app).await;
+    for line in [
+        r#"narabu_room_lane_waiting{room="presale",lane="members"} 5"#,
+        r#"narabu_room_lane_admitted{room="presale",lane="general"} 7"#,
+        r#"narabu_enqueue_tokens_refused_total{room="presale",reason="unknown_lane"} 1"#,
+    ] {
+        assert!(page.contains(line), "missing {line}");
+    }
+    app.stop().await;
+}
+
 // ----- the opening draw ------------------------------------------------
 
 /// The few lines anyone can write: SHA-256 of the seed must be the

@@ -18,6 +18,7 @@ fn joined(room: &str, ticket: u32) -> Record {
         event: EventRecord::Joined {
             ticket,
             identity: Some(u128::from(ticket) + 99),
+            lane: 0,
             index: Some(ticket),
             ahead: ticket,
             at: 2_000,

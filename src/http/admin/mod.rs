@@ -41,7 +41,7 @@ use super::state::AppState;
 use crate::backend::{BackendError, RoomSnapshot, TicketRef};
 use crate::config::{ConfigError, RoomTable};
 use crate::engine::rules::Mode;
-use crate::engine::{Departure, Handoff, Order, Patch, RoomId, Timestamp};
+use crate::engine::{Departure, Handoff, LaneView, Order, Patch, RoomId, Timestamp};
 use crate::monitor::{Sample, quantile};
 use crate::token::MAX_TOKEN_LEN;
 
@@ -101,6 +101,9 @@ pub struct RoomBody {
     /// now, and which keys are set (never the keys themselves).
     #[schema(value_type = Object)]
     pub access: Value,
+    /// Each priority lane: its weight, who waits in it and the permits
+    /// its visitors hold; empty for a room without lanes.
+    pub lanes: Vec<LaneView>,
     pub updated_at: Timestamp,
 }
 
@@ -121,6 +124,7 @@ impl RoomBody {
             state,
             mode: s.settings.mode,
             stock: s.settings.stock,
+            lanes: s.view.lanes.clone(),
             settings: RoomTable::from(&s.settings),
             capacity: s.ledger.capacity,
             waiting: s.view.waiting,
