@@ -3,7 +3,7 @@
 //! one set of bodies), several instances sharing one Redis, faults, and
 //! failovers (Sentinel, Cluster replicas), and an instance's copy of a
 //! room's line through late starts, lost connections and a trimmed log
-//! (`follow`).
+//! (`follow`), and priority lanes as Redis stores them (`lanes`).
 
 mod acknowledged;
 mod cluster;
@@ -13,6 +13,7 @@ mod failover;
 mod fair;
 mod follow;
 mod instances;
+mod lanes;
 mod measure;
 mod reset;
 mod wait;

@@ -23,6 +23,7 @@ if t.state == ADMITTED then
   redis.call('ZREM', K('adm'), S(t.id))
   redis.call('ZREM', K('pas'), S(t.id))
   incr('admitted', -1)
+  lane_incr('la', t.lane, -1)
   incr(ENDED_COUNTER[to], 1)
   log_end(t)
   local kind, next_id = give_back(tonumber(ARGV[6]), tonumber(ARGV[8]))

@@ -76,17 +76,21 @@ impl RedisBackend {
         let keys = RoomKeys::new(room);
         let mut inv = self.scripts.snapshot.key(&keys.meta);
         inv.arg(&keys.prefix).arg(self.now());
-        let (json, bits): (String, Vec<u8>) = inv
+        let parts: Vec<Vec<u8>> = inv
             .invoke_async(&mut self.con())
             .await
             .map_err(|e| unavailable(&e))?;
+        let bad = || BackendError::Unavailable("bad snapshot from Redis".into());
+        let json = std::str::from_utf8(parts.first().ok_or_else(bad)?).map_err(|_| bad())?;
+        let lanes = parts.get(1).map_or(&[][..], Vec::as_slice);
+        let bitmaps = parts.get(2..).unwrap_or_default();
         #[derive(serde::Deserialize)]
         #[serde(tag = "r", rename_all = "lowercase")]
         enum Snapshot {
             Ok(Line),
             NoRoom,
         }
-        let line = match decode::<Snapshot>(&json)? {
+        let line = match decode::<Snapshot>(json)? {
             Snapshot::Ok(line) => line,
             Snapshot::NoRoom => return Ok(None),
         };
@@ -94,8 +98,10 @@ impl RedisBackend {
             return Err(BackendError::Unavailable("bad epoch in Redis".into()));
         };
         match self.hub.replica(room) {
-            Some(current) if current.epoch == epoch => current.reload(&line, &bits),
-            _ => self.hub.install(room, Replica::start(epoch, &line, &bits)),
+            Some(current) if current.epoch == epoch => current.reload(&line, lanes, bitmaps),
+            _ => self
+                .hub
+                .install(room, Replica::start(epoch, &line, lanes, bitmaps)),
         }
         Ok(Some(Position {
             id: line.id,

@@ -6,7 +6,8 @@
 -- ARGV[9] = '1' when the room's access rules refuse this join a new ticket
 -- (it lacks a proof of work or an enqueue token); ARGV[10], ARGV[11] = the
 -- proof-of-work nonce (hex) a new ticket spends and how long to remember
--- it (ms), or ''.
+-- it (ms), or ''; ARGV[12] = the lane a new ticket queues in (one out of
+-- the room's range queues in its default lane).
 --
 -- A carried live ticket is kept (and counts as a sign of life); a known
 -- identity gets its ticket back; only a join that makes a new ticket counts
@@ -81,17 +82,34 @@ local id = n('issued')
 local waiting = n('waiting')
 redis.call('HSET', META, 'issued', S(id + 1), 'waiting', S(waiting + 1))
 M['waiting'] = S(waiting + 1)
+local lane = 0
+if LANED then
+  lane = tonumber(ARGV[12]) or -1
+  if lane < 0 or lane >= LANES or lane ~= math.floor(lane) then lane = n('lane_def') end
+end
 local t = {id = id, state = WAITING, qi = -1, joined = NOW, admat = 0, seen = NOW, arrived = 0,
-  shown = NONE_SHOWN, init = 0}
+  shown = NONE_SHOWN, init = 0, lane = lane}
+-- Those ahead of the new ticket: everyone waiting in its lane.
+local ahead = waiting
+if LANED then
+  ahead = n('lw' .. lane)
+  incr('lw' .. lane, 1)
+  -- Followers place tickets by this (a room with lanes numbers each lane
+  -- on its own, so a ticket's id no longer tells its queue index).
+  redis.call('SETRANGE', K('ln'), id, string.char(lane))
+end
 if M['open'] == '1' then
   -- Every ticket issued before opening was placed at the opening, so in an
-  -- open room a new ticket's queue index is its id, and everyone waiting
-  -- is ahead of it.
+  -- open room without lanes a new ticket's queue index is its id; with
+  -- lanes it is the next of its lane. Everyone waiting in its lane is
+  -- ahead of it.
   t.qi = id
-  t.init = waiting
-  t.shown = waiting
-  redis.call('ZADD', K('q'), id, S(id))
+  if LANED then t.qi = incr('lq' .. lane, 1) - 1 end
+  t.init = ahead
+  t.shown = ahead
+  redis.call('ZADD', LK('q', lane), t.qi, S(id))
   redis.call('ZADD', K('seen'), NOW, S(id))
+  if LANED then log_join(t) end
 else
   redis.call('RPUSH', K('pre'), S(id))
 end

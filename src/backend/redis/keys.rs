@@ -2,8 +2,9 @@
 //! (`narabu:{room}:…`), so a room lives on one Redis Cluster slot, its
 //! scripts can touch all of its keys atomically, and rooms spread over the
 //! shards. Per-incarnation keys (`narabu:{room}:<epoch>:tk`, `:q`, `:pre`,
-//! `:ids`, `:adm`, `:seen`, `:draw`, `:dep`, `:back`) are built inside the
-//! scripts from the prefix, so replacing a room is one atomic script that
+//! `:ids`, `:adm`, `:seen`, `:draw`, `:dep`, `:back`, `:away`, `:ln`, and a
+//! priority lane's own `:q:<lane>`, `:dep:<lane>`, `:back:<lane>`,
+//! `:away:<lane>`) are built inside the scripts from the prefix, so replacing a room is one atomic script that
 //! unlinks the old ones. Spent proof-of-work nonces
 //! (`narabu:{room}:pow:<nonce>`) expire by themselves with their challenge.
 //! The change log (`:log`, its seq `:lseq`, its followers' marks

@@ -18,6 +18,15 @@
 --   away  sorted set: tickets skipped at the head while away, by queue index
 --   adm   sorted set: admitted tickets not yet arrived, by admission time
 --   pas   sorted set: admitted tickets that arrived, by their last activity
+--   ln    string: each ticket's lane, one byte per ticket id (rooms with
+--         lanes only: what a follower places a ticket by)
+-- A room with priority lanes keeps one line per lane: lane 0 in the keys
+-- above (`q`, `back`, `away`, `dep`), so a room without lanes and data
+-- stored before lanes existed read the same, and lane l >= 1 in the same
+-- names suffixed `:<l>` (LK below). Its meta hash then holds `lanes` (how
+-- many), `lane_def` (the default lane's index), and per lane l `lane_n<l>`
+-- (name), `lane_w<l>` (weight), `lq<l>` (the next queue index), `la<l>`
+-- (permits held) and `lw<l>` (tickets waiting).
 -- and of the room whatever its epoch:
 --   jl:<address>  sorted set: the address's joins in the last window
 local META = KEYS[1]
@@ -47,6 +56,14 @@ local function set(f, v)
 end
 local EPOCH
 local function K(name) return P .. EPOCH .. ':' .. name end
+-- A key of one lane's line: lane 0 keeps the names a room without lanes has.
+local function LK(name, lane)
+  if lane == 0 then return K(name) end
+  return K(name .. ':' .. lane)
+end
+-- How many lines the room keeps, and whether it has lanes at all (a room
+-- without them keeps no per-lane counters, exactly as before lanes).
+local LANES, LANED = 1, false
 
 -- The room's change log (a Redis Stream, one per room whatever its epoch):
 -- every instance follows it to keep its own copy of the line's position
@@ -54,24 +71,28 @@ local function K(name) return P .. EPOCH .. ':' .. name end
 -- what it changed as events and `reply` appends them as ONE entry, so the
 -- log moves atomically with the state; each entry carries the next `seq`,
 -- so a follower that misses one (the log was trimmed past it) knows.
--- Events, lane first (today always 0), then the queue index and the ticket:
+-- Events, lane first, then the queue index (within the lane) and the ticket:
 --   {'p', lane, qi, id, 'adm'|'away'|'gone'}  the head took qi
 --   {'d', lane, qi, id, state}  a waiting ticket left (qi -1: never placed)
 --   {'b', lane, qi, id}         a skipped ticket came back
 --   {'e', lane, qi, id, state}  a ticket out of the line ended
---   {'o', lane, drawn, placed}  the opening placed the pre-queue
+--   {'o', lane, drawn, placed}  the opening placed the pre-queue (one per lane)
+--   {'j', lane, qi, id}         a ticket joined an open room with lanes (a
+--                               follower cannot tell its queue index from its id)
 local LOG = P .. 'log'
 local EVENTS = {}
 local function log_event(ev) EVENTS[#EVENTS + 1] = ev end
-local function log_pop(t, outcome) log_event({'p', 0, t.qi, t.id, outcome}) end
-local function log_back(t) log_event({'b', 0, t.qi, t.id}) end
-local function log_end(t) log_event({'e', 0, t.qi, t.id, t.state}) end
-local function log_open(drawn, placed) log_event({'o', 0, drawn, placed}) end
+local function log_pop(t, outcome) log_event({'p', t.lane, t.qi, t.id, outcome}) end
+local function log_back(t) log_event({'b', t.lane, t.qi, t.id}) end
+local function log_end(t) log_event({'e', t.lane, t.qi, t.id, t.state}) end
+local function log_open(lane, drawn, placed) log_event({'o', lane, drawn, placed}) end
+local function log_join(t) log_event({'j', t.lane, t.qi, t.id}) end
+
 -- A departure also sets the slot's bit in the lane's departed bitmap, so a
 -- follower that starts late reads the line in one GETRANGE.
 local function log_dep(t)
-  if t.qi >= 0 then redis.call('SETBIT', K('dep'), t.qi, 1) end
-  log_event({'d', 0, t.qi, t.id, t.state})
+  if t.qi >= 0 then redis.call('SETBIT', LK('dep', t.lane), t.qi, 1) end
+  log_event({'d', t.lane, t.qi, t.id, t.state})
 end
 local function append_log(field, value)
   local seq = redis.call('INCR', P .. 'lseq')
@@ -85,32 +106,66 @@ local function reply(t)
   return cjson.encode(t)
 end
 
--- Loads the epoch and the given meta fields; false when there is no room.
+-- Loads the epoch and the given meta fields (and, in a room with lanes,
+-- every lane's counters and weight); false when there is no room.
 local function room(fields)
   table.insert(fields, 'epoch')
+  table.insert(fields, 'lanes')
+  table.insert(fields, 'lane_def')
   load_meta(fields)
   EPOCH = M['epoch']
+  local lanes = n('lanes')
+  if lanes > 0 then
+    LANES, LANED = lanes, true
+    local per = {}
+    for l = 0, lanes - 1 do
+      for _, f in ipairs({'la', 'lw', 'lq', 'lane_w'}) do per[#per + 1] = f .. l end
+    end
+    load_meta(per)
+  end
   return EPOCH ~= false and EPOCH ~= nil
+end
+
+-- A per-lane counter moves with the room-wide one it splits.
+local function lane_incr(f, lane, by)
+  if LANED then incr(f .. lane, by) end
 end
 
 -- A ticket record, packed: state, queue index (-1: not placed yet),
 -- joined at, admitted at, last seen, arrived (0/1), the fewest tickets
 -- ahead shown so far (so a position never goes up), tickets ahead when
--- placed (for the progress bar).
+-- placed (for the progress bar); then, only in a lane other than 0, the
+-- lane (a record without it, as every record stored before lanes existed,
+-- is of lane 0).
 local RECORD = '<BidddBII'
+local RECORD_LANE = RECORD .. 'B'
+local RECORD_SIZE = struct.size(RECORD)
 local NONE_SHOWN = 4294967295
 
 local function load_ticket(id)
   local raw = redis.call('HGET', K('tk'), id)
   if not raw then return nil end
-  local s, q, j, a, l, v, h, i = struct.unpack(RECORD, raw)
+  local s, q, j, a, l, v, h, i, ln
+  if #raw > RECORD_SIZE then
+    s, q, j, a, l, v, h, i, ln = struct.unpack(RECORD_LANE, raw)
+  else
+    s, q, j, a, l, v, h, i = struct.unpack(RECORD, raw)
+    ln = 0
+  end
   return {id = tonumber(id), state = s, qi = q, joined = j, admat = a, seen = l,
-    arrived = v, shown = h, init = i}
+    arrived = v, shown = h, init = i, lane = ln}
 end
 
 local function save_ticket(t)
-  redis.call('HSET', K('tk'), S(t.id), struct.pack(RECORD, t.state, t.qi, t.joined,
-    t.admat, t.seen, t.arrived, t.shown, t.init))
+  local raw
+  if t.lane > 0 then
+    raw = struct.pack(RECORD_LANE, t.state, t.qi, t.joined, t.admat, t.seen, t.arrived,
+      t.shown, t.init, t.lane)
+  else
+    raw = struct.pack(RECORD, t.state, t.qi, t.joined, t.admat, t.seen, t.arrived, t.shown,
+      t.init)
+  end
+  redis.call('HSET', K('tk'), S(t.id), raw)
 end
 
 -- The ticket as the Rust side's status computation takes it
@@ -119,19 +174,20 @@ local function facts(t, ahead)
   local q = nil
   if t.qi >= 0 then q = t.qi end
   return {id = t.id, s = t.state, q = q, j = t.joined, a = t.admat, l = t.seen,
-    v = t.arrived == 1, i = t.init, h = ahead}
+    v = t.arrived == 1, i = t.init, h = ahead, ln = t.lane}
 end
 
--- Tickets still waiting ahead of a waiting, placed ticket: its rank among
--- the returners, or all of them and its rank in the queue; never more than
--- was shown before.
+-- Tickets still waiting ahead of a waiting, placed ticket in its lane: its
+-- rank among the lane's returners, or all of them and its rank in the
+-- lane's queue; never more than was shown before.
 local function ahead_of(t)
   if t.state ~= WAITING or t.qi < 0 then return nil end
-  local rank = redis.call('ZRANK', K('back'), S(t.id))
+  local back = LK('back', t.lane)
+  local rank = redis.call('ZRANK', back, S(t.id))
   if not rank then
-    rank = redis.call('ZRANK', K('q'), S(t.id))
+    rank = redis.call('ZRANK', LK('q', t.lane), S(t.id))
     if not rank then return nil end
-    rank = rank + redis.call('ZCARD', K('back'))
+    rank = rank + redis.call('ZCARD', back)
   end
   if rank < t.shown then
     t.shown = rank
@@ -145,9 +201,10 @@ end
 local function come_back(t)
   t.state = WAITING
   t.dirty = true
-  redis.call('ZREM', K('away'), S(t.id))
-  redis.call('ZADD', K('back'), t.qi, S(t.id))
+  redis.call('ZREM', LK('away', t.lane), S(t.id))
+  redis.call('ZADD', LK('back', t.lane), t.qi, S(t.id))
   incr('waiting', 1)
+  lane_incr('lw', t.lane, 1)
   incr('c_returns', 1)
   log_back(t)
 end
@@ -194,12 +251,15 @@ local function left_waiting(t, to, popped)
   local was = t.state
   t.state = to
   save_ticket(t)
-  redis.call('ZREM', K('q'), S(t.id))
+  redis.call('ZREM', LK('q', t.lane), S(t.id))
   redis.call('ZREM', K('seen'), S(t.id))
-  redis.call('ZREM', K('back'), S(t.id))
-  redis.call('ZREM', K('away'), S(t.id))
+  redis.call('ZREM', LK('back', t.lane), S(t.id))
+  redis.call('ZREM', LK('away', t.lane), S(t.id))
   -- An away ticket was counted out of the line when it was skipped.
-  if was == WAITING then incr('waiting', -1) end
+  if was == WAITING then
+    incr('waiting', -1)
+    lane_incr('lw', t.lane, -1)
+  end
   incr(ENDED_COUNTER[to], 1)
   if popped then log_pop(t, 'gone') else log_dep(t) end
 end
@@ -227,16 +287,24 @@ local function take_slot()
   return true
 end
 
--- Whether anyone may be at the head: in the queue, or back from away.
-local function queued()
-  return redis.call('ZCARD', K('q')) + redis.call('ZCARD', K('back')) > 0
+-- Whether anyone may be at a lane's head: in its queue, or back from away.
+local function queued_in(lane)
+  return redis.call('ZCARD', LK('q', lane)) + redis.call('ZCARD', LK('back', lane)) > 0
 end
 
--- The next ticket at the head: a returner first (lowest number), else the
--- queue's head.
-local function claim_head()
-  local head = redis.call('ZPOPMIN', K('back'))
-  if #head == 0 then head = redis.call('ZPOPMIN', K('q')) end
+-- Whether anyone may be at the head of any lane.
+local function queued()
+  for l = 0, LANES - 1 do
+    if queued_in(l) then return true end
+  end
+  return false
+end
+
+-- The next ticket at a lane's head: a returner first (lowest number), else
+-- the queue's head.
+local function claim_head(lane)
+  local head = redis.call('ZPOPMIN', LK('back', lane))
+  if #head == 0 then head = redis.call('ZPOPMIN', LK('q', lane)) end
   return head[1]
 end
 
@@ -246,20 +314,21 @@ end
 local function skip(t)
   t.state = AWAY
   save_ticket(t)
-  redis.call('ZADD', K('away'), t.qi, S(t.id))
+  redis.call('ZADD', LK('away', t.lane), t.qi, S(t.id))
   incr('waiting', -1)
+  lane_incr('lw', t.lane, -1)
   incr('c_skips', 1)
   log_pop(t, 'away')
 end
 
--- Claims the head of the queue and admits it. Met on the way, tickets last
--- seen before `quiet_before` are abandoned and those last seen before
+-- Claims the head of a lane's queue and admits it. Met on the way, tickets
+-- last seen before `quiet_before` are abandoned and those last seen before
 -- `away_before` are skipped (rules::PresenceTimeouts::at_head gives both
 -- cutoffs). Returns the admitted id or nil.
-local function pop_and_admit(quiet_before, away_before)
+local function pop_and_admit_in(lane, quiet_before, away_before)
   away_before = away_before or 0
   while true do
-    local sid = claim_head()
+    local sid = claim_head(lane)
     if not sid then return nil end
     local t = load_ticket(sid)
     if t and t.state == WAITING then
@@ -279,12 +348,36 @@ local function pop_and_admit(quiet_before, away_before)
         local admitted = incr('admitted', 1)
         if admitted > n('peak') then set('peak', S(admitted)) end
         incr('waiting', -1)
+        lane_incr('la', t.lane, 1)
+        lane_incr('lw', t.lane, -1)
         incr('c_admissions', 1)
         record_wait(math.max(NOW - t.joined, 0))
         log_pop(t, 'adm')
         return t.id
       end
     end
+  end
+end
+
+-- Admits the next ticket on a free permit: from the lane the rule
+-- (rules::lanes, `lane_before`) gives it to among those with someone
+-- queued, and should that lane's head hold nobody admissible, from the
+-- next lane in the rule's order. Returns the admitted id or nil.
+local function pop_and_admit(quiet_before, away_before)
+  if LANES == 1 then return pop_and_admit_in(0, quiet_before, away_before) end
+  local tried = {}
+  while true do
+    local best = nil
+    for l = 0, LANES - 1 do
+      if not tried[l] and queued_in(l) and (best == nil
+          or lane_before(n('la' .. l), n('lane_w' .. l), n('la' .. best), n('lane_w' .. best))) then
+        best = l
+      end
+    end
+    if best == nil then return nil end
+    local id = pop_and_admit_in(best, quiet_before, away_before)
+    if id then return id end
+    tried[best] = true
   end
 end
 
@@ -337,9 +430,16 @@ local VIEW_FIELDS = {'capacity', 'waiting', 'admitted', 'hand', 'tray', 'debt', 
   'c_admissions', 'tick_ms', 'pass_idle_ms', 'arrival_grace_ms', 'chg'}
 
 local function view_fields()
-  load_meta(VIEW_FIELDS)
+  local fields = {unpack(VIEW_FIELDS)}
+  if LANED then
+    fields[#fields + 1] = 'lanes'
+    for l = 0, LANES - 1 do
+      for _, f in ipairs({'lane_n', 'lane_w', 'la', 'lw'}) do fields[#fields + 1] = f .. l end
+    end
+  end
+  load_meta(fields)
   local v = {}
-  for _, f in ipairs(VIEW_FIELDS) do v[f] = M[f] or nil end
+  for _, f in ipairs(fields) do v[f] = M[f] or nil end
   v.epoch = EPOCH
   return v
 end

@@ -4,8 +4,9 @@
 //!
 //! Redis does what must be atomic across instances, one Lua script per
 //! operation run by EVALSHA in one round trip (`scripts.rs`, `*.lua`):
-//! issuing a number (with the join limit's log), popping the head and
-//! moving a ticket's state, hand-off, revocation, the tick's admissions,
+//! issuing a number (with the join limit's log), popping the head (of the
+//! lane the lane rule gives the permit to, in a room with priority lanes)
+//! and moving a ticket's state, hand-off, revocation, the tick's admissions,
 //! operators' changes. Each script answers with named fields
 //! (`reply.rs`). Everything decided from what they answer is the engine's
 //! rules (`crate::engine::rules`): a ticket's status and estimate, the
@@ -16,7 +17,7 @@
 //! `worker.rs`). Every script that changes what streams show appends to
 //! the room's change log in the same step (`log.rs`); each instance follows
 //! it with one task per room (`follower.rs`) into its own replica of the
-//! room's view and position index (`replica.rs`), which its streams count
+//! room's view and each lane's position index (`replica.rs`), which its streams count
 //! their places from, and wakes the streams of the tickets it names
 //! (`pubsub.rs`'s hub). The status reads that remain (polls, a stream's
 //! ticket after its signal) go to Redis in batches (`batch.rs`).
@@ -385,6 +386,7 @@ impl RedisBackend {
                 (hex::encode(n.nonce), ttl.to_string())
             })
             .unwrap_or_default();
+        let lane = request.lane.to_string();
         let written = self.acks.before(&self.conn);
         let raw = self
             .run(
@@ -401,6 +403,7 @@ impl RedisBackend {
                     refuse,
                     &nonce,
                     &nonce_ttl,
+                    &lane,
                 ],
             )
             .await?;

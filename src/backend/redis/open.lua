@@ -8,28 +8,34 @@
 -- issued before opening has one below every ticket issued after. The drawn
 -- order is kept (`<epoch>:draw`, ids joined by commas) as the draw's
 -- public record.
--- Logged as one 'o' event: followers reload the line from a snapshot.
+-- In a room with lanes each ticket is placed in its own lane, the lanes
+-- taking their tickets in the same drawn order, each numbered from 0.
+-- Logged as one 'o' event per lane: followers reload the line from a
+-- snapshot.
 -- Returns {r = 'ok', view = {...}} | {r = 'already'} | {r = 'noroom'}
 if not room({'open'}) then return reply({r = 'noroom'}) end
 if M['open'] == '1' then return reply({r = 'already'}) end
 local drawn = tonumber(ARGV[4])
 local pre = redis.call('LRANGE', K('pre'), 0, -1)
-local placed, qi = {}, 0
+local placed, qi, total = {}, {}, 0
+for l = 0, LANES - 1 do qi[l] = 0 end
 local function place(sid)
   if placed[sid] then return end
   placed[sid] = true
   local t = load_ticket(sid)
   if not t then return end
-  t.qi = qi
-  qi = qi + 1
+  total = total + 1
+  t.qi = qi[t.lane]
+  qi[t.lane] = qi[t.lane] + 1
   if t.state == WAITING then
-    redis.call('ZADD', K('q'), t.qi, S(t.id))
-    t.init = redis.call('ZCARD', K('q')) - 1
+    local q = LK('q', t.lane)
+    redis.call('ZADD', q, t.qi, S(t.id))
+    t.init = redis.call('ZCARD', q) - 1
     t.shown = t.init
     redis.call('ZADD', K('seen'), t.seen, S(t.id))
   else
     -- Left before the opening: its slot counts as departed.
-    redis.call('SETBIT', K('dep'), t.qi, 1)
+    redis.call('SETBIT', LK('dep', t.lane), t.qi, 1)
   end
   save_ticket(t)
 end
@@ -44,9 +50,15 @@ redis.call('DEL', K('pre'))
 set('open', '1')
 -- Followers place the drawn tickets again from the published seed and
 -- this count (every ticket issued before the read was drawn; the rest went
--- in arrival order, so each one's queue index is its id).
+-- in arrival order, so without lanes each one's queue index is its id;
+-- with lanes a follower also reads each ticket's lane, `ln`, and needs to
+-- know where the pre-queue ended, `placed`).
 set('drawn', S(drawn))
-log_open(drawn, qi)
+set('placed', S(total))
+for l = 0, LANES - 1 do
+  if LANED then set('lq' .. l, S(qi[l])) end
+  log_open(l, drawn, qi[l])
+end
 if ARGV[3] == '1' then set('opens_at', S(NOW)) end
 changed()
 return reply({r = 'ok', view = view_fields()})

@@ -4,9 +4,9 @@
 -- ticket ids. In an open room a renewal writes only the `seen` scores
 -- (`ZADD XX GT`, a thousand at a time: no ticket record is read; the
 -- backend sends a few hundred ids a call, so no call holds Redis long), then
--- looks the same ids up in `away` and brings back those whose visitor
--- returned. Before opening the pre-queue has no scores: the records are
--- touched.
+-- looks the same ids up in `away` (each lane's) and brings back those whose
+-- visitor returned. Before opening the pre-queue has no scores: the records
+-- are touched.
 -- Returns {r = 'ok', away_grace_ms, back = n} | {r = 'noroom'}
 if not room({'open', 'away_grace_ms'}) then return reply({r = 'noroom'}) end
 local back = 0
@@ -31,14 +31,20 @@ if ARGV[3] == EPOCH and #ARGV >= 4 then
         ids[#ids + 1] = ARGV[i]
       end
       redis.call(unpack(zadd))
-      local away = redis.call('ZMSCORE', K('away'), unpack(ids))
-      for i, score in ipairs(away) do
-        if score then
-          local t = load_ticket(ids[i])
-          if t and t.state == AWAY then
-            touch(t)
-            save_ticket(t)
-            back = back + 1
+      for l = 0, LANES - 1 do
+        local away_l = LK('away', l)
+        -- Most lanes have nobody away most of the time.
+        if l == 0 or redis.call('EXISTS', away_l) == 1 then
+          local away = redis.call('ZMSCORE', away_l, unpack(ids))
+          for i, score in ipairs(away) do
+            if score then
+              local t = load_ticket(ids[i])
+              if t and t.state == AWAY then
+                touch(t)
+                save_ticket(t)
+                back = back + 1
+              end
+            end
           end
         end
       end

@@ -1,12 +1,17 @@
 //! This instance's replica of one incarnation of a room: the latest view
-//! and the main lane's position index, kept by the room's follower
+//! and each lane's position index, kept by the room's follower
 //! (`follower.rs`) from the change log, read by the streams as their feed.
 //!
-//! It starts from a snapshot ([`Line`]: the head, the departed bitmap, the
-//! back set, the view) and applies the log's events after it, so that the
-//! count ahead of any queue slot here equals the rank Redis would give.
-//! A reload (after a gap, or at the opening) builds a new index and swaps
-//! it in whole, so a stream never counts from a half-built one.
+//! It starts from a snapshot ([`Line`]: each lane's head, departed bitmap
+//! and back set, the view) and applies the log's events after it, so that
+//! the count ahead of any queue slot of any lane here equals the rank Redis
+//! would give. A reload (after a gap, or at the opening) builds new indices
+//! and swaps them in whole, so a stream never counts from a half-built one.
+//!
+//! In a room with lanes a ticket's id no longer tells its queue index (each
+//! lane numbers its own tickets), so the replica also keeps every ticket's
+//! lane and queue index ([`Places`]): from the snapshot's one byte per
+//! ticket and the draw, then from the log's join events.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -22,39 +27,20 @@ use crate::engine::rules::RoomFacts;
 use crate::engine::{Changes, LaneIndex, LotterySeed, RoomView};
 use crate::sync::{read, write};
 
-/// A snapshot of the line (`snapshot.lua`), less its departed bitmap.
+/// One lane's line in a snapshot, less its departed bitmap.
 #[derive(Clone, Debug, Deserialize)]
-pub struct Line {
-    pub epoch: String,
-    pub open: bool,
-    pub order: String,
-    pub seed: String,
-    pub drawn: u64,
-    pub view: String,
-    pub version: u64,
+pub struct LaneLine {
     pub head: u64,
     /// The queue index of the bitmap's first bit.
     pub from: u64,
     #[serde(deserialize_with = "list")]
     pub back: Vec<u64>,
-    /// The log entry the snapshot reflects, and its seq.
-    pub id: String,
-    pub seq: u64,
 }
 
-impl Line {
-    pub fn epoch(&self) -> Option<u64> {
-        self.epoch.parse().ok()
-    }
-
-    fn room_view(&self) -> RoomView {
-        let mut view: RoomView = serde_json::from_str(&self.view).unwrap_or_default();
-        view.version = self.version;
-        view
-    }
-
-    /// The index this line describes, with `bits` the departed bitmap from
-    /// `from` on (Redis numbers a bitmap's bits from the top of each byte).
+impl LaneLine {
+    /// The index this lane's line describes, with `bits` the departed
+    /// bitmap from `from` on (Redis numbers a bitmap's bits from the top of
+    /// each byte).
     fn index(&self, bits: &[u8]) -> LaneIndex {
         let head = u32::try_from(self.head).unwrap_or(u32::MAX);
         let from = self.from;
@@ -73,6 +59,53 @@ impl Line {
             .collect();
         LaneIndex::restored(head, departed, &back)
     }
+}
+
+/// A snapshot of the line (`snapshot.lua`), less its bitmaps.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Line {
+    pub epoch: String,
+    pub open: bool,
+    pub order: String,
+    pub seed: String,
+    pub drawn: u64,
+    /// How many tickets the opening placed (every one issued before it).
+    #[serde(default)]
+    pub placed: u64,
+    pub view: String,
+    pub version: u64,
+    /// Lane by lane; one for a room without lanes.
+    pub lanes: Vec<LaneLine>,
+    /// The log entry the snapshot reflects, and its seq.
+    pub id: String,
+    pub seq: u64,
+}
+
+impl Line {
+    pub fn epoch(&self) -> Option<u64> {
+        self.epoch.parse().ok()
+    }
+
+    fn room_view(&self) -> RoomView {
+        let mut view: RoomView = serde_json::from_str(&self.view).unwrap_or_default();
+        view.version = self.version;
+        view
+    }
+
+    /// Each lane's index, from its departed bitmap; a lane whose bitmap is
+    /// missing counts none departed.
+    fn indices(&self, bitmaps: &[Vec<u8>]) -> Arc<[LaneIndex]> {
+        let mut lanes: Vec<LaneIndex> = self
+            .lanes
+            .iter()
+            .enumerate()
+            .map(|(l, lane)| lane.index(bitmaps.get(l).map_or(&[][..], Vec::as_slice)))
+            .collect();
+        if lanes.is_empty() {
+            lanes.push(LaneIndex::new());
+        }
+        lanes.into()
+    }
 
     /// Each drawn ticket's queue index, by ticket id: the tickets issued
     /// before the opening are ids `0..drawn`, placed in the order the
@@ -90,13 +123,79 @@ impl Line {
         }
         Some(qi_of.into())
     }
+
+    /// Where each ticket of an open room with lanes stands, from `lanes`
+    /// (each ticket's lane, one byte per id) and `drawn` (as [`Self::draw`]
+    /// gives it): the opening placed the pre-queue lane by lane in drawn
+    /// order, then each join took the next index of its lane. `None` for a
+    /// room with one line, where a ticket's id tells its place.
+    fn places(&self, lanes: &[u8], drawn: Option<&[u32]>) -> Option<Places> {
+        if self.lanes.len() <= 1 || !self.open {
+            return None;
+        }
+        let placed = usize::try_from(self.placed).ok()?.min(lanes.len());
+        let mut order: Vec<u32> = (0..placed as u32).collect();
+        if let Some(drawn) = drawn {
+            for (id, &qi) in drawn.iter().enumerate() {
+                if let Some(slot) = order.get_mut(qi as usize) {
+                    *slot = id as u32;
+                }
+            }
+        }
+        let ids = order
+            .into_iter()
+            .chain(placed as u32..u32::try_from(lanes.len()).ok()?);
+        let mut places = Places {
+            lane: lanes.to_vec(),
+            qi: vec![Places::UNKNOWN; lanes.len()],
+        };
+        let mut next = vec![0u32; self.lanes.len()];
+        for id in ids {
+            let lane = usize::from(lanes[id as usize]);
+            if let Some(n) = next.get_mut(lane) {
+                places.qi[id as usize] = *n;
+                *n += 1;
+            }
+        }
+        Some(places)
+    }
+}
+
+/// Every ticket's lane and queue index in a room with lanes, by ticket id.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Places {
+    lane: Vec<u8>,
+    qi: Vec<u32>,
+}
+
+impl Places {
+    /// The queue index of a ticket not placed.
+    const UNKNOWN: u32 = u32::MAX;
+
+    fn joined(&mut self, id: u64, lane: u8, qi: u32) {
+        let Ok(i) = usize::try_from(id) else { return };
+        if i >= self.lane.len() {
+            self.lane.resize(i + 1, 0);
+            self.qi.resize(i + 1, Self::UNKNOWN);
+        }
+        self.lane[i] = lane;
+        self.qi[i] = qi;
+    }
+
+    fn of(&self, id: u64) -> Option<(u8, u32)> {
+        let i = usize::try_from(id).ok()?;
+        let qi = *self.qi.get(i)?;
+        (qi != Self::UNKNOWN).then(|| (self.lane[i], qi))
+    }
 }
 
 pub struct Replica {
     pub epoch: u64,
     view: RwLock<RoomView>,
-    lane: RwLock<Arc<LaneIndex>>,
+    lanes: RwLock<Arc<[LaneIndex]>>,
     drawn: RwLock<Option<Arc<[u32]>>>,
+    /// `None` for a room with one line.
+    places: RwLock<Option<Places>>,
     changes: Changes,
     retired: AtomicBool,
     stop: CancellationToken,
@@ -111,14 +210,18 @@ impl std::fmt::Debug for Replica {
 }
 
 impl Replica {
-    /// A replica from a snapshot, with its coalescer running until it is
-    /// retired.
-    pub fn start(epoch: u64, line: &Line, bits: &[u8]) -> Arc<Self> {
+    /// A replica from a snapshot (`lanes`: each ticket's lane, one byte
+    /// per id; `bitmaps`: each lane's departed bitmap), with its coalescer
+    /// running until it is retired.
+    pub fn start(epoch: u64, line: &Line, lanes: &[u8], bitmaps: &[Vec<u8>]) -> Arc<Self> {
+        let drawn = line.draw();
+        let places = line.places(lanes, drawn.as_deref());
         let replica = Arc::new(Self {
             epoch,
             view: RwLock::new(line.room_view()),
-            lane: RwLock::new(Arc::new(line.index(bits))),
-            drawn: RwLock::new(line.draw()),
+            lanes: RwLock::new(line.indices(bitmaps)),
+            drawn: RwLock::new(drawn),
+            places: RwLock::new(places),
             changes: Changes::new(),
             retired: AtomicBool::new(false),
             stop: CancellationToken::new(),
@@ -135,27 +238,44 @@ impl Replica {
 
     /// Start again from a newer snapshot of the same incarnation; streams
     /// look again at once.
-    pub fn reload(&self, line: &Line, bits: &[u8]) {
-        *write(&self.lane) = Arc::new(line.index(bits));
+    pub fn reload(&self, line: &Line, lanes: &[u8], bitmaps: &[Vec<u8>]) {
+        *write(&self.lanes) = line.indices(bitmaps);
         let keep = read(&self.drawn).is_some();
         if !keep {
             *write(&self.drawn) = line.draw();
         }
+        let drawn = read(&self.drawn).clone();
+        *write(&self.places) = line.places(lanes, drawn.as_deref());
         self.set_view(line.room_view());
         self.changes.bump();
     }
 
     /// Apply one event; `true` when positions moved.
     pub fn apply(&self, event: &Event) -> bool {
-        let lane = read(&self.lane).clone();
+        let lanes = read(&self.lanes).clone();
+        let index = |lane: u8| lanes.get(usize::from(lane));
         match *event {
-            Event::Pop { lane: 0, qi, .. } => lane.popped(qi),
+            Event::Pop { lane, qi, .. } => match index(lane) {
+                Some(index) => index.popped(qi),
+                None => return false,
+            },
             Event::Dep {
-                lane: 0,
-                qi: Some(qi),
-                ..
-            } => lane.departed(qi),
-            Event::Back { lane: 0, qi, .. } => lane.go_back(qi),
+                lane, qi: Some(qi), ..
+            } => match index(lane) {
+                Some(index) => index.departed(qi),
+                None => return false,
+            },
+            Event::Back { lane, qi, .. } => match index(lane) {
+                Some(index) => index.go_back(qi),
+                None => return false,
+            },
+            Event::Join { lane, qi, id } => {
+                // A join at the end of its lane moves nobody.
+                if let Some(places) = write(&self.places).as_mut() {
+                    places.joined(id, lane, qi);
+                }
+                return false;
+            }
             _ => return false,
         }
         true
@@ -206,15 +326,21 @@ impl RoomFeed for Replica {
     }
 
     fn ahead(&self, lane: u8, qi: u64) -> Option<u64> {
-        if lane != 0 {
-            return None;
-        }
-        read(&self.lane).ahead(u32::try_from(qi).ok()?)
+        let lanes = read(&self.lanes).clone();
+        lanes.get(usize::from(lane))?.ahead(u32::try_from(qi).ok()?)
     }
 
     fn placement(&self, ticket: u64) -> Option<Placement> {
         if !read(&self.view).open {
             return None;
+        }
+        if let Some(places) = read(&self.places).as_ref() {
+            let (lane, qi) = places.of(ticket)?;
+            let qi = u64::from(qi);
+            return Some(Placement {
+                qi,
+                initial_ahead: self.ahead(lane, qi).unwrap_or(0),
+            });
         }
         let qi = match read(&self.drawn).as_deref() {
             Some(drawn) if ticket < drawn.len() as u64 => u64::from(drawn[ticket as usize]),
@@ -238,11 +364,14 @@ mod tests {
             order: "fifo".into(),
             seed: String::new(),
             drawn: 0,
+            placed: 0,
             view: String::new(),
             version: 3,
-            head,
-            from,
-            back: vec![2],
+            lanes: vec![LaneLine {
+                head,
+                from,
+                back: vec![2],
+            }],
             id: "0-0".into(),
             seq: 0,
         }
@@ -252,7 +381,7 @@ mod tests {
     fn the_bitmap_reads_top_bit_first() {
         // Head 10, bitmap from 8: slots 8 (below the head) and 11, 17 departed.
         let bits = [0b1001_0000, 0b0100_0000];
-        let index = line(10, 8).index(&bits);
+        let index = line(10, 8).lanes[0].index(&bits);
         assert_eq!(index.head(), 10);
         // One returner (2) ahead of everyone; 11 departed.
         assert_eq!(index.ahead(10), Some(1));
@@ -277,5 +406,39 @@ mod tests {
             assert_eq!(qi_of[*id as usize] as usize, qi);
         }
         assert!(line(0, 0).draw().is_none());
+    }
+
+    #[test]
+    fn lanes_number_their_own_tickets_in_drawn_order() {
+        let seed = LotterySeed([3; 32]);
+        // Tickets 0..6 drawn, 6 joined the pre-queue after the draw was
+        // read, 7 and 8 joined the open room.
+        let lanes = [0u8, 1, 1, 0, 1, 0, 1, 1, 0];
+        let l = Line {
+            order: "lottery".into(),
+            seed: seed.to_hex(),
+            drawn: 6,
+            placed: 7,
+            lanes: vec![line(0, 0).lanes[0].clone(), line(0, 0).lanes[0].clone()],
+            ..line(0, 0)
+        };
+        let drawn = l.draw();
+        let mut places = l.places(&lanes, drawn.as_deref()).unwrap();
+        let mut next = [0u32; 2];
+        let order = seed.draw(&(0..6).collect::<Vec<_>>());
+        for id in order.into_iter().chain(6..9) {
+            let lane = lanes[id as usize];
+            assert_eq!(
+                places.of(u64::from(id)),
+                Some((lane, next[usize::from(lane)]))
+            );
+            next[usize::from(lane)] += 1;
+        }
+        assert_eq!(next, [4, 5]);
+        assert_eq!(places.of(9), None);
+        places.joined(9, 1, 6);
+        assert_eq!(places.of(9), Some((1, 6)));
+        // One line: a ticket's id tells its place.
+        assert!(line(0, 0).places(&lanes, None).is_none());
     }
 }

@@ -12,7 +12,7 @@ use crate::backend::BackendError;
 use crate::engine::rules::{
     self, AdmissionRate, Mode, PassTimeouts, PresenceTimeouts, TicketFacts,
 };
-use crate::engine::{RoomSettings, RoomView, TicketState};
+use crate::engine::{LaneView, RoomSettings, RoomView, TicketState};
 
 fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -308,6 +308,22 @@ impl ViewFields {
         }
     }
 
+    /// Each lane's name, weight and counts; none for a room without lanes.
+    fn lanes(&self) -> Vec<LaneView> {
+        (0..self.num("lanes"))
+            .map(|l| LaneView {
+                name: self
+                    .0
+                    .get(&format!("lane_n{l}"))
+                    .cloned()
+                    .unwrap_or_default(),
+                weight: u32::try_from(self.num(&format!("lane_w{l}"))).unwrap_or(u32::MAX),
+                waiting: self.num(&format!("lw{l}")),
+                admitted: self.num(&format!("la{l}")),
+            })
+            .collect()
+    }
+
     /// The room view these fields describe (version and time left for the
     /// publisher).
     pub fn view(&self) -> RoomView {
@@ -336,7 +352,7 @@ impl ViewFields {
             rate: self.rate(),
             admissions_total: self.num("c_admissions"),
             tick_ms: self.num("tick_ms"),
-            lanes: Vec::new(),
+            lanes: self.lanes(),
             timeouts: PassTimeouts {
                 pass_idle_ms: self.num("pass_idle_ms"),
                 arrival_grace_ms: self.num("arrival_grace_ms"),

@@ -21,7 +21,7 @@ use crate::access::AccessSettings;
 use crate::backend::BackendError;
 use crate::engine::rules::{AdmissionRate, AdmitCap, Mode, StockTaken, Visible};
 use crate::engine::{
-    LotterySeed, Order, Patch, PermitLedger, RoomId, RoomPatch, RoomSettings, RoomStats,
+    LaneSpec, LotterySeed, Order, Patch, PermitLedger, RoomId, RoomPatch, RoomSettings, RoomStats,
     WAIT_BUCKETS_MS, WaitSnapshot,
 };
 
@@ -115,6 +115,12 @@ impl RedisBackend {
             "seed": if lottery { seed.to_hex() } else { String::new() },
             "commitment": if lottery { seed.commitment() } else { String::new() },
             "templates_dir": settings.templates_dir.clone().unwrap_or_default(),
+            "lanes": settings
+                .lanes
+                .iter()
+                .map(|l| json!({"name": l.name, "weight": l.weight}))
+                .collect::<Vec<_>>(),
+            "lane_def": settings.lane_of(None).unwrap_or(0),
         });
         for (k, v) in cap_fields(settings.admit_per_minute) {
             fields[k] = v.into();
@@ -370,6 +376,17 @@ impl RedisBackend {
         settings.stock = f.0.get("stock").and_then(|v| v.parse().ok());
         *settings.access = AccessSettings::from_fields(|k| f.0.get(k).map(String::as_str));
         settings.templates_dir = f.0.get("templates_dir").filter(|d| !d.is_empty()).cloned();
+        settings.lanes = (0..num("lanes"))
+            .map(|l| LaneSpec {
+                name: f.0.get(&format!("lane_n{l}")).cloned().unwrap_or_default(),
+                weight: u32::try_from(num(&format!("lane_w{l}"))).unwrap_or(u32::MAX),
+            })
+            .collect();
+        settings.default_lane =
+            f.0.get("lane_def")
+                .and_then(|d| d.parse::<u8>().ok())
+                .and_then(|d| settings.lane_name(d))
+                .map(str::to_owned);
         let mut view = f.view();
         view.version = num("view_version");
         let mut waits = WaitSnapshot::default();

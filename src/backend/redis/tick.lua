@@ -39,6 +39,7 @@ for _, stalled in ipairs({{'adm', ARGV[4]}, {'pas', ARGV[5]}}) do
       t.state = EXPIRED
       save_ticket(t)
       incr('admitted', -1)
+      lane_incr('la', t.lane, -1)
       incr(ENDED_COUNTER[EXPIRED], 1)
       incr('hand', 1)
       expired[#expired + 1] = t.id
