@@ -245,8 +245,13 @@ impl RedisCluster {
         );
         let cluster = Self { nodes, masters };
         let deadline = Instant::now() + Duration::from_secs(30);
+        let total = cluster.nodes.len();
         for n in &cluster.nodes {
-            while !cluster_ok(n.port).await {
+            // `cluster_state:ok` alone can come before a node has met
+            // every other one (gossip takes a moment on a busy machine),
+            // and a client that asks it then is sent to a node not yet
+            // known: wait for the whole picture on every node.
+            while !cluster_formed(n.port, total).await {
                 assert!(Instant::now() < deadline, "the cluster did not form");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -330,6 +335,14 @@ impl RedisCluster {
             }
         }
     }
+}
+
+async fn cluster_formed(port: u16, nodes: usize) -> bool {
+    info(port, &["CLUSTER", "INFO"]).await.is_some_and(|i| {
+        i.contains("cluster_state:ok")
+            && i.contains("cluster_slots_ok:16384")
+            && i.contains(&format!("cluster_known_nodes:{nodes}\r"))
+    })
 }
 
 async fn cluster_ok(port: u16) -> bool {

@@ -33,6 +33,9 @@ pub struct Visible<'a> {
     tick_ms: u64,
     pass_idle_ms: u64,
     arrival_grace_ms: u64,
+    /// Which lanes have someone waiting (bit i for lane i): a lane filling
+    /// or emptying changes every other lane's share, so their waits.
+    busy_lanes: u32,
 }
 
 impl<'a> Visible<'a> {
@@ -58,6 +61,14 @@ impl<'a> Visible<'a> {
             tick_ms: v.tick_ms,
             pass_idle_ms: v.timeouts.pass_idle_ms,
             arrival_grace_ms: v.timeouts.arrival_grace_ms,
+            busy_lanes: v
+                .lanes
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.waiting > 0)
+                .fold(0, |bits, (i, _)| {
+                    bits | 1u32.checked_shl(i as u32).unwrap_or(0)
+                }),
         }
     }
 
@@ -113,6 +124,24 @@ mod tests {
             Visible::of(&longer).signature()
         );
         assert!(!worth_publishing(&at_rate(0.001), &at_rate(0.0001)));
+        // A lane emptying while another fills, the room's length the same.
+        let lane = |name: &str, waiting| crate::engine::LaneView {
+            name: name.into(),
+            weight: 1,
+            waiting,
+            admitted: 0,
+        };
+        let members_wait = RoomView {
+            waiting: 1,
+            lanes: vec![lane("members", 1), lane("general", 0)],
+            ..base.clone()
+        };
+        let general_waits = RoomView {
+            waiting: 1,
+            lanes: vec![lane("members", 0), lane("general", 1)],
+            ..base.clone()
+        };
+        assert!(worth_publishing(&members_wait, &general_waits));
         assert!(
             worth_publishing(&RoomView::default(), &at_rate(0.0)),
             "primed"
