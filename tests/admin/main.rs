@@ -373,6 +373,14 @@ async fn patch_changes_a_running_room() {
             json!({"opens_at": "2030-01-01T00:00:00Z"}),
             "opens_at: cannot be changed",
         ),
+        (
+            json!({"lanes": [{"name": "members", "weight": 1}]}),
+            "lanes: cannot be changed on a running room (PUT the room",
+        ),
+        (
+            json!({"default_lane": "members"}),
+            "default_lane: cannot be changed",
+        ),
         (json!({"capacty": 3}), "capacty: unknown field"),
     ] {
         let (status, err) =

@@ -43,8 +43,9 @@ pub const PATCHABLE: [&str; 22] = [
     "templates_dir",
 ];
 
-/// Keys of a room that a running room cannot change.
-pub const FIXED: [&str; 3] = ["id", "order", "opens_at"];
+/// Keys of a room that a running room cannot change (its lanes: nobody's
+/// place changes under them).
+pub const FIXED: [&str; 5] = ["id", "order", "opens_at", "lanes", "default_lane"];
 
 /// Each key left out keeps its value; `null` clears the optional ones
 /// (`admit_per_minute`, the enqueue keys) and is refused for the others.
