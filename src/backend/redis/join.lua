@@ -94,9 +94,6 @@ local ahead = waiting
 if LANED then
   ahead = n('lw' .. lane)
   incr('lw' .. lane, 1)
-  -- Followers place tickets by this (a room with lanes numbers each lane
-  -- on its own, so a ticket's id no longer tells its queue index).
-  redis.call('SETRANGE', K('ln'), id, string.char(lane))
 end
 if M['open'] == '1' then
   -- Every ticket issued before opening was placed at the opening, so in an
@@ -109,9 +106,13 @@ if M['open'] == '1' then
   t.shown = ahead
   redis.call('ZADD', LK('q', lane), t.qi, S(id))
   redis.call('ZADD', K('seen'), NOW, S(id))
-  if LANED then log_join(t) end
 else
   redis.call('RPUSH', K('pre'), S(id))
+  -- Followers place the pre-queue at the opening by this: in a room with
+  -- lanes each lane numbers its own line, so a drawn ticket's id no longer
+  -- tells its queue index. (A ticket joining an open room learns its index
+  -- from its own read.)
+  if LANED then redis.call('SETRANGE', K('ln'), id, string.char(lane)) end
 end
 save_ticket(t)
 if identity ~= '' then redis.call('HSET', K('ids'), identity, S(id)) end

@@ -77,8 +77,6 @@ local LANES, LANED = 1, false
 --   {'b', lane, qi, id}         a skipped ticket came back
 --   {'e', lane, qi, id, state}  a ticket out of the line ended
 --   {'o', lane, drawn, placed}  the opening placed the pre-queue (one per lane)
---   {'j', lane, qi, id}         a ticket joined an open room with lanes (a
---                               follower cannot tell its queue index from its id)
 local LOG = P .. 'log'
 local EVENTS = {}
 local function log_event(ev) EVENTS[#EVENTS + 1] = ev end
@@ -86,7 +84,6 @@ local function log_pop(t, outcome) log_event({'p', t.lane, t.qi, t.id, outcome})
 local function log_back(t) log_event({'b', t.lane, t.qi, t.id}) end
 local function log_end(t) log_event({'e', t.lane, t.qi, t.id, t.state}) end
 local function log_open(lane, drawn, placed) log_event({'o', lane, drawn, placed}) end
-local function log_join(t) log_event({'j', t.lane, t.qi, t.id}) end
 
 -- A departure also sets the slot's bit in the lane's departed bitmap, so a
 -- follower that starts late reads the line in one GETRANGE.

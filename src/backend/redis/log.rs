@@ -43,9 +43,6 @@ pub enum Event {
     },
     /// A skipped ticket came back.
     Back { lane: u8, qi: u32, id: u64 },
-    /// A ticket joined an open room with lanes: where it stands, which in
-    /// such a room its id does not tell.
-    Join { lane: u8, qi: u32, id: u64 },
     /// A ticket out of the line ended (an admitted one released, expired…).
     End { id: u64, state: Option<TicketState> },
     /// The opening placed the pre-queue.
@@ -53,13 +50,12 @@ pub enum Event {
 }
 
 impl Event {
-    /// The ticket this event is news to, if any (a join is news to
-    /// nobody: its holder has just been told).
+    /// The ticket this event is news to, if any.
     pub fn ticket(&self) -> Option<u64> {
         match self {
             Self::Pop { id, .. } | Self::Dep { id, .. } | Self::Back { id, .. } => Some(*id),
             Self::End { id, .. } => Some(*id),
-            Self::Join { .. } | Self::Open => None,
+            Self::Open => None,
         }
     }
 
@@ -92,11 +88,6 @@ impl Event {
                 state: state(),
             },
             "b" => Self::Back {
-                lane,
-                qi: qi()?,
-                id: id()?,
-            },
-            "j" => Self::Join {
                 lane,
                 qi: qi()?,
                 id: id()?,
@@ -183,7 +174,7 @@ mod tests {
             ("s", "12"),
             (
                 "e",
-                r#"[["p",0,5,5,"adm"],["d",0,-1,9,5],["d",0,7,7,6],["b",0,2,2],["e",0,4,4,3],["o",0,10,12],["j",1,3,14]]"#,
+                r#"[["p",0,5,5,"adm"],["d",0,-1,9,5],["d",0,7,7,6],["b",0,2,2],["e",0,4,4,3],["o",0,10,12]]"#,
             ),
         ]))
         .unwrap();
@@ -191,7 +182,7 @@ mod tests {
         let Change::Events(events) = e.change else {
             panic!("{e:?}")
         };
-        assert_eq!(events.len(), 7);
+        assert_eq!(events.len(), 6);
         assert_eq!(
             events[0],
             Event::Pop {
@@ -213,15 +204,6 @@ mod tests {
         assert_eq!(events[3].ticket(), Some(2));
         assert!(matches!(events[4], Event::End { id: 4, .. }));
         assert_eq!(events[5], Event::Open);
-        assert_eq!(
-            events[6],
-            Event::Join {
-                lane: 1,
-                qi: 3,
-                id: 14
-            }
-        );
-        assert_eq!(events[6].ticket(), None);
         let view = serde_json::to_string(&RoomView {
             waiting: 3,
             ..RoomView::default()

@@ -124,11 +124,12 @@ impl Line {
         Some(qi_of.into())
     }
 
-    /// Where each ticket of an open room with lanes stands, from `lanes`
-    /// (each ticket's lane, one byte per id) and `drawn` (as [`Self::draw`]
-    /// gives it): the opening placed the pre-queue lane by lane in drawn
-    /// order, then each join took the next index of its lane. `None` for a
-    /// room with one line, where a ticket's id tells its place.
+    /// Where each pre-queue ticket of an open room with lanes stands, from
+    /// `lanes` (each pre-queue ticket's lane, one byte per id) and `drawn`
+    /// (as [`Self::draw`] gives it): the opening placed the pre-queue lane
+    /// by lane in drawn order. A ticket that joined later is not placed
+    /// here: its own read gives its index. `None` for a room with one line,
+    /// where a ticket's id tells its place.
     fn places(&self, lanes: &[u8], drawn: Option<&[u32]>) -> Option<Places> {
         if self.lanes.len() <= 1 || !self.open {
             return None;
@@ -171,16 +172,6 @@ struct Places {
 impl Places {
     /// The queue index of a ticket not placed.
     const UNKNOWN: u32 = u32::MAX;
-
-    fn joined(&mut self, id: u64, lane: u8, qi: u32) {
-        let Ok(i) = usize::try_from(id) else { return };
-        if i >= self.lane.len() {
-            self.lane.resize(i + 1, 0);
-            self.qi.resize(i + 1, Self::UNKNOWN);
-        }
-        self.lane[i] = lane;
-        self.qi[i] = qi;
-    }
 
     fn of(&self, id: u64) -> Option<(u8, u32)> {
         let i = usize::try_from(id).ok()?;
@@ -269,13 +260,6 @@ impl Replica {
                 Some(index) => index.go_back(qi),
                 None => return false,
             },
-            Event::Join { lane, qi, id } => {
-                // A join at the end of its lane moves nobody.
-                if let Some(places) = write(&self.places).as_mut() {
-                    places.joined(id, lane, qi);
-                }
-                return false;
-            }
             _ => return false,
         }
         true
@@ -412,8 +396,9 @@ mod tests {
     fn lanes_number_their_own_tickets_in_drawn_order() {
         let seed = LotterySeed([3; 32]);
         // Tickets 0..6 drawn, 6 joined the pre-queue after the draw was
-        // read, 7 and 8 joined the open room.
-        let lanes = [0u8, 1, 1, 0, 1, 0, 1, 1, 0];
+        // read; the pre-queue's lanes are stored, later joins' are not
+        // (their own read gives their place).
+        let lanes = [0u8, 1, 1, 0, 1, 0, 1];
         let l = Line {
             order: "lottery".into(),
             seed: seed.to_hex(),
@@ -423,10 +408,10 @@ mod tests {
             ..line(0, 0)
         };
         let drawn = l.draw();
-        let mut places = l.places(&lanes, drawn.as_deref()).unwrap();
+        let places = l.places(&lanes, drawn.as_deref()).unwrap();
         let mut next = [0u32; 2];
         let order = seed.draw(&(0..6).collect::<Vec<_>>());
-        for id in order.into_iter().chain(6..9) {
+        for id in order.into_iter().chain(6..7) {
             let lane = lanes[id as usize];
             assert_eq!(
                 places.of(u64::from(id)),
@@ -434,10 +419,8 @@ mod tests {
             );
             next[usize::from(lane)] += 1;
         }
-        assert_eq!(next, [4, 5]);
-        assert_eq!(places.of(9), None);
-        places.joined(9, 1, 6);
-        assert_eq!(places.of(9), Some((1, 6)));
+        assert_eq!(next, [3, 4]);
+        assert_eq!(places.of(7), None);
         // One line: a ticket's id tells its place.
         assert!(line(0, 0).places(&lanes, None).is_none());
     }
