@@ -18,8 +18,8 @@
 --   away  sorted set: tickets skipped at the head while away, by queue index
 --   adm   sorted set: admitted tickets not yet arrived, by admission time
 --   pas   sorted set: admitted tickets that arrived, by their last activity
---   ln    string: each ticket's lane, one byte per ticket id (rooms with
---         lanes only: what a follower places a ticket by)
+--   ln    string: each pre-queue ticket's lane, one byte per ticket id
+--         (rooms with lanes only: what a follower places the opening by)
 -- A room with priority lanes keeps one line per lane: lane 0 in the keys
 -- above (`q`, `back`, `away`, `dep`), so a room without lanes and data
 -- stored before lanes existed read the same, and lane l >= 1 in the same
