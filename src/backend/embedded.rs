@@ -536,6 +536,12 @@ impl Backend for EmbeddedBackend {
         if room.is_closed() {
             return Err(BackendError::Closed(id.clone()));
         }
+        // Sold out comes before the access rules and the join limit, as in
+        // the Redis script: nobody gets in, so nobody need be told to slow
+        // down or to solve a challenge first.
+        if room.mode().closes() {
+            return Err(BackendError::SoldOut(id.clone()));
+        }
         let known = request.identity.and_then(|i| room.ticket_of(i));
         if known.is_none() && request.refuse_new {
             return Err(BackendError::AccessDenied);

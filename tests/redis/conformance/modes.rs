@@ -138,7 +138,9 @@ async fn maintenance_admits_nobody_and_the_status_says_why(kind: Kind) {
 }
 
 async fn sold_out_closes_the_room_and_can_be_lifted(kind: Kind) {
-    let h = Harness::new(kind, vec![room("r", 1)]).await;
+    let mut s = room("r", 1);
+    s.join_limit_per_minute = 2;
+    let h = Harness::new(kind, vec![s]).await;
     let b = &h.backend;
     let a = join(b, "r").await;
     let c = join(b, "r").await;
@@ -156,6 +158,29 @@ async fn sold_out_closes_the_room_and_can_be_lifted(kind: Kind) {
         b.join(&rid("r"), JoinRequest::anonymous()).await,
         Err(BackendError::SoldOut(_))
     ));
+    // An address past its join limit is told the room is sold out, not to
+    // come back in a minute; so is a join that lacks its proof of work.
+    let from = |refuse_new| JoinRequest {
+        client: Some("192.0.2.7".parse().unwrap()),
+        refuse_new,
+        ..JoinRequest::default()
+    };
+    set_mode(b, Mode::Queue).await;
+    for _ in 0..2 {
+        let t = b.join(&rid("r"), from(false)).await.unwrap().ticket;
+        b.leave(&rid("r"), t).await.unwrap();
+    }
+    assert!(matches!(
+        b.join(&rid("r"), from(false)).await,
+        Err(BackendError::JoinLimited { .. })
+    ));
+    set_mode(b, Mode::SoldOut).await;
+    for refuse_new in [false, true] {
+        assert!(matches!(
+            b.join(&rid("r"), from(refuse_new)).await,
+            Err(BackendError::SoldOut(_))
+        ));
+    }
     // A finisher still gives the permit back; nobody is admitted.
     assert_eq!(
         b.release(&rid("r"), a).await.unwrap(),
