@@ -598,7 +598,7 @@ impl Room {
             .lines
             .iter()
             .map(|line| LaneLoad {
-                weight: line.weight,
+                weight: line.weight.load(Ordering::Acquire),
                 admitted: line.admitted.load(Ordering::Acquire),
                 waiting: line.has_queued(),
             })
@@ -1052,6 +1052,11 @@ impl Room {
             if let Some(mode) = patch.mode {
                 self.hot.mode.store(mode.code(), Ordering::Release);
             }
+            for &(lane, weight) in &patch.lane_weights {
+                if let Some(line) = self.lines.get(usize::from(lane)) {
+                    line.weight.store(weight, Ordering::Release);
+                }
+            }
             self.hot.store_timeouts(&s);
             if patch.open_now && !self.hot.open.load(Ordering::Acquire) {
                 s.opens_at = Some(now);
@@ -1211,7 +1216,8 @@ impl Room {
 pub(crate) struct Line {
     pub(crate) queue: boxcar::Vec<TicketId>,
     pub(crate) index: LaneIndex,
-    weight: u32,
+    /// An operator may change it on a running room.
+    weight: AtomicU32,
     pub(crate) admitted: AtomicU64,
     pub(crate) waiting: AtomicU64,
 }
@@ -1221,7 +1227,7 @@ impl Line {
         Self {
             queue: boxcar::Vec::new(),
             index: LaneIndex::new(),
-            weight,
+            weight: AtomicU32::new(weight),
             admitted: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
         }

@@ -286,6 +286,9 @@ pub struct RoomPatch {
     pub access: AccessPatch,
     /// `Null` goes back to the instance's pages.
     pub templates_dir: Patch<String>,
+    /// New weights of some of the room's lanes, by lane index (already
+    /// checked against the room's lanes).
+    pub lane_weights: Vec<(u8, u32)>,
 }
 
 impl RoomPatch {
@@ -334,6 +337,11 @@ impl RoomPatch {
             Patch::Absent => {}
             Patch::Null => s.templates_dir = None,
             Patch::Value(v) => s.templates_dir = Some(v.clone()),
+        }
+        for &(lane, weight) in &self.lane_weights {
+            if let Some(l) = s.lanes.get_mut(usize::from(lane)) {
+                l.weight = weight;
+            }
         }
     }
 }

@@ -381,6 +381,10 @@ async fn patch_changes_a_running_room() {
             json!({"default_lane": "members"}),
             "default_lane: cannot be changed",
         ),
+        (
+            json!({"lane_weights": {"members": 5}}),
+            "lane_weights: the room has no lanes",
+        ),
         (json!({"capacty": 3}), "capacty: unknown field"),
     ] {
         let (status, err) =

@@ -593,6 +593,52 @@ async fn a_members_lane_gets_its_share_and_says_so_everywhere() {
     ] {
         assert!(page.contains(line), "missing {line}");
     }
+
+    // The shares can be moved while the sale runs; the lanes themselves
+    // cannot.
+    let patch = |body: Value| {
+        app.client
+            .patch(app.url("/admin/rooms/presale"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+    };
+    for (body, field, words) in [
+        (
+            json!({"lane_weights": {"vip": 5}}),
+            "lane_weights.vip",
+            "no lane",
+        ),
+        (
+            json!({"lane_weights": {"members": 0}}),
+            "lane_weights.members",
+            "1 to 1000",
+        ),
+        (
+            json!({"lane_weights": null}),
+            "lane_weights",
+            "cannot be null",
+        ),
+        (json!({"lanes": []}), "lanes", "cannot be changed"),
+    ] {
+        let r = patch(body.clone()).await.unwrap();
+        assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        let err: Value = r.json().await.unwrap();
+        let message = err["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(field) && message.contains(words),
+            "{body}: {err}"
+        );
+    }
+    let r = patch(json!({"lane_weights": {"members": 70, "general": 30}}))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let room: Value = r.json().await.unwrap();
+    assert_eq!(
+        room["settings"]["lanes"],
+        json!([{"name": "members", "weight": 70}, {"name": "general", "weight": 30}])
+    );
     app.stop().await;
 }
 

@@ -212,6 +212,11 @@ impl RedisBackend {
             Patch::Null => put("templates_dir", String::new()),
             Patch::Value(v) => put("templates_dir", v.clone()),
         }
+        // The lane rule reads each lane's weight from the room at every
+        // pick, so the next permit already follows the new weights.
+        for &(lane, weight) in &patch.lane_weights {
+            put(&format!("lane_w{lane}"), weight.to_string());
+        }
         let fields = serde_json::Value::Object(fields).to_string();
         let raw = self
             .run(&self.scripts.patch, room, self.now(), &[&fields])

@@ -395,11 +395,14 @@ pub async fn patch_room(
         };
         return Err(invalid_field(key, message));
     }
-    let fields: patch::PatchBody = serde_path_to_error::deserialize(Value::Object(map))
+    let mut fields: patch::PatchBody = serde_path_to_error::deserialize(Value::Object(map))
         .map_err(|e| invalid_field(&e.path().to_string(), e.into_inner().to_string()))?;
+    let lane_weights = fields.take_lane_weights();
     let mut change = fields.into_patch().map_err(|e| invalid(&e))?;
     let before = state.backend.room(&id).await?;
     state.monitor.observe(&before);
+    change.lane_weights =
+        patch::lane_weights(lane_weights, &before.settings).map_err(|e| invalid(&e))?;
     patch::check_access(&mut change, &before.settings).map_err(|e| invalid(&e))?;
     patch::check_mode(&change, &before.settings).map_err(|e| invalid(&e))?;
     let pages = match &change.templates_dir {

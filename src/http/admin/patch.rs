@@ -18,7 +18,7 @@ use crate::engine::{Patch, RoomPatch, RoomSettings};
 
 /// The keys `PATCH` accepts: a room's running settings. `id`, `order` and
 /// `opens_at` shape a room's line and need a `PUT`.
-pub const PATCHABLE: [&str; 22] = [
+pub const PATCHABLE: [&str; 23] = [
     "capacity",
     "paused",
     "mode",
@@ -41,6 +41,7 @@ pub const PATCHABLE: [&str; 22] = [
     "enqueue_public_key",
     "enqueue_previous_public_key",
     "templates_dir",
+    "lane_weights",
 ];
 
 /// Keys of a room that a running room cannot change (its lanes: nobody's
@@ -120,6 +121,11 @@ pub struct PatchBody {
     #[serde(default)]
     #[schema(value_type = Option<String>)]
     templates_dir: Patch<String>,
+    /// New weights (1 to 1000) of some of the room's priority lanes, by
+    /// name: `{"members": 50}`. The next permits follow them.
+    #[serde(default)]
+    #[schema(value_type = Option<std::collections::BTreeMap<String, u32>>)]
+    lane_weights: Patch<std::collections::BTreeMap<String, u32>>,
 }
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Patch<Duration>, D::Error> {
@@ -148,6 +154,12 @@ fn required<T>(field: &str, value: Patch<T>) -> Result<Option<T>, ConfigError> {
 }
 
 impl PatchBody {
+    /// The lanes' new weights by name, to check against the room's lanes
+    /// ([`lane_weights`]); taken out before [`Self::into_patch`].
+    pub fn take_lane_weights(&mut self) -> Patch<std::collections::BTreeMap<String, u32>> {
+        std::mem::take(&mut self.lane_weights)
+    }
+
     /// The change, every field checked.
     pub fn into_patch(self) -> Result<RoomPatch, ConfigError> {
         let capacity = required("capacity", self.capacity)?;
@@ -206,8 +218,52 @@ impl PatchBody {
                 enqueue_previous_public_key: self.enqueue_previous_public_key,
             },
             templates_dir: self.templates_dir,
+            lane_weights: Vec::new(),
         })
     }
+}
+
+/// New lane weights by name, checked against the room's lanes: each name
+/// one of them, each weight 1 to 1000. Lanes themselves are set when a
+/// room is made; their weights may change while it runs.
+pub fn lane_weights(
+    weights: Patch<std::collections::BTreeMap<String, u32>>,
+    current: &RoomSettings,
+) -> Result<Vec<(u8, u32)>, ConfigError> {
+    let weights = match weights {
+        Patch::Absent => return Ok(Vec::new()),
+        Patch::Null => {
+            return Err(ConfigError::new(
+                "lane_weights",
+                "cannot be null (leave it out to keep the current weights)",
+            ));
+        }
+        Patch::Value(w) => w,
+    };
+    if current.lanes.is_empty() && !weights.is_empty() {
+        return Err(ConfigError::new(
+            "lane_weights",
+            "the room has no lanes (they are set when a room is made)",
+        ));
+    }
+    weights
+        .into_iter()
+        .map(|(name, weight)| {
+            let field = format!("lane_weights.{name}");
+            let lane = current
+                .lanes
+                .iter()
+                .position(|l| l.name == name)
+                .ok_or_else(|| ConfigError::new(&field, "the room has no lane of this name"))?;
+            if !(1..=1000).contains(&weight) {
+                return Err(ConfigError::new(
+                    &field,
+                    format!("must be 1 to 1000, not {weight}"),
+                ));
+            }
+            Ok((lane as u8, weight))
+        })
+        .collect()
 }
 
 /// `away_grace` must stay shorter than `queue_idle`, whichever of the two

@@ -23,6 +23,7 @@ conformance!(
     positions_count_within_the_lane,
     the_opening_places_each_lane_in_drawn_order,
     lanes_hold_capacity_and_order_under_many_threads,
+    new_weights_steer_the_next_permits,
 );
 
 const MEMBERS: u8 = 0;
@@ -359,4 +360,61 @@ async fn lanes_hold_capacity_and_order_under_many_threads(kind: Kind) {
             lowest_waiting[lane]
         );
     }
+}
+
+/// An operator moves the shares of a running room: members 30 → 70,
+/// general 70 → 30. Nobody admitted loses a permit; each permit freed from
+/// then on goes by the new weights, until the room holds 7 members and 3
+/// others; the room's settings and view show the new weights.
+async fn new_weights_steer_the_next_permits(kind: Kind) {
+    let h = Harness::new(kind, vec![laned("r", 10)]).await;
+    let b = &h.backend;
+    let mut lanes: [Vec<TicketRef>; 2] = [Vec::new(), Vec::new()];
+    for _ in 0..12 {
+        for lane in [MEMBERS, GENERAL] {
+            lanes[usize::from(lane)].push(join_in(b, lane).await.0);
+        }
+    }
+    b.tick(&rid("r")).await.unwrap();
+    assert_eq!(lane_counts(b).await, vec![(9, 3), (5, 7)]);
+    let snap = b
+        .patch_room(
+            &rid("r"),
+            narabu::backend::RoomPatch {
+                lane_weights: vec![(MEMBERS, 70), (GENERAL, 30)],
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let weights: Vec<u32> = snap.settings.lanes.iter().map(|l| l.weight).collect();
+    assert_eq!(weights, [70, 30]);
+    // Nothing moved by itself.
+    assert_eq!(lane_counts(b).await, vec![(9, 3), (5, 7)]);
+    // General gives back four permits: each goes to members.
+    for (k, next) in (0..4).zip(3..) {
+        let gave = b.release(&rid("r"), lanes[1][k]).await.unwrap();
+        assert_eq!(
+            gave,
+            Departure::GaveBack(Handoff::To(lanes[0][next].id as u32)),
+            "release {k}"
+        );
+    }
+    assert_eq!(lane_counts(b).await, vec![(5, 7), (5, 3)]);
+    // At 7/3 a member's permit goes back to a member, a general one to
+    // general.
+    let gave = b.release(&rid("r"), lanes[0][0]).await.unwrap();
+    assert_eq!(
+        gave,
+        Departure::GaveBack(Handoff::To(lanes[0][7].id as u32))
+    );
+    let gave = b.release(&rid("r"), lanes[1][4]).await.unwrap();
+    assert_eq!(
+        gave,
+        Departure::GaveBack(Handoff::To(lanes[1][7].id as u32))
+    );
+    let view = b.room(&rid("r")).await.unwrap().view;
+    let shown: Vec<u32> = view.lanes.iter().map(|l| l.weight).collect();
+    assert_eq!(shown, [70, 30]);
+    balanced(b, "r").await;
 }
