@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use narabu::backend::embedded::EmbeddedBackend;
+use narabu::backend::{Backend, JoinRequest};
 use narabu::engine::rules::Mode;
-use narabu::engine::{RoomId, SystemClock};
+use narabu::engine::{LaneSpec, RoomId, SystemClock};
 use narabu_testkit::app::{ADMIN_TOKEN, config, spawn_with};
 use narabu_testkit::browser::Driver;
 use narabu_testkit::room;
@@ -22,7 +23,20 @@ async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
     let mut sale = room("sale", 50);
     sale.tick = std::time::Duration::from_millis(200);
     sale.join_limit_per_minute = 0;
-    let backend = EmbeddedBackend::new(vec![sale, room("later", 10)], Arc::new(SystemClock));
+    // A second room with priority lanes, to show them.
+    let mut later = room("later", 10);
+    later.lanes = vec![
+        LaneSpec {
+            name: "members".into(),
+            weight: 1,
+        },
+        LaneSpec {
+            name: "general".into(),
+            weight: 3,
+        },
+    ];
+    later.default_lane = Some("general".into());
+    let backend = EmbeddedBackend::new(vec![sale, later], Arc::new(SystemClock));
     let app = spawn_with(config(), backend.clone()).await;
     // Some line to draw: visitors join over a few seconds.
     let mut visitors = Vec::new();
@@ -51,6 +65,21 @@ async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
     let stored = driver
         .script(
             "return [sessionStorage.getItem('narabu_admin_token'), document.cookie, location.href]",
+        )
+        .await;
+    // Each lane of a room with lanes: weight, waiting / admitted.
+    for lane in [0, 0, 1] {
+        backend
+            .join(&RoomId::new("later").unwrap(), JoinRequest::in_lane(lane))
+            .await
+            .unwrap();
+    }
+    driver
+        .wait_until(
+            "the lanes figure shows both lanes, and one line elsewhere",
+            "var l = document.getElementById('fig-lanes-later').textContent; \
+             return /^members \\(1\\): \\d+ \\/ \\d+ · general \\(3\\): \\d+ \\/ \\d+$/.test(l) && \
+             document.getElementById('fig-lanes-sale').textContent === 'one line'",
         )
         .await;
     assert_eq!(stored[0], ADMIN_TOKEN);
