@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 use narabu::backend::embedded::EmbeddedBackend;
 use narabu::backend::{Backend, JoinRequest};
 use narabu::engine::rules::Mode;
-use narabu::engine::{LaneSpec, RoomId, SystemClock};
+use narabu::engine::{RoomId, SystemClock};
 use narabu_testkit::app::{ADMIN_TOKEN, config, spawn_with};
 use narabu_testkit::browser::Driver;
-use narabu_testkit::room;
+use narabu_testkit::{room, with_lanes};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
@@ -24,18 +24,11 @@ async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
     sale.tick = std::time::Duration::from_millis(200);
     sale.join_limit_per_minute = 0;
     // A second room with priority lanes, to show them.
-    let mut later = room("later", 10);
-    later.lanes = vec![
-        LaneSpec {
-            name: "members".into(),
-            weight: 1,
-        },
-        LaneSpec {
-            name: "general".into(),
-            weight: 3,
-        },
-    ];
-    later.default_lane = Some("general".into());
+    let later = with_lanes(
+        room("later", 10),
+        &[("members", 1), ("general", 3)],
+        "general",
+    );
     let backend = EmbeddedBackend::new(vec![sale, later], Arc::new(SystemClock));
     let app = spawn_with(config(), backend.clone()).await;
     // Some line to draw: visitors join over a few seconds.

@@ -128,6 +128,19 @@ impl TestApp {
         format!("{}{path}", self.base)
     }
 
+    /// The room as the admin API shows it (`GET /admin/rooms/{room}`).
+    pub async fn admin_room(&self, room: &str) -> Value {
+        let response = self
+            .client
+            .get(self.url(&format!("/admin/rooms/{room}")))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.json().await.unwrap()
+    }
+
     pub async fn tick(&self, room: &str) {
         self.backend
             .tick(&RoomId::new(room).unwrap())

@@ -18,11 +18,24 @@ pub mod redis_ha;
 pub mod redis_server;
 pub mod relay;
 
-use narabu::engine::{RoomId, RoomSettings};
+use narabu::engine::{LaneSpec, RoomId, RoomSettings};
 
 /// A room's settings with every default but its id and capacity.
 pub fn room(id: &str, capacity: u32) -> RoomSettings {
     let mut s = RoomSettings::new(RoomId::new(id).unwrap());
     s.capacity = capacity;
+    s
+}
+
+/// `s` with priority lanes (name, weight) and the default lane.
+pub fn with_lanes(mut s: RoomSettings, lanes: &[(&str, u32)], default_lane: &str) -> RoomSettings {
+    s.lanes = lanes
+        .iter()
+        .map(|&(name, weight)| LaneSpec {
+            name: name.to_owned(),
+            weight,
+        })
+        .collect();
+    s.default_lane = Some(default_lane.to_owned());
     s
 }

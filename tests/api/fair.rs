@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use narabu_testkit::app::{ADMIN_TOKEN, SECRET, TestApp, Visitor, spawn_app};
-use narabu_testkit::room;
+use narabu_testkit::{room, with_lanes};
 
 const BITS: u8 = 8;
 
@@ -467,17 +467,7 @@ async fn a_members_lane_gets_its_share_and_says_so_everywhere() {
     let mut s = room("presale", 10);
     s.access.enqueue = EnqueueMode::Token;
     s.access.enqueue_key = Some(SharedKey::new(HS_KEY));
-    s.lanes = vec![
-        narabu::engine::LaneSpec {
-            name: "members".into(),
-            weight: 30,
-        },
-        narabu::engine::LaneSpec {
-            name: "general".into(),
-            weight: 70,
-        },
-    ];
-    s.default_lane = Some("general".into());
+    let s = with_lanes(s, &[("members", 30), ("general", 70)], "general");
     let app = spawn_app(vec![s]).await;
     app.backend
         .patch_room(
@@ -567,16 +557,7 @@ async fn a_members_lane_gets_its_share_and_says_so_everywhere() {
         (Some("members"), Some(1))
     );
 
-    let room: Value = app
-        .client
-        .get(app.url("/admin/rooms/presale"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let room = app.admin_room("presale").await;
     assert_eq!(
         room["lanes"],
         json!([

@@ -255,16 +255,7 @@ async fn bad_purchase_reports_are_refused_clearly() {
     let (code, answer) = patch(&app, "sale", json!({"stock": 2_000_000_000_000u64})).await;
     assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
     // Nothing was counted by any of them.
-    let room: Value = app
-        .client
-        .get(app.url("/admin/rooms/sale"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let room = app.admin_room("sale").await;
     assert_eq!(room["stock"], 3);
     app.stop().await;
 }

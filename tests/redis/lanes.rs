@@ -7,29 +7,13 @@
 use std::time::Duration;
 
 use narabu::backend::JoinRequest;
-use narabu::engine::{LaneSpec, RoomSettings, TicketState};
+use narabu::engine::TicketState;
 use redis::AsyncCommands;
 
+use crate::conformance::lanes::laned;
 use crate::conformance::rid;
 use narabu_testkit::redis_server::{Harness, Kind};
 use narabu_testkit::room;
-
-/// A room with `members` (weight 30) and `general` (70, the default).
-fn laned(id: &str, capacity: u32) -> RoomSettings {
-    let mut s = room(id, capacity);
-    s.lanes = vec![
-        LaneSpec {
-            name: "members".into(),
-            weight: 30,
-        },
-        LaneSpec {
-            name: "general".into(),
-            weight: 70,
-        },
-    ];
-    s.default_lane = Some("general".into());
-    s
-}
 
 /// The packed record of a ticket without a lane byte (`lib.lua`'s RECORD).
 const RECORD_LEN: usize = 1 + 4 + 8 + 8 + 8 + 1 + 4 + 4;

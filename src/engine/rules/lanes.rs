@@ -130,17 +130,17 @@ impl LaneLoads {
     /// The part of the room's admissions `lane` can expect now
     /// ([`lane_share`]); 1 for a room without lanes.
     pub fn share(&self, lane: u8) -> f64 {
-        if self.len <= 1 {
+        let (len, lane) = (usize::from(self.len), usize::from(lane));
+        if len <= 1 || lane >= len {
             return 1.0;
         }
-        let lanes: Vec<LaneLoad> = (0..usize::from(self.len))
-            .map(|i| LaneLoad {
-                weight: self.weight[i],
-                admitted: 0,
-                waiting: self.waiting[i],
-            })
-            .collect();
-        lane_share(&lanes, usize::from(lane))
+        // The sum `lane_share` takes, without building its slice: every
+        // waiting stream's status asks this on every count.
+        let busy: u64 = (0..len)
+            .filter(|&i| self.waiting[i] || i == lane)
+            .map(|i| u64::from(self.weight[i].max(1)))
+            .sum();
+        f64::from(self.weight[lane].max(1)) / busy as f64
     }
 }
 
@@ -212,6 +212,23 @@ mod tests {
         assert!((loads.share(0) - 1.0).abs() < 1e-9);
         assert!((LaneLoads::default().share(0) - 1.0).abs() < 1e-9);
         assert!((LaneLoads::new([(5, true)]).share(0) - 1.0).abs() < 1e-9);
+        // The same as the rule's own `lane_share`, whatever waits.
+        let weights = [3, 1, 7];
+        for mask in 0..8u8 {
+            let waiting = |i: usize| mask & (1 << i) != 0;
+            let loads = LaneLoads::new((0..3).map(|i| (weights[i], waiting(i))));
+            let slice: Vec<LaneLoad> = (0..3)
+                .map(|i| LaneLoad {
+                    weight: weights[i],
+                    admitted: 0,
+                    waiting: waiting(i),
+                })
+                .collect();
+            for lane in 0..3 {
+                let (a, b) = (loads.share(lane as u8), lane_share(&slice, lane));
+                assert!((a - b).abs() < 1e-12, "mask {mask} lane {lane}: {a} vs {b}");
+            }
+        }
     }
 
     #[test]

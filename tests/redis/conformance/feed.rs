@@ -14,13 +14,13 @@ use std::time::Duration;
 
 use narabu::backend::feed::Tracker;
 use narabu::backend::{Backend, JoinRequest, RoomPatch, TicketRef};
-use narabu::engine::{Clock, LaneSpec, Order, RoomSettings, TicketState};
+use narabu::engine::{Clock, Order, RoomSettings, TicketState};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::rid;
 use narabu_testkit::redis_server::{Harness, Kind, T0};
-use narabu_testkit::room;
+use narabu_testkit::{room, with_lanes};
 
 conformance!(
     feed_counts_equal_direct_counts_through_a_random_life,
@@ -45,20 +45,13 @@ pub(crate) fn rooms() -> Vec<RoomSettings> {
     let mut fifo = room("fifo", 2);
     fifo.opens_at = Some(T0 + 60_000);
     fifo.order = Order::Fifo;
-    let mut lanes = room("lanes", 3);
+    let mut lanes = with_lanes(
+        room("lanes", 3),
+        &[("members", 1), ("general", 2)],
+        "general",
+    );
     lanes.opens_at = Some(T0 + 60_000);
     lanes.order = Order::Lottery;
-    lanes.lanes = vec![
-        LaneSpec {
-            name: "members".into(),
-            weight: 1,
-        },
-        LaneSpec {
-            name: "general".into(),
-            weight: 2,
-        },
-    ];
-    lanes.default_lane = Some("general".into());
     vec![lottery, fifo, room("open", 2), lanes]
 }
 

@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use narabu::backend::{Backend, JoinRequest, TicketRef};
 use narabu::engine::{
-    Departure, Handoff, LaneSpec, LotterySeed, Order, RoomSettings, TicketState, TicketStatus,
+    Departure, Handoff, LotterySeed, Order, RoomSettings, TicketState, TicketStatus,
 };
 
-use super::{balanced, rid};
+use super::{Watch, balanced, rid};
 use narabu_testkit::redis_server::{Harness, Kind, T0};
-use narabu_testkit::room;
+use narabu_testkit::{room, with_lanes};
 
 conformance!(
     lanes_count_their_own_numbers_and_share_permits_by_weight,
@@ -30,20 +30,12 @@ const MEMBERS: u8 = 0;
 const GENERAL: u8 = 1;
 
 /// A room with `members` (weight 30) and `general` (70, the default).
-fn laned(id: &str, capacity: u32) -> RoomSettings {
-    let mut s = room(id, capacity);
-    s.lanes = vec![
-        LaneSpec {
-            name: "members".into(),
-            weight: 30,
-        },
-        LaneSpec {
-            name: "general".into(),
-            weight: 70,
-        },
-    ];
-    s.default_lane = Some("general".into());
-    s
+pub(crate) fn laned(id: &str, capacity: u32) -> RoomSettings {
+    with_lanes(
+        room(id, capacity),
+        &[("members", 30), ("general", 70)],
+        "general",
+    )
 }
 
 async fn join_in(b: &Arc<dyn Backend>, lane: u8) -> (TicketRef, TicketStatus) {
@@ -255,31 +247,19 @@ async fn lanes_hold_capacity_and_order_under_many_threads(kind: Kind) {
     const CAP: u64 = 4;
     let h = Harness::new(kind, vec![laned("r", CAP as u32)]).await;
     let b = h.backend.clone();
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let checker = {
-        let b = b.clone();
-        let done = done.clone();
-        tokio::spawn(async move {
-            let mut checks = 0;
-            while !done.load(std::sync::atomic::Ordering::Acquire) {
-                let snap = b.room(&rid("r")).await.unwrap();
-                assert!(
-                    snap.ledger.admitted <= CAP,
-                    "over capacity: {:?}",
-                    snap.ledger
-                );
-                let in_lanes: u64 = snap.view.lanes.iter().map(|l| l.admitted).sum();
-                assert!(
-                    in_lanes <= CAP,
-                    "lanes over capacity: {:?}",
-                    snap.view.lanes
-                );
-                checks += 1;
-                tokio::task::yield_now().await;
-            }
-            checks
-        })
-    };
+    let watch = Watch::start(&b, "r", |snap| {
+        assert!(
+            snap.ledger.admitted <= CAP,
+            "over capacity: {:?}",
+            snap.ledger
+        );
+        let in_lanes: u64 = snap.view.lanes.iter().map(|l| l.admitted).sum();
+        assert!(
+            in_lanes <= CAP,
+            "lanes over capacity: {:?}",
+            snap.view.lanes
+        );
+    });
     let mut tasks = Vec::new();
     for w in 0..8u64 {
         let b = b.clone();
@@ -313,8 +293,7 @@ async fn lanes_hold_capacity_and_order_under_many_threads(kind: Kind) {
     for t in tasks {
         all.extend(t.await.unwrap());
     }
-    done.store(true, std::sync::atomic::Ordering::Release);
-    assert!(checker.await.unwrap() > 0);
+    assert!(watch.stop().await > 0);
     balanced(&b, "r").await;
     let snap = b.room(&rid("r")).await.unwrap();
     assert!(snap.stats.peak_admitted <= CAP);

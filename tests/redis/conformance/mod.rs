@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use narabu::backend::{Backend, BackendError, JoinRequest, RoomPatch, TicketRef};
+use narabu::backend::{Backend, BackendError, JoinRequest, RoomPatch, RoomSnapshot, TicketRef};
 use narabu::engine::{
     Departure, Handoff, Identity, LotterySeed, Order, RoomId, TicketState, Timestamp,
 };
@@ -40,6 +40,37 @@ pub(crate) async fn balanced(b: &Arc<dyn Backend>, r: &str) {
     assert!(l.admitted <= l.capacity, "over capacity: {l:?}");
 }
 
+/// Reads the room over and over while a test's tasks run, checking each
+/// snapshot (capacity, say) as it goes; `stop` says how many it checked.
+pub(crate) struct Watch {
+    done: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<usize>,
+}
+
+impl Watch {
+    pub(crate) fn start(b: &Arc<dyn Backend>, r: &'static str, check: fn(&RoomSnapshot)) -> Self {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = {
+            let (b, done) = (b.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut checks = 0;
+                while !done.load(std::sync::atomic::Ordering::Acquire) {
+                    check(&b.room(&rid(r)).await.unwrap());
+                    checks += 1;
+                    tokio::task::yield_now().await;
+                }
+                checks
+            })
+        };
+        Self { done, task }
+    }
+
+    pub(crate) async fn stop(self) -> usize {
+        self.done.store(true, std::sync::atomic::Ordering::Release);
+        self.task.await.unwrap()
+    }
+}
+
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
         mod embedded {
@@ -55,7 +86,7 @@ macro_rules! conformance {
 
 mod changes;
 pub(crate) mod feed;
-mod lanes;
+pub(crate) mod lanes;
 mod modes;
 mod presence;
 
@@ -562,21 +593,10 @@ async fn many_threads_keep_capacity_and_conservation(kind: Kind) {
     const CAP: u64 = 5;
     let h = Harness::new(kind, vec![room("r", CAP as u32)]).await;
     let b = h.backend.clone();
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let checker = {
-        let b = b.clone();
-        let done = done.clone();
-        tokio::spawn(async move {
-            let mut checks = 0;
-            while !done.load(std::sync::atomic::Ordering::Acquire) {
-                let l = b.room(&rid("r")).await.unwrap().ledger;
-                assert!(l.admitted <= CAP, "over capacity: {l:?}");
-                checks += 1;
-                tokio::task::yield_now().await;
-            }
-            checks
-        })
-    };
+    let watch = Watch::start(&b, "r", |snap| {
+        let l = &snap.ledger;
+        assert!(l.admitted <= CAP, "over capacity: {l:?}");
+    });
     let mut tasks = Vec::new();
     for w in 0..8u64 {
         let b = b.clone();
@@ -608,8 +628,7 @@ async fn many_threads_keep_capacity_and_conservation(kind: Kind) {
     for t in tasks {
         t.await.unwrap();
     }
-    done.store(true, std::sync::atomic::Ordering::Release);
-    assert!(checker.await.unwrap() > 0);
+    assert!(watch.stop().await > 0);
     let snap = b.room(&rid("r")).await.unwrap();
     assert!(snap.ledger.balances(), "{:?}", snap.ledger);
     assert!(snap.stats.peak_admitted <= CAP);
