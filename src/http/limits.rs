@@ -12,6 +12,7 @@
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::HeaderMap;
@@ -21,6 +22,8 @@ use ipnet::IpNet;
 
 use super::error::ApiError;
 use super::state::AppState;
+use crate::backend::join_log::JoinLog;
+use crate::engine::RoomId;
 
 /// The address a request is counted against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -116,6 +119,67 @@ impl FromRequestParts<AppState> for ClientIp {
             &parts.headers,
             &state.settings.trusted_proxies,
         ))
+    }
+}
+
+/// Challenge fetches per client and room, in a sliding minute: a
+/// challenge for each join the room's `join_limit_per_minute` allows an
+/// address, and as many again for reloads and retries. Without it an
+/// address could stock up on challenges for later, and every fetch costs
+/// this instance an HMAC and a counted metric. Kept per instance: several
+/// instances each allow this many, which is still bounded, and nothing is
+/// written to the store for a request that makes no ticket.
+#[derive(Debug, Default)]
+pub struct ChallengeLimiter {
+    log: JoinLog,
+    swept_at: AtomicU64,
+}
+
+impl ChallengeLimiter {
+    /// Challenge fetches allowed per join the room allows.
+    pub const PER_JOIN: u32 = 2;
+    /// How often addresses that stopped fetching are forgotten.
+    const SWEEP_EVERY_MS: u64 = 30_000;
+
+    /// Counts one fetch from `client`, or says how long until one more fits
+    /// under a room's `join_limit` (0: no limit).
+    pub fn fetch(
+        &self,
+        room: &RoomId,
+        client: ClientIp,
+        join_limit: u32,
+        now: u64,
+    ) -> Result<(), ApiError> {
+        let limit = join_limit.saturating_mul(Self::PER_JOIN);
+        let swept = self.swept_at.load(Ordering::Relaxed);
+        if now >= swept + Self::SWEEP_EVERY_MS
+            && self
+                .swept_at
+                .compare_exchange(swept, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.log.sweep(now);
+        }
+        match self
+            .log
+            .admit(room, client.key(), limit, now, || Ok::<_, ()>(()))
+        {
+            Ok(_) => Ok(()),
+            Err(wait) => {
+                let secs = u32::try_from(wait.as_secs_f64().ceil() as u64)
+                    .unwrap_or(u32::MAX)
+                    .max(1);
+                Err(ApiError::new(
+                    axum::http::StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_challenges",
+                    format!(
+                        "Too many challenges fetched from this address: at most {limit} a minute \
+                         in this room. Solve one you have, or try again in {secs} s."
+                    ),
+                )
+                .retry_after(secs))
+            }
+        }
     }
 }
 

@@ -53,6 +53,8 @@ pub struct Shared {
     pub fanout: Arc<super::fanout::Fanout>,
     /// Each room's access rules, compiled, and its challenge difficulty.
     pub access: Arc<super::access::AccessBook>,
+    /// Challenge fetches per client address and room.
+    pub challenge_fetches: super::limits::ChallengeLimiter,
     /// Signs and checks proof-of-work challenges (a key derived from the
     /// ticket key for this use only).
     pub challenges: Arc<crate::access::ChallengeKeys>,
