@@ -140,6 +140,20 @@ pub enum LogFormat {
     Json,
 }
 
+/// Which header a trusted proxy names the client in. Only that one is
+/// read: a proxy passes on headers it does not write itself, so reading
+/// any other would let a client pick its own address.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub enum ClientIpHeader {
+    /// `X-Forwarded-For` (nginx, HAProxy, Traefik, most load balancers).
+    #[default]
+    #[serde(rename = "x-forwarded-for")]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=…`.
+    #[serde(rename = "forwarded")]
+    Forwarded,
+}
+
 /// When the embedded backend acknowledges a join.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -216,6 +230,8 @@ pub struct Config {
     pub cookie_secure: bool,
     /// Peers whose `X-Forwarded-For` / `Forwarded` headers are believed.
     pub trusted_proxies: Vec<IpNet>,
+    /// The one header trusted proxies name the client in.
+    pub client_ip_header: ClientIpHeader,
     pub log_format: LogFormat,
     pub on_backend_error: OnBackendError,
     /// When a change counts as acknowledged on Redis (off: once the
@@ -324,6 +340,7 @@ impl Default for Config {
             release_key: None,
             cookie_secure: false,
             trusted_proxies: Vec::new(),
+            client_ip_header: ClientIpHeader::XForwardedFor,
             log_format: LogFormat::Plain,
             on_backend_error: OnBackendError::Closed,
             redis_wait: RedisWait::OFF,
@@ -364,6 +381,7 @@ struct FileConfig {
     release_key: Option<Secret>,
     cookie_secure: bool,
     trusted_proxies: Vec<ProxyNet>,
+    client_ip_header: ClientIpHeader,
     log_format: LogFormat,
     on_backend_error: OnBackendError,
     max_streams_per_address: Option<u32>,
@@ -537,6 +555,7 @@ impl FileConfig {
             release_key: self.release_key,
             cookie_secure: self.cookie_secure,
             trusted_proxies: self.trusted_proxies.into_iter().map(|p| p.0).collect(),
+            client_ip_header: self.client_ip_header,
             log_format: self.log_format,
             on_backend_error: self.on_backend_error,
             redis_wait,

@@ -497,6 +497,21 @@ fn trusted_proxies_take_networks_and_addresses() {
 }
 
 #[test]
+fn the_client_address_header_is_one_of_two() {
+    assert_eq!(
+        parse("").unwrap().client_ip_header,
+        ClientIpHeader::XForwardedFor
+    );
+    let c = parse("client_ip_header = \"forwarded\"").unwrap();
+    assert_eq!(c.client_ip_header, ClientIpHeader::Forwarded);
+    let c = parse("client_ip_header = \"x-forwarded-for\"").unwrap();
+    assert_eq!(c.client_ip_header, ClientIpHeader::XForwardedFor);
+    let e = err("client_ip_header = \"x-real-ip\"");
+    assert!(e.starts_with("test.toml: client_ip_header: "), "{e}");
+    assert!(e.contains("forwarded"), "{e}");
+}
+
+#[test]
 fn public_url_and_webhooks_are_checked() {
     for bad in [
         "queue.example.com",

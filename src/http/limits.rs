@@ -5,9 +5,11 @@
 //! instances: `rules::join_allowance`.)
 //!
 //! The client address is the connection's peer, unless that peer is a
-//! configured trusted proxy: then the right-most address in
-//! `X-Forwarded-For` (or `Forwarded: for=`) that is not itself a trusted
-//! proxy. IPv6 clients are counted per /64, the block one subscriber gets,
+//! configured trusted proxy: then the right-most address that is not
+//! itself a trusted proxy in the one header the proxy is configured to
+//! write (`client_ip_header`: `X-Forwarded-For`, or `Forwarded: for=`).
+//! The other is never read, since a proxy that writes one passes the
+//! client's own copy of the other through. IPv6 clients are counted per /64, the block one subscriber gets,
 //! so a single host cannot escape the limit by cycling addresses.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -23,6 +25,7 @@ use ipnet::IpNet;
 use super::error::ApiError;
 use super::state::AppState;
 use crate::backend::join_log::JoinLog;
+use crate::config::ClientIpHeader;
 use crate::engine::RoomId;
 
 /// The address a request is counted against.
@@ -31,7 +34,12 @@ pub struct ClientIp(pub IpAddr);
 
 impl ClientIp {
     /// The connection's peer, or the client a trusted proxy names.
-    pub fn resolve(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> Self {
+    pub fn resolve(
+        peer: IpAddr,
+        headers: &HeaderMap,
+        trusted: &[IpNet],
+        header: ClientIpHeader,
+    ) -> Self {
         let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
         if !is_trusted(&peer) {
             return Self(peer);
@@ -39,7 +47,7 @@ impl ClientIp {
         // Proxies append: walk from the nearest hop outwards and stop at the
         // first address no trusted proxy vouches for. Anything further left
         // was written by the client and may be forged.
-        let hops = forwarded_for(headers);
+        let hops = forwarded_for(headers, header);
         hops.iter()
             .rev()
             .find(|ip| !is_trusted(ip))
@@ -62,15 +70,16 @@ impl ClientIp {
     }
 }
 
-/// Addresses from `X-Forwarded-For` and `Forwarded`, in hop order; entries
-/// that do not parse (obfuscated identifiers, `unknown`) are skipped.
-fn forwarded_for(headers: &HeaderMap) -> Vec<IpAddr> {
+/// Addresses from `header`, in hop order; entries that do not parse
+/// (obfuscated identifiers, `unknown`) are skipped.
+fn forwarded_for(headers: &HeaderMap, header: ClientIpHeader) -> Vec<IpAddr> {
     let mut hops = Vec::new();
-    for value in headers.get_all("x-forwarded-for") {
-        let Ok(value) = value.to_str() else { continue };
-        hops.extend(value.split(',').filter_map(|s| parse_ip(s.trim())));
-    }
-    if hops.is_empty() {
+    if header == ClientIpHeader::XForwardedFor {
+        for value in headers.get_all("x-forwarded-for") {
+            let Ok(value) = value.to_str() else { continue };
+            hops.extend(value.split(',').filter_map(|s| parse_ip(s.trim())));
+        }
+    } else {
         for value in headers.get_all("forwarded") {
             let Ok(value) = value.to_str() else { continue };
             for element in value.split(',') {
@@ -118,6 +127,7 @@ impl FromRequestParts<AppState> for ClientIp {
             peer,
             &parts.headers,
             &state.settings.trusted_proxies,
+            state.settings.client_ip_header,
         ))
     }
 }
@@ -275,15 +285,17 @@ mod tests {
             "10.0.0.0/8".parse().unwrap(),
         ];
         let xff = headers(&[("x-forwarded-for", "6.6.6.6, 203.0.113.7, 10.1.2.3")]);
+        let x = ClientIpHeader::XForwardedFor;
+        let f = ClientIpHeader::Forwarded;
         // From an untrusted peer the header is ignored.
         assert_eq!(
-            ClientIp::resolve(ip("198.51.100.1"), &xff, &trusted).0,
+            ClientIp::resolve(ip("198.51.100.1"), &xff, &trusted, x).0,
             ip("198.51.100.1")
         );
         // From a trusted proxy: the right-most untrusted hop, not the
         // client-written left end.
         assert_eq!(
-            ClientIp::resolve(ip("127.0.0.1"), &xff, &trusted).0,
+            ClientIp::resolve(ip("127.0.0.1"), &xff, &trusted, x).0,
             ip("203.0.113.7")
         );
         let fwd = headers(&[(
@@ -291,13 +303,30 @@ mod tests {
             "for=192.0.2.60;proto=http, for=\"[2001:db8::1]:4711\"",
         )]);
         assert_eq!(
-            ClientIp::resolve(ip("10.0.0.1"), &fwd, &trusted).0,
+            ClientIp::resolve(ip("10.0.0.1"), &fwd, &trusted, f).0,
             ip("2001:db8::1")
+        );
+        // Only the configured header is read: the other is the client's.
+        assert_eq!(
+            ClientIp::resolve(ip("10.0.0.1"), &fwd, &trusted, x).0,
+            ip("10.0.0.1")
+        );
+        let both = headers(&[
+            ("x-forwarded-for", "198.51.100.66"),
+            ("forwarded", "for=203.0.113.9"),
+        ]);
+        assert_eq!(
+            ClientIp::resolve(ip("10.0.0.1"), &both, &trusted, f).0,
+            ip("203.0.113.9")
+        );
+        assert_eq!(
+            ClientIp::resolve(ip("10.0.0.1"), &both, &trusted, x).0,
+            ip("198.51.100.66")
         );
         // Nothing usable: the peer itself.
         let junk = headers(&[("x-forwarded-for", "unknown, _hidden")]);
         assert_eq!(
-            ClientIp::resolve(ip("127.0.0.1"), &junk, &trusted).0,
+            ClientIp::resolve(ip("127.0.0.1"), &junk, &trusted, x).0,
             ip("127.0.0.1")
         );
     }

@@ -78,6 +78,8 @@ pub struct HttpSettings {
     pub on_backend_error: crate::config::OnBackendError,
     /// Peers whose forwarding headers name the client.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// The header those proxies name the client in.
+    pub client_ip_header: crate::config::ClientIpHeader,
 }
 
 impl HttpSettings {
@@ -95,6 +97,7 @@ impl HttpSettings {
             keep_alive: std::time::Duration::from_secs(15),
             on_backend_error: config.on_backend_error,
             trusted_proxies: config.trusted_proxies.clone(),
+            client_ip_header: config.client_ip_header,
         }
     }
 }
