@@ -380,14 +380,25 @@ MCowBQYDK2VwAyEATEJGCNKgsqer+HkXMXcnVDAX8B91qiSI/XYEhhE6I3s=
 /// Mints JWTs with PyJWT, the way an origin would: a list of
 /// (claims, algorithm, key) in, one token per line out.
 fn pyjwt(tokens: &[(Value, &str, &str)]) -> Vec<String> {
+    let headed: Vec<_> = tokens
+        .iter()
+        .map(|(claims, alg, key)| (claims.clone(), *alg, *key, Value::Null))
+        .collect();
+    pyjwt_headed(&headed)
+}
+
+/// [`pyjwt`] with header fields of the test's own (`null` for none).
+fn pyjwt_headed(tokens: &[(Value, &str, &str, Value)]) -> Vec<String> {
     let script = r#"
 import json, sys, jwt
 for item in json.load(sys.stdin):
-    print(jwt.encode(item["claims"], item["key"], algorithm=item["alg"]))
+    print(jwt.encode(item["claims"], item["key"], algorithm=item["alg"], headers=item["headers"]))
 "#;
     let input: Vec<Value> = tokens
         .iter()
-        .map(|(claims, alg, key)| json!({"claims": claims, "alg": alg, "key": key}))
+        .map(|(claims, alg, key, headers)| {
+            json!({"claims": claims, "alg": alg, "key": key, "headers": headers})
+        })
         .collect();
     let mut child = Command::new("python3")
         .args(["-c", script])
@@ -422,6 +433,45 @@ fn now_secs() -> u64 {
 
 async fn token_join(app: &TestApp, room: &str, token: &str) -> (StatusCode, Value) {
     post_join(app, room, json!({"enqueue_token": token})).await
+}
+
+#[tokio::test]
+async fn enqueue_tokens_with_critical_header_extensions_are_refused() {
+    let mut s = room("presale", 5);
+    s.access.enqueue = EnqueueMode::Token;
+    s.access.enqueue_key = Some(SharedKey::new(HS_KEY));
+    s.access.enqueue_public_key = Some(ED_PUBLIC.into());
+    let app = spawn_app(vec![s]).await;
+    let exp = now_secs() + 600;
+    let claims = |sub: &str| json!({"aud": "presale", "sub": sub, "exp": exp});
+    let minted = pyjwt_headed(&[
+        (
+            claims("alice"),
+            "HS256",
+            HS_KEY,
+            json!({"crit": ["x-must-check"], "x-must-check": true}),
+        ),
+        (claims("bob"), "EdDSA", ED_PRIVATE, json!({"crit": ["exp"]})),
+        (claims("carol"), "HS256", HS_KEY, json!({"kid": "k1"})),
+    ]);
+    let [crit_hs, crit_ed, plain] = minted.as_slice() else {
+        panic!("three tokens")
+    };
+    for token in [crit_hs, crit_ed] {
+        let (status, body) = token_join(&app, "presale", token).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+        assert_eq!(body["error"], "enqueue_token_invalid", "{body}");
+        assert_eq!(body["reason"], "critical_extension", "{body}");
+        assert!(
+            body["message"].as_str().unwrap().contains("crit"),
+            "{body}"
+        );
+    }
+    assert_eq!(joins(&app, "presale").await, (0, 0));
+    // Other header fields are no obstacle.
+    let (status, body) = token_join(&app, "presale", plain).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    app.stop().await;
 }
 
 #[tokio::test]
