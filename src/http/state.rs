@@ -72,6 +72,8 @@ pub struct HttpSettings {
     pub admin_token: Option<Secret>,
     /// A key the origin's backend may use for `release` only.
     pub release_key: Option<Secret>,
+    /// The token `/metrics` asks for, when set.
+    pub metrics_token: Option<Secret>,
     /// How long an event stream may stay silent before a keep-alive
     /// comment (each stream's own timer, reset by every event).
     pub keep_alive: std::time::Duration,
@@ -94,6 +96,7 @@ impl HttpSettings {
                 .to_owned(),
             admin_token: config.admin_token.clone(),
             release_key: config.release_key.clone(),
+            metrics_token: config.metrics_token.clone(),
             keep_alive: std::time::Duration::from_secs(15),
             on_backend_error: config.on_backend_error,
             trusted_proxies: config.trusted_proxies.clone(),

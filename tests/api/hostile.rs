@@ -217,6 +217,47 @@ async fn behind_a_forwarded_proxy_a_clients_own_x_forwarded_for_is_ignored() {
 }
 
 #[tokio::test]
+async fn with_a_metrics_token_metrics_need_it() {
+    const TOKEN: &str = "metrics-token-metrics-token-metrics-0123";
+    let closed = Config {
+        metrics_token: Some(Secret::new(TOKEN)),
+        ..config()
+    };
+    let app = spawn_app_with(closed, vec![room("sale", 1)]).await;
+    let scrape = |auth: Option<&str>| {
+        let mut r = app.client.get(app.url("/metrics"));
+        if let Some(a) = auth {
+            r = r.header("authorization", a);
+        }
+        r.send()
+    };
+    for auth in [
+        None,
+        Some("Bearer metrics-token-metrics-token-metrics-0124".to_owned()),
+        Some(format!("Bearer {ADMIN_TOKEN}")),
+        Some(format!("Basic {TOKEN}")),
+        Some(format!("Bearer {}", &TOKEN[..10])),
+    ] {
+        let r = scrape(auth.as_deref()).await.unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{auth:?}");
+        let body: Value = r.json().await.unwrap();
+        let (code, message) = json_error(&body);
+        assert_eq!(code, "unauthorized");
+        assert!(!message.contains(TOKEN), "{message}");
+    }
+    let r = scrape(Some(&format!("Bearer {TOKEN}"))).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.text().await.unwrap().contains(r#"room="sale""#));
+    app.stop().await;
+
+    // Without the setting, /metrics stays open as before.
+    let app = spawn_app(vec![room("sale", 1)]).await;
+    let r = app.client.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn concurrent_joins_from_one_address_get_exactly_the_limit() {
     let mut limited = room("sale", 1);
     limited.join_limit_per_minute = 10;
