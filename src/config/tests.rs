@@ -434,7 +434,10 @@ fn the_metrics_token_comes_from_the_file_or_the_environment() {
         .unwrap();
     assert_eq!(c.metrics_token.as_ref().map(Secret::expose), Some(SECRET_B));
     let e = err("metrics_token = \"short-metrics-token\"");
-    assert!(e.starts_with("test.toml: metrics_token: must be at least 32 bytes"), "{e}");
+    assert!(
+        e.starts_with("test.toml: metrics_token: must be at least 32 bytes"),
+        "{e}"
+    );
     assert!(!e.contains("short-metrics-token"), "{e}");
     let e = Config::default()
         .apply_env(env(&[("NARABU_METRICS_TOKEN", "short-metrics-token")]))

@@ -415,12 +415,9 @@ pub async fn challenge(
             "This room asks for no proof of work: join directly.",
         ));
     }
-    state.challenge_fetches.fetch(
-        &room,
-        client,
-        policy.settings.join_limit_per_minute,
-        now,
-    )?;
+    state
+        .challenge_fetches
+        .fetch(&room, client, policy.settings.join_limit_per_minute, now)?;
     Ok(Json(ChallengeBody::from(&issue(&state, &room, &policy))))
 }
 

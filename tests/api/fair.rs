@@ -462,10 +462,7 @@ async fn enqueue_tokens_with_critical_header_extensions_are_refused() {
         assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
         assert_eq!(body["error"], "enqueue_token_invalid", "{body}");
         assert_eq!(body["reason"], "critical_extension", "{body}");
-        assert!(
-            body["message"].as_str().unwrap().contains("crit"),
-            "{body}"
-        );
+        assert!(body["message"].as_str().unwrap().contains("crit"), "{body}");
     }
     assert_eq!(joins(&app, "presale").await, (0, 0));
     // Other header fields are no obstacle.

@@ -188,7 +188,12 @@ async fn behind_a_forwarded_proxy_a_clients_own_x_forwarded_for_is_ignored() {
             .send()
     };
     let mut codes = Vec::new();
-    for claimed in ["198.51.100.1", "198.51.100.2", "198.51.100.3", "198.51.100.4"] {
+    for claimed in [
+        "198.51.100.1",
+        "198.51.100.2",
+        "198.51.100.3",
+        "198.51.100.4",
+    ] {
         codes.push(join_as("203.0.113.5", claimed).await.unwrap().status());
     }
     assert_eq!(
@@ -203,7 +208,9 @@ async fn behind_a_forwarded_proxy_a_clients_own_x_forwarded_for_is_ignored() {
     );
     // The proxy's `Forwarded` is honoured: another client, its own allowance;
     // and a client-written element before the proxy's counts for nothing.
-    let other = join_as("\"[2001:db8::7]:4711\"", "203.0.113.5").await.unwrap();
+    let other = join_as("\"[2001:db8::7]:4711\"", "203.0.113.5")
+        .await
+        .unwrap();
     assert_eq!(other.status(), StatusCode::CREATED);
     let prefixed = app
         .client
