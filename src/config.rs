@@ -140,6 +140,20 @@ pub enum LogFormat {
     Json,
 }
 
+/// Which header a trusted proxy names the client in. Only that one is
+/// read: a proxy passes on headers it does not write itself, so reading
+/// any other would let a client pick its own address.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub enum ClientIpHeader {
+    /// `X-Forwarded-For` (nginx, HAProxy, Traefik, most load balancers).
+    #[default]
+    #[serde(rename = "x-forwarded-for")]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=…`.
+    #[serde(rename = "forwarded")]
+    Forwarded,
+}
+
 /// When the embedded backend acknowledges a join.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -212,10 +226,14 @@ pub struct Config {
     pub admin_token: Option<Secret>,
     /// Bearer key the origin's backend may use for `release` only.
     pub release_key: Option<Secret>,
+    /// Bearer token `/metrics` asks for; open without it.
+    pub metrics_token: Option<Secret>,
     /// Mark cookies `Secure` (set it when visitors reach Narabu over HTTPS).
     pub cookie_secure: bool,
     /// Peers whose `X-Forwarded-For` / `Forwarded` headers are believed.
     pub trusted_proxies: Vec<IpNet>,
+    /// The one header trusted proxies name the client in.
+    pub client_ip_header: ClientIpHeader,
     pub log_format: LogFormat,
     pub on_backend_error: OnBackendError,
     /// When a change counts as acknowledged on Redis (off: once the
@@ -265,7 +283,8 @@ impl Config {
             .map_err(|e| e.in_origin(origin_name))
     }
 
-    /// Takes `NARABU_SECRET` and `NARABU_ADMIN_TOKEN` from `get` (the real
+    /// Takes `NARABU_SECRET`, `NARABU_ADMIN_TOKEN` and `NARABU_METRICS_TOKEN`
+    /// from `get` (the real
     /// environment in `main`, a map in tests); a set, non-empty variable
     /// overrides the file. Then checks the rules that need the final
     /// secrets: a Redis backend needs a configured `secret`, since every
@@ -287,6 +306,9 @@ impl Config {
         }
         if let Some(s) = from_env("NARABU_ADMIN_TOKEN")? {
             self.admin_token = Some(s);
+        }
+        if let Some(s) = from_env("NARABU_METRICS_TOKEN")? {
+            self.metrics_token = Some(s);
         }
         if self.secret.is_none() {
             if matches!(self.backend, Backend::Redis(_)) {
@@ -322,8 +344,10 @@ impl Default for Config {
             previous_secret: None,
             admin_token: None,
             release_key: None,
+            metrics_token: None,
             cookie_secure: false,
             trusted_proxies: Vec::new(),
+            client_ip_header: ClientIpHeader::XForwardedFor,
             log_format: LogFormat::Plain,
             on_backend_error: OnBackendError::Closed,
             redis_wait: RedisWait::OFF,
@@ -362,8 +386,10 @@ struct FileConfig {
     previous_secret: Option<Secret>,
     admin_token: Option<Secret>,
     release_key: Option<Secret>,
+    metrics_token: Option<Secret>,
     cookie_secure: bool,
     trusted_proxies: Vec<ProxyNet>,
+    client_ip_header: ClientIpHeader,
     log_format: LogFormat,
     on_backend_error: OnBackendError,
     max_streams_per_address: Option<u32>,
@@ -387,7 +413,13 @@ struct WebhookTable {
 }
 
 /// Keys whose values are secrets: errors about them never quote the value.
-const SECRET_KEYS: [&str; 4] = ["secret", "previous_secret", "admin_token", "release_key"];
+const SECRET_KEYS: [&str; 5] = [
+    "secret",
+    "previous_secret",
+    "admin_token",
+    "release_key",
+    "metrics_token",
+];
 
 fn parse_file(text: &str) -> Result<FileConfig, ConfigError> {
     let deserializer =
@@ -485,6 +517,7 @@ impl FileConfig {
             ("previous_secret", &self.previous_secret),
             ("admin_token", &self.admin_token),
             ("release_key", &self.release_key),
+            ("metrics_token", &self.metrics_token),
         ] {
             if let Some(s) = secret {
                 check_secret(field, s)?;
@@ -535,8 +568,10 @@ impl FileConfig {
             previous_secret: self.previous_secret,
             admin_token: self.admin_token,
             release_key: self.release_key,
+            metrics_token: self.metrics_token,
             cookie_secure: self.cookie_secure,
             trusted_proxies: self.trusted_proxies.into_iter().map(|p| p.0).collect(),
+            client_ip_header: self.client_ip_header,
             log_format: self.log_format,
             on_backend_error: self.on_backend_error,
             redis_wait,

@@ -115,6 +115,7 @@ pub async fn serve(
         clock: backend.clock(),
         access,
         challenges: Arc::new(ChallengeKeys::from_keyring(&keys)),
+        challenge_fetches: Default::default(),
         pages,
         streams: StreamLimiter::new(config.max_streams_per_address),
         presence: presence.clone(),

@@ -169,7 +169,7 @@ impl Keyring {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_err(&path)(e)),
         }
-        fs::create_dir_all(data_dir).map_err(io_err(data_dir))?;
+        crate::private_files::create_dir_all(data_dir).map_err(io_err(data_dir))?;
         let mut raw = [0u8; 32];
         rand::rng().fill_bytes(&mut raw);
         let key = hex::encode(raw);
@@ -347,14 +347,8 @@ fn decode_payload(payload: &[u8]) -> Result<TicketClaim, TokenError> {
 /// Creates `path` (failing if it exists) with mode 0600 and durably writes
 /// `contents`.
 fn write_private(path: &Path, contents: &[u8]) -> io::Result<()> {
-    let mut options = fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options.open(path)?;
+    let mut file =
+        crate::private_files::open(fs::OpenOptions::new().write(true).create_new(true), path)?;
     file.write_all(contents)?;
     file.sync_all()
 }

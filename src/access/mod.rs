@@ -105,6 +105,9 @@ impl AccessSettings {
     /// average; README's "Proof of work" section has the measurements).
     pub const DEFAULT_DIFFICULTY: u8 = 15;
     pub const DEFAULT_RISE_PER_SECOND: u32 = 50;
+    /// How many bits below the room's current difficulty a solution is
+    /// still accepted at ([`Self::least_accepted`]).
+    pub const POW_SLACK_BITS: u8 = 1;
 
     /// The difficulty to ask when the room takes `joins_per_second`: the
     /// base, plus one bit for each doubling above `pow_rise_per_second`,
@@ -124,6 +127,17 @@ impl AccessSettings {
             max - base
         };
         base + extra
+    }
+
+    /// The least difficulty a solution may have been asked at when the
+    /// room asks `current` now: one bit of slack, so that a solver whose
+    /// room rose by a step while it hashed is not sent back, but never a
+    /// challenge fetched before a flood, when joins were cheap (the rise
+    /// would then buy nothing), and never below the base.
+    pub fn least_accepted(&self, current: u8) -> u8 {
+        current
+            .saturating_sub(Self::POW_SLACK_BITS)
+            .max(self.pow_difficulty)
     }
 
     /// The limits these settings must keep: `Err((key, message))`.

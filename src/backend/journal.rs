@@ -228,14 +228,16 @@ impl Journal {
         dir: &Path,
         durability: Durability,
     ) -> Result<(Arc<Self>, Recovered), JournalError> {
-        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+        crate::private_files::create_dir_all(dir).map_err(io_err(dir))?;
         let lock_path = dir.join("LOCK");
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(io_err(&lock_path))?;
+        let lock = crate::private_files::open(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true),
+            &lock_path,
+        )
+        .map_err(io_err(&lock_path))?;
         if lock.try_lock().is_err() {
             return Err(JournalError::InUse {
                 dir: dir.to_owned(),
@@ -402,12 +404,11 @@ impl Drop for Journal {
 
 fn new_segment(dir: &Path, first: u64) -> Result<File, JournalError> {
     let path = dir.join(segment_name(first));
-    let mut f = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .open(&path)
-        .map_err(io_err(&path))?;
+    let mut f = crate::private_files::open(
+        OpenOptions::new().create(true).truncate(true).write(true),
+        &path,
+    )
+    .map_err(io_err(&path))?;
     f.write_all(&format::file_header(SEGMENT_MAGIC, first))
         .and_then(|()| f.sync_all())
         .and_then(|()| format::sync_dir(dir))

@@ -426,6 +426,27 @@ fn secrets_never_appear_in_errors_or_debug_output() {
 }
 
 #[test]
+fn the_metrics_token_comes_from_the_file_or_the_environment() {
+    assert!(parse("").unwrap().metrics_token.is_none());
+    let mut c = parse(&format!("metrics_token = \"{SECRET_A}\"")).unwrap();
+    assert_eq!(c.metrics_token.as_ref().map(Secret::expose), Some(SECRET_A));
+    c.apply_env(env(&[("NARABU_METRICS_TOKEN", SECRET_B)]))
+        .unwrap();
+    assert_eq!(c.metrics_token.as_ref().map(Secret::expose), Some(SECRET_B));
+    let e = err("metrics_token = \"short-metrics-token\"");
+    assert!(
+        e.starts_with("test.toml: metrics_token: must be at least 32 bytes"),
+        "{e}"
+    );
+    assert!(!e.contains("short-metrics-token"), "{e}");
+    let e = Config::default()
+        .apply_env(env(&[("NARABU_METRICS_TOKEN", "short-metrics-token")]))
+        .expect_err("short token");
+    assert_eq!(e.field(), "NARABU_METRICS_TOKEN");
+    assert!(!e.to_string().contains("short-metrics-token"), "{e}");
+}
+
+#[test]
 fn apply_env_takes_secrets_and_checks_them() {
     let mut c = Config::default();
     c.apply_env(env(&[
@@ -494,6 +515,21 @@ fn trusted_proxies_take_networks_and_addresses() {
         e.starts_with("test.toml: trusted_proxies: invalid type"),
         "{e}"
     );
+}
+
+#[test]
+fn the_client_address_header_is_one_of_two() {
+    assert_eq!(
+        parse("").unwrap().client_ip_header,
+        ClientIpHeader::XForwardedFor
+    );
+    let c = parse("client_ip_header = \"forwarded\"").unwrap();
+    assert_eq!(c.client_ip_header, ClientIpHeader::Forwarded);
+    let c = parse("client_ip_header = \"x-forwarded-for\"").unwrap();
+    assert_eq!(c.client_ip_header, ClientIpHeader::XForwardedFor);
+    let e = err("client_ip_header = \"x-real-ip\"");
+    assert!(e.starts_with("test.toml: client_ip_header: "), "{e}");
+    assert!(e.contains("forwarded"), "{e}");
 }
 
 #[test]

@@ -30,6 +30,7 @@ use utoipa::ToSchema;
 
 use super::error::ApiError;
 use super::extract::Room;
+use super::limits::ClientIp;
 use super::openapi::{ErrorBody, RoomParam};
 use super::state::AppState;
 use crate::access::{Challenge, EnqueueError, PowError, RoomAccess, Solved, account_identity};
@@ -359,7 +360,10 @@ pub fn clear(
         let token = proof.challenge.as_deref().ok_or(Refusal::Pow(None))?;
         // A challenge sent without its counter is an unsolved one.
         let counter = proof.counter.ok_or(Refusal::Pow(Some(PowError::Wrong)))?;
-        let min = policy.access.settings.pow_difficulty;
+        // Against what the room asks now, not its base: a challenge
+        // fetched while the room was calm must not buy a cheap join after a
+        // flood has made joins dearer.
+        let min = policy.access.settings.least_accepted(policy.difficulty);
         let solved = state
             .challenges
             .check(room, token, counter, min, now)
@@ -390,16 +394,19 @@ pub fn admitted(state: &AppState, room: &RoomId, cleared: &Cleared) {
     responses(
         (status = 200, description = "A fresh challenge.", body = ChallengeBody),
         (status = 404, description = "No such room, or it asks for no proof of work.", body = ErrorBody),
+        (status = 429, description = "This address fetched too many challenges in the last minute.", body = ErrorBody),
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
 pub async fn challenge(
     State(state): State<AppState>,
+    client: ClientIp,
     Room(room): Room,
 ) -> Result<Json<ChallengeBody>, ApiError> {
+    let now = state.clock.now_ms();
     let policy = state
         .access
-        .policy(state.backend.as_ref(), &room, state.clock.now_ms())
+        .policy(state.backend.as_ref(), &room, now)
         .await?;
     if !policy.access.needs_pow() {
         return Err(ApiError::new(
@@ -408,6 +415,9 @@ pub async fn challenge(
             "This room asks for no proof of work: join directly.",
         ));
     }
+    state
+        .challenge_fetches
+        .fetch(&room, client, policy.settings.join_limit_per_minute, now)?;
     Ok(Json(ChallengeBody::from(&issue(&state, &room, &policy))))
 }
 

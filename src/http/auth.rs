@@ -1,5 +1,6 @@
-//! Operator credentials: the admin token (and the origin's release key),
-//! compared in constant time so a timing side channel reveals nothing.
+//! Operator credentials: the admin token (and the origin's release key,
+//! and the scraper's metrics token), compared in constant time so a timing
+//! side channel reveals nothing.
 
 use axum::http::{HeaderMap, StatusCode, header};
 use subtle::ConstantTimeEq;
@@ -56,5 +57,18 @@ pub fn require_release_key(state: &AppState, headers: &HeaderMap) -> Result<(), 
         Ok(())
     } else {
         Err(unauthorized())
+    }
+}
+
+/// The metrics token, for `/metrics`, when one is configured: the figures
+/// name every room and how busy it is, which a deployment may not want
+/// public.
+pub fn require_metrics_token(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(secret) = &state.settings.metrics_token else {
+        return Ok(());
+    };
+    match bearer(headers) {
+        Some(given) if matches(given, secret) => Ok(()),
+        _ => Err(unauthorized()),
     }
 }

@@ -5,13 +5,16 @@
 //! instances: `rules::join_allowance`.)
 //!
 //! The client address is the connection's peer, unless that peer is a
-//! configured trusted proxy: then the right-most address in
-//! `X-Forwarded-For` (or `Forwarded: for=`) that is not itself a trusted
-//! proxy. IPv6 clients are counted per /64, the block one subscriber gets,
+//! configured trusted proxy: then the right-most address that is not
+//! itself a trusted proxy in the one header the proxy is configured to
+//! write (`client_ip_header`: `X-Forwarded-For`, or `Forwarded: for=`).
+//! The other is never read, since a proxy that writes one passes the
+//! client's own copy of the other through. IPv6 clients are counted per /64, the block one subscriber gets,
 //! so a single host cannot escape the limit by cycling addresses.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::HeaderMap;
@@ -21,6 +24,9 @@ use ipnet::IpNet;
 
 use super::error::ApiError;
 use super::state::AppState;
+use crate::backend::join_log::JoinLog;
+use crate::config::ClientIpHeader;
+use crate::engine::RoomId;
 
 /// The address a request is counted against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -28,7 +34,12 @@ pub struct ClientIp(pub IpAddr);
 
 impl ClientIp {
     /// The connection's peer, or the client a trusted proxy names.
-    pub fn resolve(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> Self {
+    pub fn resolve(
+        peer: IpAddr,
+        headers: &HeaderMap,
+        trusted: &[IpNet],
+        header: ClientIpHeader,
+    ) -> Self {
         let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
         if !is_trusted(&peer) {
             return Self(peer);
@@ -36,7 +47,7 @@ impl ClientIp {
         // Proxies append: walk from the nearest hop outwards and stop at the
         // first address no trusted proxy vouches for. Anything further left
         // was written by the client and may be forged.
-        let hops = forwarded_for(headers);
+        let hops = forwarded_for(headers, header);
         hops.iter()
             .rev()
             .find(|ip| !is_trusted(ip))
@@ -59,15 +70,16 @@ impl ClientIp {
     }
 }
 
-/// Addresses from `X-Forwarded-For` and `Forwarded`, in hop order; entries
-/// that do not parse (obfuscated identifiers, `unknown`) are skipped.
-fn forwarded_for(headers: &HeaderMap) -> Vec<IpAddr> {
+/// Addresses from `header`, in hop order; entries that do not parse
+/// (obfuscated identifiers, `unknown`) are skipped.
+fn forwarded_for(headers: &HeaderMap, header: ClientIpHeader) -> Vec<IpAddr> {
     let mut hops = Vec::new();
-    for value in headers.get_all("x-forwarded-for") {
-        let Ok(value) = value.to_str() else { continue };
-        hops.extend(value.split(',').filter_map(|s| parse_ip(s.trim())));
-    }
-    if hops.is_empty() {
+    if header == ClientIpHeader::XForwardedFor {
+        for value in headers.get_all("x-forwarded-for") {
+            let Ok(value) = value.to_str() else { continue };
+            hops.extend(value.split(',').filter_map(|s| parse_ip(s.trim())));
+        }
+    } else {
         for value in headers.get_all("forwarded") {
             let Ok(value) = value.to_str() else { continue };
             for element in value.split(',') {
@@ -115,7 +127,69 @@ impl FromRequestParts<AppState> for ClientIp {
             peer,
             &parts.headers,
             &state.settings.trusted_proxies,
+            state.settings.client_ip_header,
         ))
+    }
+}
+
+/// Challenge fetches per client and room, in a sliding minute: a
+/// challenge for each join the room's `join_limit_per_minute` allows an
+/// address, and as many again for reloads and retries. Without it an
+/// address could stock up on challenges for later, and every fetch costs
+/// this instance an HMAC and a counted metric. Kept per instance: several
+/// instances each allow this many, which is still bounded, and nothing is
+/// written to the store for a request that makes no ticket.
+#[derive(Debug, Default)]
+pub struct ChallengeLimiter {
+    log: JoinLog,
+    swept_at: AtomicU64,
+}
+
+impl ChallengeLimiter {
+    /// Challenge fetches allowed per join the room allows.
+    pub const PER_JOIN: u32 = 2;
+    /// How often addresses that stopped fetching are forgotten.
+    const SWEEP_EVERY_MS: u64 = 30_000;
+
+    /// Counts one fetch from `client`, or says how long until one more fits
+    /// under a room's `join_limit` (0: no limit).
+    pub fn fetch(
+        &self,
+        room: &RoomId,
+        client: ClientIp,
+        join_limit: u32,
+        now: u64,
+    ) -> Result<(), ApiError> {
+        let limit = join_limit.saturating_mul(Self::PER_JOIN);
+        let swept = self.swept_at.load(Ordering::Relaxed);
+        if now >= swept + Self::SWEEP_EVERY_MS
+            && self
+                .swept_at
+                .compare_exchange(swept, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.log.sweep(now);
+        }
+        match self
+            .log
+            .admit(room, client.key(), limit, now, || Ok::<_, ()>(()))
+        {
+            Ok(_) => Ok(()),
+            Err(wait) => {
+                let secs = u32::try_from(wait.as_secs_f64().ceil() as u64)
+                    .unwrap_or(u32::MAX)
+                    .max(1);
+                Err(ApiError::new(
+                    axum::http::StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_challenges",
+                    format!(
+                        "Too many challenges fetched from this address: at most {limit} a minute \
+                         in this room. Solve one you have, or try again in {secs} s."
+                    ),
+                )
+                .retry_after(secs))
+            }
+        }
     }
 }
 
@@ -211,15 +285,17 @@ mod tests {
             "10.0.0.0/8".parse().unwrap(),
         ];
         let xff = headers(&[("x-forwarded-for", "6.6.6.6, 203.0.113.7, 10.1.2.3")]);
+        let x = ClientIpHeader::XForwardedFor;
+        let f = ClientIpHeader::Forwarded;
         // From an untrusted peer the header is ignored.
         assert_eq!(
-            ClientIp::resolve(ip("198.51.100.1"), &xff, &trusted).0,
+            ClientIp::resolve(ip("198.51.100.1"), &xff, &trusted, x).0,
             ip("198.51.100.1")
         );
         // From a trusted proxy: the right-most untrusted hop, not the
         // client-written left end.
         assert_eq!(
-            ClientIp::resolve(ip("127.0.0.1"), &xff, &trusted).0,
+            ClientIp::resolve(ip("127.0.0.1"), &xff, &trusted, x).0,
             ip("203.0.113.7")
         );
         let fwd = headers(&[(
@@ -227,13 +303,30 @@ mod tests {
             "for=192.0.2.60;proto=http, for=\"[2001:db8::1]:4711\"",
         )]);
         assert_eq!(
-            ClientIp::resolve(ip("10.0.0.1"), &fwd, &trusted).0,
+            ClientIp::resolve(ip("10.0.0.1"), &fwd, &trusted, f).0,
             ip("2001:db8::1")
+        );
+        // Only the configured header is read: the other is the client's.
+        assert_eq!(
+            ClientIp::resolve(ip("10.0.0.1"), &fwd, &trusted, x).0,
+            ip("10.0.0.1")
+        );
+        let both = headers(&[
+            ("x-forwarded-for", "198.51.100.66"),
+            ("forwarded", "for=203.0.113.9"),
+        ]);
+        assert_eq!(
+            ClientIp::resolve(ip("10.0.0.1"), &both, &trusted, f).0,
+            ip("203.0.113.9")
+        );
+        assert_eq!(
+            ClientIp::resolve(ip("10.0.0.1"), &both, &trusted, x).0,
+            ip("198.51.100.66")
         );
         // Nothing usable: the peer itself.
         let junk = headers(&[("x-forwarded-for", "unknown, _hidden")]);
         assert_eq!(
-            ClientIp::resolve(ip("127.0.0.1"), &junk, &trusted).0,
+            ClientIp::resolve(ip("127.0.0.1"), &junk, &trusted, x).0,
             ip("127.0.0.1")
         );
     }

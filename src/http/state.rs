@@ -53,6 +53,8 @@ pub struct Shared {
     pub fanout: Arc<super::fanout::Fanout>,
     /// Each room's access rules, compiled, and its challenge difficulty.
     pub access: Arc<super::access::AccessBook>,
+    /// Challenge fetches per client address and room.
+    pub challenge_fetches: super::limits::ChallengeLimiter,
     /// Signs and checks proof-of-work challenges (a key derived from the
     /// ticket key for this use only).
     pub challenges: Arc<crate::access::ChallengeKeys>,
@@ -70,12 +72,16 @@ pub struct HttpSettings {
     pub admin_token: Option<Secret>,
     /// A key the origin's backend may use for `release` only.
     pub release_key: Option<Secret>,
+    /// The token `/metrics` asks for, when set.
+    pub metrics_token: Option<Secret>,
     /// How long an event stream may stay silent before a keep-alive
     /// comment (each stream's own timer, reset by every event).
     pub keep_alive: std::time::Duration,
     pub on_backend_error: crate::config::OnBackendError,
     /// Peers whose forwarding headers name the client.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// The header those proxies name the client in.
+    pub client_ip_header: crate::config::ClientIpHeader,
 }
 
 impl HttpSettings {
@@ -90,9 +96,11 @@ impl HttpSettings {
                 .to_owned(),
             admin_token: config.admin_token.clone(),
             release_key: config.release_key.clone(),
+            metrics_token: config.metrics_token.clone(),
             keep_alive: std::time::Duration::from_secs(15),
             on_backend_error: config.on_backend_error,
             trusted_proxies: config.trusted_proxies.clone(),
+            client_ip_header: config.client_ip_header,
         }
     }
 }

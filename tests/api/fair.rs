@@ -251,6 +251,118 @@ async fn one_solution_sent_many_times_at_once_makes_one_ticket() {
     app.stop().await;
 }
 
+async fn get_challenge(app: &TestApp, room: &str) -> reqwest::Response {
+    app.client
+        .get(app.url(&format!("/api/rooms/{room}/challenge")))
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn challenges_fetched_while_calm_are_refused_once_a_flood_raised_the_difficulty() {
+    let mut rising = room("rising", 1000);
+    rising.access.challenge = ChallengeMode::Pow;
+    rising.access.pow_difficulty = 4;
+    rising.access.pow_difficulty_max = 9;
+    rising.access.pow_rise_per_second = 1;
+    let app = spawn_app(vec![rising]).await;
+
+    // Stocked up while the room is calm: cheap challenges, solved ahead.
+    let mut stock = Vec::new();
+    for _ in 0..10 {
+        let r = get_challenge(&app, "rising").await;
+        assert_eq!(r.status(), StatusCode::OK);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["difficulty"], 4, "{body}");
+        let token = body["token"].as_str().unwrap().to_owned();
+        let counter = solve(&token, 4);
+        stock.push(json!({"challenge": token, "counter": counter}));
+    }
+
+    // A flood (joins on any instance count: the store's join counter).
+    let id = RoomId::new("rising").unwrap();
+    for _ in 0..300 {
+        app.backend
+            .join(&id, narabu::backend::JoinRequest::anonymous())
+            .await
+            .unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(6);
+    loop {
+        let now = app.admin_room("rising").await["access"]["pow_difficulty_now"].clone();
+        if now == 9 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still {now}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let before = joins(&app, "rising").await;
+
+    // Every prepaid solution is refused, each with a challenge at the
+    // difficulty asked now.
+    for solution in stock {
+        let (status, body) = post_join(&app, "rising", solution).await;
+        assert_eq!(status, StatusCode::PRECONDITION_REQUIRED, "{body}");
+        assert_eq!(body["error"], "challenge_failed", "{body}");
+        assert_eq!(body["reason"], "too_easy", "{body}");
+        assert_eq!(the_challenge(&body).1, 9, "{body}");
+    }
+    assert_eq!(joins(&app, "rising").await, before, "no prepaid ticket");
+
+    // One bit of slack: a solver the rise overtook by a step still gets
+    // in; two steps is a new challenge.
+    let keys = ChallengeKeys::from_keyring(&Keyring::from_secrets(&Secret::new(SECRET), None));
+    let now = narabu::engine::Clock::now_ms(&narabu::engine::SystemClock);
+    let one_below = keys.issue(&id, 8, now);
+    let two_below = keys.issue(&id, 7, now);
+    let (status, body) = post_join(
+        &app,
+        "rising",
+        json!({"challenge": two_below.token, "counter": solve(&two_below.token, 7)}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::PRECONDITION_REQUIRED, "{body}");
+    assert_eq!(body["reason"], "too_easy", "{body}");
+    let (status, body) = post_join(
+        &app,
+        "rising",
+        json!({"challenge": one_below.token, "counter": solve(&one_below.token, 8)}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn challenge_fetches_past_the_join_limit_get_429() {
+    let mut limited = pow_room("limited");
+    limited.join_limit_per_minute = 3;
+    let app = spawn_app(vec![limited, pow_room("other")]).await;
+    // Two a join: a challenge for each join the limit allows, and a retry.
+    for i in 0..6 {
+        let r = get_challenge(&app, "limited").await;
+        assert_eq!(r.status(), StatusCode::OK, "fetch {i}");
+    }
+    let refused = get_challenge(&app, "limited").await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"], "too_many_challenges", "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("6 a minute"),
+        "{body}"
+    );
+    // Another room's allowance is its own.
+    assert_eq!(get_challenge(&app, "other").await.status(), StatusCode::OK);
+    app.stop().await;
+}
+
 // ----- enqueue tokens ------------------------------------------------------
 
 const HS_KEY: &str = "origin-shared-key-origin-shared-key-01";
@@ -268,14 +380,25 @@ MCowBQYDK2VwAyEATEJGCNKgsqer+HkXMXcnVDAX8B91qiSI/XYEhhE6I3s=
 /// Mints JWTs with PyJWT, the way an origin would: a list of
 /// (claims, algorithm, key) in, one token per line out.
 fn pyjwt(tokens: &[(Value, &str, &str)]) -> Vec<String> {
+    let headed: Vec<_> = tokens
+        .iter()
+        .map(|(claims, alg, key)| (claims.clone(), *alg, *key, Value::Null))
+        .collect();
+    pyjwt_headed(&headed)
+}
+
+/// [`pyjwt`] with header fields of the test's own (`null` for none).
+fn pyjwt_headed(tokens: &[(Value, &str, &str, Value)]) -> Vec<String> {
     let script = r#"
 import json, sys, jwt
 for item in json.load(sys.stdin):
-    print(jwt.encode(item["claims"], item["key"], algorithm=item["alg"]))
+    print(jwt.encode(item["claims"], item["key"], algorithm=item["alg"], headers=item["headers"]))
 "#;
     let input: Vec<Value> = tokens
         .iter()
-        .map(|(claims, alg, key)| json!({"claims": claims, "alg": alg, "key": key}))
+        .map(|(claims, alg, key, headers)| {
+            json!({"claims": claims, "alg": alg, "key": key, "headers": headers})
+        })
         .collect();
     let mut child = Command::new("python3")
         .args(["-c", script])
@@ -310,6 +433,42 @@ fn now_secs() -> u64 {
 
 async fn token_join(app: &TestApp, room: &str, token: &str) -> (StatusCode, Value) {
     post_join(app, room, json!({"enqueue_token": token})).await
+}
+
+#[tokio::test]
+async fn enqueue_tokens_with_critical_header_extensions_are_refused() {
+    let mut s = room("presale", 5);
+    s.access.enqueue = EnqueueMode::Token;
+    s.access.enqueue_key = Some(SharedKey::new(HS_KEY));
+    s.access.enqueue_public_key = Some(ED_PUBLIC.into());
+    let app = spawn_app(vec![s]).await;
+    let exp = now_secs() + 600;
+    let claims = |sub: &str| json!({"aud": "presale", "sub": sub, "exp": exp});
+    let minted = pyjwt_headed(&[
+        (
+            claims("alice"),
+            "HS256",
+            HS_KEY,
+            json!({"crit": ["x-must-check"], "x-must-check": true}),
+        ),
+        (claims("bob"), "EdDSA", ED_PRIVATE, json!({"crit": ["exp"]})),
+        (claims("carol"), "HS256", HS_KEY, json!({"kid": "k1"})),
+    ]);
+    let [crit_hs, crit_ed, plain] = minted.as_slice() else {
+        panic!("three tokens")
+    };
+    for token in [crit_hs, crit_ed] {
+        let (status, body) = token_join(&app, "presale", token).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+        assert_eq!(body["error"], "enqueue_token_invalid", "{body}");
+        assert_eq!(body["reason"], "critical_extension", "{body}");
+        assert!(body["message"].as_str().unwrap().contains("crit"), "{body}");
+    }
+    assert_eq!(joins(&app, "presale").await, (0, 0));
+    // Other header fields are no obstacle.
+    let (status, body) = token_join(&app, "presale", plain).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    app.stop().await;
 }
 
 #[tokio::test]

@@ -6,13 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use narabu::backend::embedded::EmbeddedBackend;
-use narabu::config::{Config, Secret};
+use narabu::config::{ClientIpHeader, Config, Secret};
 use narabu::engine::SystemClock;
 use reqwest::StatusCode;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use narabu_testkit::app::{ADMIN_TOKEN, SECRET, TestApp, Visitor, config, spawn_app, spawn_with};
+use narabu_testkit::app::{
+    ADMIN_TOKEN, SECRET, TestApp, Visitor, config, spawn_app, spawn_app_with, spawn_with,
+};
 use narabu_testkit::room;
 
 /// The line as the bystanders see it: everyone's number and position.
@@ -163,6 +165,102 @@ async fn forwarded_addresses_count_only_behind_a_trusted_proxy() {
             StatusCode::CREATED,
         ]
     );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn behind_a_forwarded_proxy_a_clients_own_x_forwarded_for_is_ignored() {
+    let mut limited = room("sale", 1);
+    limited.join_limit_per_minute = 3;
+    // The test client is a proxy on 127.0.0.1 that writes RFC 7239
+    // `Forwarded` and passes the client's X-Forwarded-For through.
+    let behind_proxy = Config {
+        trusted_proxies: vec!["127.0.0.1/32".parse().unwrap()],
+        client_ip_header: ClientIpHeader::Forwarded,
+        ..config()
+    };
+    let app = spawn_app_with(behind_proxy, vec![limited]).await;
+    let join_as = |forwarded: &str, claimed: &str| {
+        app.client
+            .post(app.url("/api/rooms/sale/join"))
+            .header("forwarded", format!("for={forwarded};proto=https"))
+            .header("x-forwarded-for", claimed)
+            .send()
+    };
+    let mut codes = Vec::new();
+    for claimed in [
+        "198.51.100.1",
+        "198.51.100.2",
+        "198.51.100.3",
+        "198.51.100.4",
+    ] {
+        codes.push(join_as("203.0.113.5", claimed).await.unwrap().status());
+    }
+    assert_eq!(
+        codes,
+        [
+            StatusCode::CREATED,
+            StatusCode::CREATED,
+            StatusCode::CREATED,
+            StatusCode::TOO_MANY_REQUESTS
+        ],
+        "the client chose its address"
+    );
+    // The proxy's `Forwarded` is honoured: another client, its own allowance;
+    // and a client-written element before the proxy's counts for nothing.
+    let other = join_as("\"[2001:db8::7]:4711\"", "203.0.113.5")
+        .await
+        .unwrap();
+    assert_eq!(other.status(), StatusCode::CREATED);
+    let prefixed = app
+        .client
+        .post(app.url("/api/rooms/sale/join"))
+        .header("forwarded", "for=192.0.2.99, for=203.0.113.5")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(prefixed.status(), StatusCode::TOO_MANY_REQUESTS);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn with_a_metrics_token_metrics_need_it() {
+    const TOKEN: &str = "metrics-token-metrics-token-metrics-0123";
+    let closed = Config {
+        metrics_token: Some(Secret::new(TOKEN)),
+        ..config()
+    };
+    let app = spawn_app_with(closed, vec![room("sale", 1)]).await;
+    let scrape = |auth: Option<&str>| {
+        let mut r = app.client.get(app.url("/metrics"));
+        if let Some(a) = auth {
+            r = r.header("authorization", a);
+        }
+        r.send()
+    };
+    for auth in [
+        None,
+        Some("Bearer metrics-token-metrics-token-metrics-0124".to_owned()),
+        Some(format!("Bearer {ADMIN_TOKEN}")),
+        Some(format!("Basic {TOKEN}")),
+        Some(format!("Bearer {}", &TOKEN[..10])),
+    ] {
+        let r = scrape(auth.as_deref()).await.unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{auth:?}");
+        let body: Value = r.json().await.unwrap();
+        let (code, message) = json_error(&body);
+        assert_eq!(code, "unauthorized");
+        assert!(!message.contains(TOKEN), "{message}");
+    }
+    let r = scrape(Some(&format!("Bearer {TOKEN}"))).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.text().await.unwrap().contains(r#"room="sale""#));
+    app.stop().await;
+
+    // Without the setting, /metrics stays open as before.
+    let app = spawn_app(vec![room("sale", 1)]).await;
+    let r = app.client.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
     app.stop().await;
 }
 

@@ -618,3 +618,53 @@ async fn operators_changes_survive_a_kill() {
     assert_eq!(sale["mode"], "maintenance", "{sale}");
     drop(server);
 }
+
+/// Every entry under `dir` (itself included) with its permission bits.
+#[cfg(unix)]
+fn modes(dir: &Path) -> Vec<(PathBuf, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut found = vec![(
+        dir.to_owned(),
+        std::fs::metadata(dir).unwrap().permissions().mode() & 0o777,
+    )];
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(modes(&path));
+        } else {
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            found.push((path, mode));
+        }
+    }
+    found
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_data_directory_is_readable_by_the_service_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Created by the server, parents and all, under the usual umask 022.
+    let data = tmp.path().join("state").join("data");
+    let conf = config(tmp.path(), "100ms");
+    let server = Server::start(&data, &conf, tmp.path(), 0).expect("starts");
+    let joined = client()
+        .post(format!("{}/api/rooms/{ROOM}/join", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(joined.status(), 201);
+    // A snapshot or two, then a stop that writes the last one.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(server.terminate());
+
+    let found = modes(&tmp.path().join("state"));
+    assert!(
+        found.iter().any(|(p, _)| p.ends_with("secret.key")),
+        "{found:?}"
+    );
+    assert!(found.len() >= 4, "key, lock, journal, snapshot: {found:?}");
+    for (path, mode) in found {
+        let want = if path.is_dir() { 0o700 } else { 0o600 };
+        assert_eq!(mode, want, "{} is {mode:o}", path.display());
+    }
+}
