@@ -46,6 +46,11 @@ pub fn config() -> Config {
 
 /// The server with rooms whose workers do not run: the test ticks.
 pub async fn spawn_app(rooms: Vec<RoomSettings>) -> TestApp {
+    spawn_app_with(config(), rooms).await
+}
+
+/// [`spawn_app`] with a configuration of the test's own.
+pub async fn spawn_app_with(config: Config, rooms: Vec<RoomSettings>) -> TestApp {
     if std::env::var("NARABU_TEST_BACKEND").as_deref() == Ok("redis") {
         let server = RedisServer::start().await;
         let options = RedisOptions {
@@ -55,12 +60,12 @@ pub async fn spawn_app(rooms: Vec<RoomSettings>) -> TestApp {
         let backend = RedisBackend::connect(options, rooms, Arc::new(SystemClock))
             .await
             .unwrap();
-        let mut app = spawn_with(config(), backend).await;
+        let mut app = spawn_with(config, backend).await;
         app._redis = Some(server);
         return app;
     }
     let backend = EmbeddedBackend::without_workers(rooms, Arc::new(SystemClock));
-    spawn_with(config(), backend).await
+    spawn_with(config, backend).await
 }
 
 /// An instance as several run in production: on Redis at `target`, its
