@@ -16,6 +16,7 @@ use super::error::ApiError;
 use super::extract::{MaybeVisitor, ReleaseKey, Room, Visitor};
 use super::limits::ClientIp;
 use super::openapi::{ErrorBody, RoomParam};
+use super::origin::Provenance;
 use super::return_path::validate_return_path;
 use super::state::AppState;
 use super::ticket::{self, VisitorTicket};
@@ -221,7 +222,7 @@ pub fn set_cookie(state: &AppState, room: &RoomId, token: String) -> (header::He
         (status = 201, description = "A new ticket; the room cookie is set.", body = JoinBody),
         (status = 200, description = "The ticket this visitor already holds.", body = JoinBody),
         (status = 400, description = "The body is not JSON, or a bad `Idempotency-Key`.", body = ErrorBody),
-        (status = 403, description = "The room wants a solved challenge or an enqueue token.", body = ErrorBody),
+        (status = 403, description = "The room wants a solved challenge or an enqueue token; or the ticket cookie came on a request from another site (`cross_site_request`).", body = ErrorBody),
         (status = 404, description = "No such room.", body = ErrorBody),
         (status = 409, description = "The `Idempotency-Key` already made a live ticket this request does not carry (`idempotency_key_used`); no token is given.", body = ErrorBody),
         (status = 410, description = "The room is closed.", body = ErrorBody),
@@ -234,10 +235,14 @@ pub fn set_cookie(state: &AppState, room: &RoomId, token: String) -> (header::He
 pub async fn join(
     State(state): State<AppState>,
     MaybeVisitor { room, ticket }: MaybeVisitor,
+    provenance: Provenance,
     client: ClientIp,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    if ticket.as_ref().is_some_and(|t| t.from_cookie) {
+        provenance.require_same_origin()?;
+    }
     let proof = parse_join_body(&body)?;
     let joined = join_room(&state, &room, ticket, &headers, client, true, &proof).await?;
     let code = if joined.is_new {
@@ -308,6 +313,7 @@ pub async fn lane_name(state: &AppState, room: &RoomId, lane: u8) -> Option<Stri
         (status = 204, description = "Left (also when the ticket had already ended)."),
         (status = 303, description = "A form post: back to the queue page."),
         (status = 401, description = "No ticket, a damaged one, or one of another room.", body = ErrorBody),
+        (status = 403, description = "The ticket cookie came on a request from another site or origin (`cross_site_request`); a Bearer ticket is never refused so.", body = ErrorBody),
         (status = 404, description = "No such room.", body = ErrorBody),
         (status = 410, description = "The line this ticket stood in was reset (the room started again): join again.", body = ErrorBody),
         (status = 413, description = "The body is too large."),
@@ -317,9 +323,13 @@ pub async fn lane_name(state: &AppState, room: &RoomId, lane: u8) -> Option<Stri
 pub async fn leave(
     State(state): State<AppState>,
     Visitor { room, ticket }: Visitor,
+    provenance: Provenance,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    if ticket.from_cookie {
+        provenance.require_same_origin()?;
+    }
     state.backend.leave(&room, ticket.ticket).await?;
     let is_form = headers
         .get(header::CONTENT_TYPE)

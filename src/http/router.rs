@@ -34,6 +34,10 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+fn no_store() -> SetResponseHeaderLayer<HeaderValue> {
+    SetResponseHeaderLayer::overriding(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))
+}
+
 /// Every route, each with its own layers. Every one is described in the
 /// OpenAPI document ([`openapi::ApiDoc`]), which a test checks by walking
 /// this router.
@@ -41,7 +45,12 @@ pub fn routes() -> Router<AppState> {
     // Short requests get a timeout; the event stream lives as long as the
     // visitor waits, so it is routed outside that layer.
     let short = Router::new()
-        .route("/api/rooms/{room}/join", post(api::join))
+        // Join and status answers carry the ticket or the visitor's place:
+        // one visitor's, never to be kept by a cache on the way.
+        .route(
+            "/api/rooms/{room}/join",
+            post(api::join).layer(no_store()),
+        )
         // Every gate answer is one visitor's: a CDN or shared cache in front
         // must never hand it to another.
         .route(
@@ -51,7 +60,10 @@ pub fn routes() -> Router<AppState> {
                 HeaderValue::from_static("no-store"),
             )),
         )
-        .route("/api/rooms/{room}/status", get(api::status))
+        .route(
+            "/api/rooms/{room}/status",
+            get(api::status).layer(no_store()),
+        )
         .route("/api/rooms/{room}/leave", post(api::leave))
         .route("/api/rooms/{room}/release", post(api::release))
         .route("/api/rooms/{room}/challenge", get(access::challenge))
