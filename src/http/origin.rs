@@ -47,7 +47,10 @@ impl Provenance {
 impl FromRequestParts<AppState> for Provenance {
     type Rejection = std::convert::Infallible;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         let peer = parts
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
@@ -59,7 +62,11 @@ impl FromRequestParts<AppState> for Provenance {
                 .iter()
                 .any(|net| net.contains(&ip))
         });
-        let host = request_host(&parts.headers, parts.uri.authority().map(|a| a.as_str()), trusted);
+        let host = request_host(
+            &parts.headers,
+            parts.uri.authority().map(|a| a.as_str()),
+            trusted,
+        );
         Ok(Self {
             same_origin: is_same_origin(&parts.headers, host),
         })
@@ -69,7 +76,11 @@ impl FromRequestParts<AppState> for Provenance {
 /// The host the client asked for: a trusted proxy's `X-Forwarded-Host`
 /// (its first entry: the client's own), else `Host` (or HTTP/2's
 /// `:authority`).
-fn request_host<'h>(headers: &'h HeaderMap, authority: Option<&'h str>, trusted: bool) -> Option<&'h str> {
+fn request_host<'h>(
+    headers: &'h HeaderMap,
+    authority: Option<&'h str>,
+    trusted: bool,
+) -> Option<&'h str> {
     let forwarded = trusted
         .then(|| headers.get("x-forwarded-host")?.to_str().ok())
         .flatten()
@@ -138,12 +149,24 @@ mod tests {
         let host = Some("shop.example");
         assert!(same(&[], host));
         assert!(same(&[("origin", "https://shop.example")], host));
-        assert!(same(&[("origin", "https://SHOP.example")], Some("shop.example:443")));
-        assert!(same(&[("origin", "http://127.0.0.1:8080")], Some("127.0.0.1:8080")));
+        assert!(same(
+            &[("origin", "https://SHOP.example")],
+            Some("shop.example:443")
+        ));
+        assert!(same(
+            &[("origin", "http://127.0.0.1:8080")],
+            Some("127.0.0.1:8080")
+        ));
         assert!(same(&[("origin", "http://[::1]:8080")], Some("[::1]:8080")));
         // A Host without its port (nginx's `$host`): the name decides.
-        assert!(same(&[("origin", "http://127.0.0.1:8080")], Some("127.0.0.1")));
-        assert!(!same(&[("origin", "http://127.0.0.1:9090")], Some("127.0.0.1:8080")));
+        assert!(same(
+            &[("origin", "http://127.0.0.1:8080")],
+            Some("127.0.0.1")
+        ));
+        assert!(!same(
+            &[("origin", "http://127.0.0.1:9090")],
+            Some("127.0.0.1:8080")
+        ));
         assert!(!same(&[("origin", "https://evil.example")], host));
         assert!(!same(&[("origin", "https://a.shop.example")], host));
         assert!(!same(&[("origin", "null")], host));
@@ -158,7 +181,10 @@ mod tests {
         assert!(!same(&[("sec-fetch-site", "same-site")], host));
         assert!(!same(&[("sec-fetch-site", "cross-site")], host));
         // Behind a proxy that rewrote Host, the browser's word still holds.
-        let rewritten = [("sec-fetch-site", "same-origin"), ("origin", "https://shop.example")];
+        let rewritten = [
+            ("sec-fetch-site", "same-origin"),
+            ("origin", "https://shop.example"),
+        ];
         assert!(same(&rewritten, Some("127.0.0.1:8080")));
     }
 

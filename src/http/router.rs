@@ -47,10 +47,7 @@ pub fn routes() -> Router<AppState> {
     let short = Router::new()
         // Join and status answers carry the ticket or the visitor's place:
         // one visitor's, never to be kept by a cache on the way.
-        .route(
-            "/api/rooms/{room}/join",
-            post(api::join).layer(no_store()),
-        )
+        .route("/api/rooms/{room}/join", post(api::join).layer(no_store()))
         // Every gate answer is one visitor's: a CDN or shared cache in front
         // must never hand it to another.
         .route(

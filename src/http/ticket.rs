@@ -97,14 +97,14 @@ pub fn pass_cookie(state: &AppState, pass: &PassClaim, now_ms: u64) -> Cookie<'s
         pass_cookie_name(state, &pass.room),
         state.keys.sign_pass(pass),
     ))
-        .path("/")
-        .http_only(true)
-        .same_site(SameSite::Lax)
-        .secure(state.settings.cookie_secure)
-        .max_age(cookie::time::Duration::seconds(
-            i64::try_from(secs).unwrap_or(i64::MAX),
-        ))
-        .build()
+    .path("/")
+    .http_only(true)
+    .same_site(SameSite::Lax)
+    .secure(state.settings.cookie_secure)
+    .max_age(cookie::time::Duration::seconds(
+        i64::try_from(secs).unwrap_or(i64::MAX),
+    ))
+    .build()
 }
 
 /// The token of `Authorization: Bearer`; the scheme's name is
@@ -112,9 +112,7 @@ pub fn pass_cookie(state: &AppState, pass: &PassClaim, now_ms: u64) -> Cookie<'s
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     let auth = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = auth.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 /// A token checked against this room: its ticket, or why not.
@@ -210,7 +208,9 @@ mod tests {
         headers.append(header::COOKIE, "a=b; narabu_sale_pass=p".parse().unwrap());
         headers.append(
             header::COOKIE,
-            "junk; narabu_sales=x; narabu_sale = t=1 ; narabu_sale=u".parse().unwrap(),
+            "junk; narabu_sales=x; narabu_sale = t=1 ; narabu_sale=u"
+                .parse()
+                .unwrap(),
         );
         let values = |room, suffix| {
             cookie_values(&headers, "narabu_", room, suffix)

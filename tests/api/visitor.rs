@@ -103,7 +103,12 @@ async fn a_key_is_free_again_once_its_ticket_ended() {
     app.stop().await;
 }
 
-async fn leave_with(app: &TestApp, cookie: Option<&str>, bearer: Option<&str>, headers: &[(&str, &str)]) -> StatusCode {
+async fn leave_with(
+    app: &TestApp,
+    cookie: Option<&str>,
+    bearer: Option<&str>,
+    headers: &[(&str, &str)],
+) -> StatusCode {
     let mut request = app.client.post(app.url("/api/rooms/sale/leave"));
     if let Some(t) = cookie {
         request = request.header("cookie", format!("narabu_sale={t}"));
@@ -124,13 +129,25 @@ async fn a_cross_site_post_cannot_make_a_visitor_leave() {
     let host = app.base.trim_start_matches("http://").to_owned();
 
     let cross = [("origin", "https://evil.example")];
-    assert_eq!(leave_with(&app, Some(&v.token), None, &cross).await, StatusCode::FORBIDDEN);
+    assert_eq!(
+        leave_with(&app, Some(&v.token), None, &cross).await,
+        StatusCode::FORBIDDEN
+    );
     let opaque = [("origin", "null")];
-    assert_eq!(leave_with(&app, Some(&v.token), None, &opaque).await, StatusCode::FORBIDDEN);
+    assert_eq!(
+        leave_with(&app, Some(&v.token), None, &opaque).await,
+        StatusCode::FORBIDDEN
+    );
     let site = [("sec-fetch-site", "same-site")];
-    assert_eq!(leave_with(&app, Some(&v.token), None, &site).await, StatusCode::FORBIDDEN);
+    assert_eq!(
+        leave_with(&app, Some(&v.token), None, &site).await,
+        StatusCode::FORBIDDEN
+    );
     let site = [("sec-fetch-site", "cross-site")];
-    assert_eq!(leave_with(&app, Some(&v.token), None, &site).await, StatusCode::FORBIDDEN);
+    assert_eq!(
+        leave_with(&app, Some(&v.token), None, &site).await,
+        StatusCode::FORBIDDEN
+    );
     // A cross-site join with the cookie is refused too.
     let join = app
         .client
@@ -147,13 +164,25 @@ async fn a_cross_site_post_cannot_make_a_visitor_leave() {
 
     // The queue page's own form, and an app with its Bearer ticket.
     let origin = format!("http://{host}");
-    let same = [("origin", origin.as_str()), ("sec-fetch-site", "same-origin")];
+    let same = [
+        ("origin", origin.as_str()),
+        ("sec-fetch-site", "same-origin"),
+    ];
     let w = app.join("sale").await;
-    assert_eq!(leave_with(&app, Some(&w.token), None, &same).await, StatusCode::NO_CONTENT);
+    assert_eq!(
+        leave_with(&app, Some(&w.token), None, &same).await,
+        StatusCode::NO_CONTENT
+    );
     let own = [("origin", origin.as_str())];
     let x = app.join("sale").await;
-    assert_eq!(leave_with(&app, Some(&x.token), None, &own).await, StatusCode::NO_CONTENT);
-    assert_eq!(leave_with(&app, None, Some(&v.token), &cross).await, StatusCode::NO_CONTENT);
+    assert_eq!(
+        leave_with(&app, Some(&x.token), None, &own).await,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        leave_with(&app, None, Some(&v.token), &cross).await,
+        StatusCode::NO_CONTENT
+    );
     app.stop().await;
 }
 
@@ -184,7 +213,10 @@ async fn a_junk_cookie_of_the_same_name_does_not_cost_the_place() {
         .unwrap();
     assert_eq!(page.status(), StatusCode::OK);
     let set = page.headers()[SET_COOKIE].to_str().unwrap().to_owned();
-    assert!(set.starts_with(&format!("narabu_sale={};", v.token)), "{set}");
+    assert!(
+        set.starts_with(&format!("narabu_sale={};", v.token)),
+        "{set}"
+    );
     assert_eq!(app.join("sale").await.number, 3);
 
     app.tick("sale").await;
@@ -192,7 +224,10 @@ async fn a_junk_cookie_of_the_same_name_does_not_cost_the_place() {
     let gate = app
         .client
         .get(app.url("/gate/sale"))
-        .header("cookie", format!("narabu_sale=junk; narabu_sale={}", _ahead.token))
+        .header(
+            "cookie",
+            format!("narabu_sale=junk; narabu_sale={}", _ahead.token),
+        )
         .send()
         .await
         .unwrap();
@@ -272,7 +307,10 @@ async fn with_cookie_secure_the_ticket_cookie_is_host_prefixed() {
     let set = joined.headers()[SET_COOKIE].to_str().unwrap().to_owned();
     let body: Value = joined.json().await.unwrap();
     let token = ticket_of(&body);
-    assert!(set.starts_with(&format!("__Host-narabu_sale={token};")), "{set}");
+    assert!(
+        set.starts_with(&format!("__Host-narabu_sale={token};")),
+        "{set}"
+    );
     assert!(set.contains("Secure") && set.contains("Path=/"), "{set}");
     assert!(!set.to_ascii_lowercase().contains("domain="), "{set}");
 

@@ -59,8 +59,8 @@ use super::{
 use crate::config::{RedisTarget, RedisWait};
 use crate::engine::rules::{self, RoomFacts, StockTaken};
 use crate::engine::{
-    Binding, Clock, Departure, DrawRecord, Handoff, RoomId, RoomSettings, TickReport, TicketId, TicketState,
-    TicketStatus,
+    Binding, Clock, Departure, DrawRecord, Handoff, RoomId, RoomSettings, TickReport, TicketId,
+    TicketState, TicketStatus,
 };
 use conn::{Conn, unavailable};
 pub use keys::RoomKeys;
