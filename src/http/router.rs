@@ -73,7 +73,10 @@ pub fn routes() -> Router<AppState> {
             StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,
         ));
-    let streams = Router::new().route("/api/rooms/{room}/events", get(events::events));
+    let streams = Router::new().route(
+        "/api/rooms/{room}/events",
+        get(events::events).layer(no_store()),
+    );
     // The admin API: every handler takes the token (`extract::Admin`; 404
     // with none set).
     let admin_api = Router::new()

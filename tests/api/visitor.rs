@@ -262,6 +262,16 @@ async fn answers_carrying_a_ticket_are_never_stored() {
         .await
         .unwrap();
     assert_eq!(status.headers()[CACHE_CONTROL], "no-store");
+    let events = app
+        .client
+        .get(app.url("/api/rooms/sale/events"))
+        .bearer_auth(&v.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), StatusCode::OK);
+    assert_eq!(events.headers()[CACHE_CONTROL], "no-store");
+    drop(events);
     app.stop().await;
 }
 
