@@ -3,10 +3,12 @@
 //! make a visitor leave, a junk cookie planted beside theirs does not cost
 //! them their place, and nothing that carries a ticket may be cached.
 
+use narabu::access::ChallengeMode;
 use narabu::config::Config;
 use reqwest::StatusCode;
 use reqwest::header::{CACHE_CONTROL, SET_COOKIE};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use narabu_testkit::app::{ADMIN_TOKEN, TestApp, spawn_app, spawn_app_with};
 use narabu_testkit::room;
@@ -52,6 +54,35 @@ async fn a_repeated_key_without_its_ticket_gets_409_and_no_token() {
     assert_eq!(retried["number"], first["number"]);
     // One ticket was made in all: the next is number 2.
     assert_eq!(app.join("sale").await.number, 2);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_repeated_key_skips_no_proof_of_work() {
+    let mut pow = room("sale", 5);
+    pow.access.challenge = ChallengeMode::Pow;
+    pow.access.pow_difficulty = 4;
+    pow.access.pow_difficulty_max = 4;
+    let app = spawn_app(vec![pow]).await;
+    let asked: Value = join_keyed(&app, KEY, None).await.json().await.unwrap();
+    let token = asked["challenge"]["token"].as_str().unwrap().to_owned();
+    let counter = (0u64..)
+        .find(|n| Sha256::digest(format!("{token}{n}"))[0] >> 4 == 0)
+        .unwrap();
+    let solved = app
+        .client
+        .post(app.url("/api/rooms/sale/join"))
+        .header("idempotency-key", KEY)
+        .json(&serde_json::json!({"challenge": token, "counter": counter}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(solved.status(), StatusCode::CREATED);
+
+    let replayed = join_keyed(&app, KEY, None).await;
+    assert_eq!(replayed.status(), StatusCode::CONFLICT);
+    let body: Value = replayed.json().await.unwrap();
+    assert!(body.get("ticket").is_none(), "{body}");
     app.stop().await;
 }
 
