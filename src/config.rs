@@ -212,7 +212,8 @@ pub struct Config {
     pub admin_token: Option<Secret>,
     /// Bearer key the origin's backend may use for `release` only.
     pub release_key: Option<Secret>,
-    /// Mark cookies `Secure` (set it when visitors reach Narabu over HTTPS).
+    /// Mark cookies `Secure` (set it when visitors reach Narabu over HTTPS);
+    /// they are then named with the `__Host-` prefix.
     pub cookie_secure: bool,
     /// Peers whose `X-Forwarded-For` / `Forwarded` headers are believed.
     pub trusted_proxies: Vec<IpNet>,
