@@ -228,7 +228,8 @@ pub struct Config {
     pub release_key: Option<Secret>,
     /// Bearer token `/metrics` asks for; open without it.
     pub metrics_token: Option<Secret>,
-    /// Mark cookies `Secure` (set it when visitors reach Narabu over HTTPS).
+    /// Mark cookies `Secure` (set it when visitors reach Narabu over HTTPS);
+    /// they are then named with the `__Host-` prefix.
     pub cookie_secure: bool,
     /// Peers whose `X-Forwarded-For` / `Forwarded` headers are believed.
     pub trusted_proxies: Vec<IpNet>,

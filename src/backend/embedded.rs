@@ -542,7 +542,9 @@ impl Backend for EmbeddedBackend {
         if room.mode().closes() {
             return Err(BackendError::SoldOut(id.clone()));
         }
-        let known = request.identity.and_then(|i| room.ticket_of(i));
+        let known = request
+            .identity
+            .and_then(|i| room.ticket_bound(i, request.binding));
         if known.is_none() && request.refuse_new {
             return Err(BackendError::AccessDenied);
         }
@@ -560,7 +562,7 @@ impl Backend for EmbeddedBackend {
             {
                 return Err(BackendError::NonceSpent);
             }
-            room.join_in(request.identity, request.lane)
+            room.join_bound(request.identity, request.lane, request.binding)
                 .map_err(|e| match e {
                     JoinError::Closed => BackendError::Closed(id.clone()),
                     JoinError::Full => BackendError::Full(id.clone()),

@@ -34,7 +34,7 @@ use tokio::sync::Notify;
 pub use crate::engine::RoomPatch;
 use crate::engine::rules::StockTaken;
 use crate::engine::{
-    Clock, Departure, DrawRecord, Identity, PermitLedger, RoomId, RoomSettings, RoomStats,
+    Binding, Clock, Departure, DrawRecord, Identity, PermitLedger, RoomId, RoomSettings, RoomStats,
     RoomView, TickReport, TicketStatus,
 };
 use feed::{Follow, RoomFeed, TicketRead};
@@ -58,6 +58,9 @@ pub struct JoinRequest {
     /// An idempotency identity (an `Idempotency-Key`, hashed): one ticket
     /// per identity.
     pub identity: Option<Identity>,
+    /// How long the identity answers its ticket: for good (an enqueue
+    /// token's account), or while the ticket lives (an `Idempotency-Key`).
+    pub binding: Binding,
     /// The address the per-address join limit counts, already reduced to
     /// what is counted (an IPv6 address to its /64); `None` is not limited.
     pub client: Option<IpAddr>,

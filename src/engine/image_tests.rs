@@ -124,6 +124,23 @@ fn replaying_the_events_onto_the_first_image_gives_the_same_room() {
 }
 
 #[test]
+fn a_reused_key_points_at_its_newest_ticket_after_a_restart() {
+    let clock = ManualClock::new(T0);
+    let (room, rec, first) = recorded_room(settings(3), &clock);
+    let key = Some(Identity(77));
+    let old = room.join_bound(key, 0, Binding::WhileLive).unwrap();
+    room.leave(old.ticket);
+    let new = room.join_bound(key, 0, Binding::WhileLive).unwrap();
+    assert!(new.is_new);
+    let from_image = Room::restore(room.image(), Arc::new(clock.clone()), None);
+    let replayed = Room::restore(replay(first, &rec.since(0)), Arc::new(clock.clone()), None);
+    for restored in [from_image, replayed] {
+        let again = restored.join_bound(key, 0, Binding::WhileLive).unwrap();
+        assert_eq!((again.ticket, again.is_new), (new.ticket, false));
+    }
+}
+
+#[test]
 fn replay_tolerates_duplicates_and_one_ticket_events_out_of_order() {
     let clock = ManualClock::new(T0);
     let (room, rec, first) = recorded_room(settings(2), &clock);

@@ -57,7 +57,7 @@ pub use event::{EventRecord, EventSink, RoomEvent};
 pub use image::{RoomImage, TicketImage};
 pub use lane::LaneIndex;
 pub use lottery::{DrawMismatch, DrawRecord, LotterySeed};
-pub use room::{Departure, Handoff, Identity, JoinError, Joined, Room};
+pub use room::{Binding, Departure, Handoff, Identity, JoinError, Joined, Room};
 pub use rules::{
     AdmissionRate, Eta, Status, StatusBody, TicketState, TicketStatus, WAIT_BUCKETS_MS,
 };

@@ -48,6 +48,19 @@ use crate::sync::{lock, read, write};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Identity(pub u128);
 
+/// How long an identity keeps answering its ticket.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Binding {
+    /// For good, ended or not: an origin-signed account holds one place,
+    /// once, so an account whose ticket ended cannot queue again.
+    #[default]
+    Lasting,
+    /// Only while the ticket lives: a client's retry id, free for a new
+    /// ticket once its ticket has ended (left, released, revoked, expired,
+    /// abandoned), so a key reused later never answers a dead ticket.
+    WhileLive,
+}
+
 /// The answer to a join.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Joined {
@@ -409,6 +422,17 @@ impl Room {
     /// default lane). An identity that already holds a ticket gets it
     /// back, in whatever lane it queues: one identity, one place.
     pub fn join_in(&self, identity: Option<Identity>, lane: u8) -> Result<Joined, JoinError> {
+        self.join_bound(identity, lane, Binding::Lasting)
+    }
+
+    /// Like [`Room::join_in`], with the identity bound as `binding` says:
+    /// a [`Binding::WhileLive`] identity whose ticket ended gets a new one.
+    pub fn join_bound(
+        &self,
+        identity: Option<Identity>,
+        lane: u8,
+        binding: Binding,
+    ) -> Result<Joined, JoinError> {
         let lane = if usize::from(lane) < self.lines.len() {
             lane
         } else {
@@ -420,14 +444,19 @@ impl Room {
         if self.hot.mode().closes() {
             return Err(JoinError::SoldOut);
         }
-        let joined = self.join_line(identity, lane)?;
+        let joined = self.join_line(identity, lane, binding)?;
         if self.hot.mode().admits_everyone() && self.hot.admitting() {
             self.admit_everyone(self.clock.now_ms());
         }
         Ok(joined)
     }
 
-    fn join_line(&self, identity: Option<Identity>, lane: u8) -> Result<Joined, JoinError> {
+    fn join_line(
+        &self,
+        identity: Option<Identity>,
+        lane: u8,
+        binding: Binding,
+    ) -> Result<Joined, JoinError> {
         let Some(identity) = identity else {
             return self.issue(None, lane).map(|(ticket, number)| Joined {
                 ticket,
@@ -438,6 +467,15 @@ impl Room {
         // The shard lock is held while the ticket is issued, so two racing
         // joins with one identity cannot both create a ticket.
         match self.identities.entry(identity) {
+            Entry::Occupied(mut e) if !self.binds(*e.get(), binding) => {
+                let (ticket, number) = self.issue(Some(identity), lane)?;
+                e.insert(ticket);
+                Ok(Joined {
+                    ticket,
+                    number,
+                    is_new: true,
+                })
+            }
             Entry::Occupied(e) => {
                 let ticket = *e.get();
                 Ok(Joined {
@@ -461,6 +499,17 @@ impl Room {
     /// The ticket an identity already holds, if any.
     pub fn ticket_of(&self, identity: Identity) -> Option<TicketId> {
         self.identities.get(&identity).map(|e| *e)
+    }
+
+    /// The ticket an identity bound as `binding` still answers, if any.
+    pub fn ticket_bound(&self, identity: Identity, binding: Binding) -> Option<TicketId> {
+        self.ticket_of(identity)
+            .filter(|&ticket| self.binds(ticket, binding))
+    }
+
+    /// Whether an identity bound as `binding` still answers `ticket`.
+    fn binds(&self, ticket: TicketId, binding: Binding) -> bool {
+        binding == Binding::Lasting || self.state_of(ticket).is_some_and(TicketState::is_live)
     }
 
     fn issue(

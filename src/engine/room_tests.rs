@@ -67,6 +67,29 @@ fn the_same_identity_gets_the_same_ticket() {
 }
 
 #[test]
+fn a_while_live_identity_is_free_again_once_its_ticket_ended() {
+    let (room, _) = room(1);
+    let lane = 0;
+    let key = Some(Identity(7));
+    let a = room.join_bound(key, lane, Binding::WhileLive).unwrap();
+    let again = room.join_bound(key, lane, Binding::WhileLive).unwrap();
+    assert_eq!((again.ticket, again.is_new), (a.ticket, false));
+    room.leave(a.ticket);
+    assert_eq!(room.ticket_bound(Identity(7), Binding::WhileLive), None);
+    let b = room.join_bound(key, lane, Binding::WhileLive).unwrap();
+    assert!(b.is_new);
+    assert_ne!(b.ticket, a.ticket);
+    assert_eq!(room.ticket_of(Identity(7)), Some(b.ticket));
+
+    // An account holds its one place for good, ended or not.
+    let account = Some(Identity(8));
+    let c = room.join(account).unwrap();
+    room.leave(c.ticket);
+    let d = room.join(account).unwrap();
+    assert_eq!((d.ticket, d.is_new), (c.ticket, false));
+}
+
+#[test]
 fn a_finisher_hands_its_permit_straight_to_the_head() {
     let (room, _) = room(1);
     let ids = join_n(&room, 3);

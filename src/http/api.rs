@@ -16,13 +16,14 @@ use super::error::ApiError;
 use super::extract::{MaybeVisitor, ReleaseKey, Room, Visitor};
 use super::limits::ClientIp;
 use super::openapi::{ErrorBody, RoomParam};
+use super::origin::Provenance;
 use super::return_path::validate_return_path;
 use super::state::AppState;
 use super::ticket::{self, VisitorTicket};
 use crate::access::PowError;
 use crate::backend::{BackendError, JoinRequest, TicketRef};
 use crate::engine::rules::{Mode, STOCK_MAX, StockTaken};
-use crate::engine::{Departure, Identity, RoomId, StatusBody, TicketStatus};
+use crate::engine::{Binding, Departure, Identity, RoomId, StatusBody, TicketStatus};
 
 /// A join's answer: the ticket's token and its status (the same body as
 /// `status`, with `ticket` first).
@@ -64,6 +65,11 @@ fn parse_join_body(body: &Bytes) -> Result<Proof, ApiError> {
     })
 }
 
+/// The fewest characters an `Idempotency-Key` may have: a key is a
+/// client's own retry id, and a short one is easy to guess or to share by
+/// accident with another client.
+const MIN_IDEMPOTENCY_KEY: usize = 16;
+
 /// An `Idempotency-Key`, hashed with the room into the engine's 16-byte
 /// identity.
 fn idempotency_identity(room: &RoomId, headers: &HeaderMap) -> Result<Option<Identity>, ApiError> {
@@ -73,12 +79,14 @@ fn idempotency_identity(room: &RoomId, headers: &HeaderMap) -> Result<Option<Ide
     let key = key
         .to_str()
         .ok()
-        .filter(|k| !k.is_empty() && k.len() <= 255)
+        .filter(|k| {
+            (MIN_IDEMPOTENCY_KEY..=255).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic())
+        })
         .ok_or_else(|| {
             ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "bad_idempotency_key",
-                "Idempotency-Key must be 1 to 255 visible ASCII characters.",
+                "Idempotency-Key must be 16 to 255 visible ASCII characters (a random id, such as a UUID).",
             )
         })?;
     let digest = Sha256::new()
@@ -125,14 +133,15 @@ pub async fn join_room(
         Ok(cleared) => (cleared, None),
         Err(refusal) => (access::Cleared::default(), Some(refusal)),
     };
-    let identity = match cleared.identity {
-        Some(account) => Some(account),
-        None => idempotency_identity(room, headers)?,
+    let (identity, binding) = match cleared.identity {
+        Some(account) => (Some(account), Binding::Lasting),
+        None => (idempotency_identity(room, headers)?, Binding::WhileLive),
     };
     let request = JoinRequest {
         held: held.as_ref().map(|v| v.ticket),
         replace_ended,
         identity,
+        binding,
         client: Some(client.key()),
         refuse_new: refusal.is_some(),
         nonce: cleared.nonce(),
@@ -152,6 +161,17 @@ pub async fn join_room(
     };
     if outcome.is_new {
         access::admitted(state, room, &cleared);
+    }
+    let holds_it = held.as_ref().is_some_and(|v| v.ticket == outcome.ticket);
+    // A key is a retry id, not a credential: whoever learns it must not get
+    // the ticket it made. A client that holds the ticket needs no token.
+    if !outcome.is_new && binding == Binding::WhileLive && identity.is_some() && !holds_it {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "idempotency_key_used",
+            "This Idempotency-Key already made a ticket that is still live; \
+             send that ticket (cookie or Bearer) to see it, or use a new key.",
+        ));
     }
     let token = match held {
         Some(v) if v.ticket == outcome.ticket => v.token,
@@ -175,8 +195,12 @@ pub fn set_cookie(state: &AppState, room: &RoomId, token: String) -> (header::He
 /// Join the queue
 ///
 /// Answers at once with a ticket; it never waits for a permit. Joining
-/// again with the same ticket (cookie or Bearer), `Idempotency-Key` or
-/// enqueue token's account answers the same ticket (200). Rooms with
+/// again with the same ticket (cookie or Bearer) or enqueue token's account
+/// answers the same ticket (200). An `Idempotency-Key` is a client-side
+/// retry id: a retried join with it makes no second ticket while the first
+/// lives, but it never hands out that ticket's token — a client that does
+/// not send the ticket itself gets 409 (`idempotency_key_used`). Once the
+/// ticket ends the key is free and makes a new ticket. Rooms with
 /// `challenge = "pow"` or `enqueue = "token"` want the proof in the body;
 /// without it the answer is 403 with what is missing (and a fresh
 /// challenge).
@@ -187,7 +211,9 @@ pub fn set_cookie(state: &AppState, room: &RoomId, token: String) -> (header::He
     params(
         RoomParam,
         ("Idempotency-Key" = Option<String>, Header,
-         description = "One ticket per key and room (1 to 255 visible ASCII characters)."),
+         description = "A client-side retry id (16 to 255 visible ASCII characters, e.g. a UUID): \
+                        one live ticket per key and room. It does not recover the ticket's token: \
+                        a repeat from a client without the ticket is 409."),
     ),
     request_body(content = Option<Proof>, content_type = "application/json",
                  description = "Empty (or `null`), or the proof a room asks for."),
@@ -196,8 +222,9 @@ pub fn set_cookie(state: &AppState, room: &RoomId, token: String) -> (header::He
         (status = 201, description = "A new ticket; the room cookie is set.", body = JoinBody),
         (status = 200, description = "The ticket this visitor already holds.", body = JoinBody),
         (status = 400, description = "The body is not JSON, or a bad `Idempotency-Key`.", body = ErrorBody),
-        (status = 403, description = "The room wants a solved challenge or an enqueue token.", body = ErrorBody),
+        (status = 403, description = "The room wants a solved challenge or an enqueue token; or the ticket cookie came on a request from another site (`cross_site_request`).", body = ErrorBody),
         (status = 404, description = "No such room.", body = ErrorBody),
+        (status = 409, description = "The `Idempotency-Key` already made a live ticket this request does not carry (`idempotency_key_used`); no token is given.", body = ErrorBody),
         (status = 410, description = "The room is closed.", body = ErrorBody),
         (status = 413, description = "The body is too large."),
         (status = 422, description = "The body has an unknown or mistyped field.", body = ErrorBody),
@@ -208,10 +235,14 @@ pub fn set_cookie(state: &AppState, room: &RoomId, token: String) -> (header::He
 pub async fn join(
     State(state): State<AppState>,
     MaybeVisitor { room, ticket }: MaybeVisitor,
+    provenance: Provenance,
     client: ClientIp,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    if ticket.as_ref().is_some_and(|t| t.from_cookie) {
+        provenance.require_same_origin()?;
+    }
     let proof = parse_join_body(&body)?;
     let joined = join_room(&state, &room, ticket, &headers, client, true, &proof).await?;
     let code = if joined.is_new {
@@ -282,6 +313,7 @@ pub async fn lane_name(state: &AppState, room: &RoomId, lane: u8) -> Option<Stri
         (status = 204, description = "Left (also when the ticket had already ended)."),
         (status = 303, description = "A form post: back to the queue page."),
         (status = 401, description = "No ticket, a damaged one, or one of another room.", body = ErrorBody),
+        (status = 403, description = "The ticket cookie came on a request from another site or origin (`cross_site_request`); a Bearer ticket is never refused so.", body = ErrorBody),
         (status = 404, description = "No such room.", body = ErrorBody),
         (status = 410, description = "The line this ticket stood in was reset (the room started again): join again.", body = ErrorBody),
         (status = 413, description = "The body is too large."),
@@ -291,9 +323,13 @@ pub async fn lane_name(state: &AppState, room: &RoomId, lane: u8) -> Option<Stri
 pub async fn leave(
     State(state): State<AppState>,
     Visitor { room, ticket }: Visitor,
+    provenance: Provenance,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    if ticket.from_cookie {
+        provenance.require_same_origin()?;
+    }
     state.backend.leave(&room, ticket.ticket).await?;
     let is_form = headers
         .get(header::CONTENT_TYPE)

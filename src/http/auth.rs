@@ -2,21 +2,13 @@
 //! and the scraper's metrics token), compared in constant time so a timing
 //! side channel reveals nothing.
 
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
 use super::state::AppState;
+use super::ticket::bearer;
 use crate::config::Secret;
-
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(header::AUTHORIZATION)?
-        .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")
-        .map(str::trim)
-}
 
 fn matches(given: &str, secret: &Secret) -> bool {
     given.as_bytes().ct_eq(secret.expose().as_bytes()).into()

@@ -14,6 +14,7 @@
 //! - `extract`: the room of the path, the visitor's ticket and operators'
 //!   credentials, as extractors
 //! - `ticket`, `auth`: the visitor's signed ticket and operators' tokens
+//! - `origin`: whether a cookie-authenticated change comes from this site
 //! - `return_path`: the open-redirect guard for `?return=`
 //! - `limits`: which address a request counts against, and the coarse
 //!   cap on open streams per address
@@ -42,6 +43,7 @@ pub mod i18n;
 pub mod limits;
 pub mod metrics;
 pub mod openapi;
+pub mod origin;
 pub mod pages;
 pub mod presence;
 pub mod return_path;

@@ -53,7 +53,9 @@ impl Modify for Security {
         bearer(
             "ticket",
             "A visitor's ticket, the `ticket` of a join's answer. Browsers send it as the \
-             room cookie `narabu_{room}` instead, which the join sets.",
+             room cookie `narabu_{room}` (`__Host-narabu_{room}` when served over HTTPS with \
+             `cookie_secure`) instead, which the join sets; with the cookie, join and leave \
+             must come from the site's own pages (403 otherwise).",
         );
         bearer(
             "admin",

@@ -34,6 +34,10 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+fn no_store() -> SetResponseHeaderLayer<HeaderValue> {
+    SetResponseHeaderLayer::overriding(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))
+}
+
 /// Every route, each with its own layers. Every one is described in the
 /// OpenAPI document ([`openapi::ApiDoc`]), which a test checks by walking
 /// this router.
@@ -41,7 +45,9 @@ pub fn routes() -> Router<AppState> {
     // Short requests get a timeout; the event stream lives as long as the
     // visitor waits, so it is routed outside that layer.
     let short = Router::new()
-        .route("/api/rooms/{room}/join", post(api::join))
+        // Join and status answers carry the ticket or the visitor's place:
+        // one visitor's, never to be kept by a cache on the way.
+        .route("/api/rooms/{room}/join", post(api::join).layer(no_store()))
         // Every gate answer is one visitor's: a CDN or shared cache in front
         // must never hand it to another.
         .route(
@@ -51,7 +57,10 @@ pub fn routes() -> Router<AppState> {
                 HeaderValue::from_static("no-store"),
             )),
         )
-        .route("/api/rooms/{room}/status", get(api::status))
+        .route(
+            "/api/rooms/{room}/status",
+            get(api::status).layer(no_store()),
+        )
         .route("/api/rooms/{room}/leave", post(api::leave))
         .route("/api/rooms/{room}/release", post(api::release))
         .route("/api/rooms/{room}/challenge", get(access::challenge))
@@ -64,7 +73,10 @@ pub fn routes() -> Router<AppState> {
             StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,
         ));
-    let streams = Router::new().route("/api/rooms/{room}/events", get(events::events));
+    let streams = Router::new().route(
+        "/api/rooms/{room}/events",
+        get(events::events).layer(no_store()),
+    );
     // The admin API: every handler takes the token (`extract::Admin`; 404
     // with none set).
     let admin_api = Router::new()

@@ -15,25 +15,48 @@ use crate::token::{MAX_TOKEN_LEN, PassClaim, TicketClaim};
 pub struct VisitorTicket {
     pub token: String,
     pub ticket: TicketRef,
+    /// It came in the room cookie, which the browser sends by itself: a
+    /// request that changes something must then prove it is the site's own
+    /// ([`super::origin`]).
+    pub from_cookie: bool,
 }
 
-pub fn cookie_name(room: &RoomId) -> String {
-    format!("narabu_{room}")
+/// What the room's cookies start with. Served over HTTPS (`cookie_secure`)
+/// they carry the `__Host-` prefix, which a browser accepts only from this
+/// very host (Secure, `Path=/`, no `Domain`), so a sibling subdomain cannot
+/// plant one.
+fn cookie_prefix(state: &AppState) -> &'static str {
+    if state.settings.cookie_secure {
+        "__Host-narabu_"
+    } else {
+        "narabu_"
+    }
+}
+
+pub fn cookie_name(state: &AppState, room: &RoomId) -> String {
+    format!("{}{room}", cookie_prefix(state))
 }
 
 /// The cookie holding a fail-open pass for `room`.
-pub fn pass_cookie_name(room: &RoomId) -> String {
-    format!("narabu_{room}_pass")
+pub fn pass_cookie_name(state: &AppState, room: &RoomId) -> String {
+    format!("{}{room}_pass", cookie_prefix(state))
 }
 
-/// The value of cookie `narabu_{room}{suffix}`. Split by hand, as the
-/// `cookie` crate's `split_parse` would (pairs split on `;`, name and
-/// value trimmed, no percent-decoding), but without building a `Cookie`
-/// for each pair or formatting the name: the gate does this on every
-/// request to the protected site.
-fn cookie_value(headers: &HeaderMap, room: &RoomId, suffix: &str) -> Option<String> {
-    let is_ours = |name: &str| {
-        name.strip_prefix("narabu_")
+/// Every value of cookie `{prefix}{room}{suffix}`, in the order sent. Split
+/// by hand, as the `cookie` crate's `split_parse` would (pairs split on
+/// `;`, name and value trimmed, no percent-decoding), but without building
+/// a `Cookie` for each pair or formatting the name: the gate does this on
+/// every request to the protected site. All of them, because a sibling
+/// subdomain can set a cookie of the same name that the browser may send
+/// first: the caller takes the first that verifies.
+fn cookie_values<'h>(
+    headers: &'h HeaderMap,
+    prefix: &'h str,
+    room: &'h RoomId,
+    suffix: &'h str,
+) -> impl Iterator<Item = &'h str> + 'h {
+    let is_ours = move |name: &str| {
+        name.strip_prefix(prefix)
             .and_then(|rest| rest.strip_prefix(room.as_str()))
             == Some(suffix)
     };
@@ -43,8 +66,8 @@ fn cookie_value(headers: &HeaderMap, room: &RoomId, suffix: &str) -> Option<Stri
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.split_once('='))
-        .find(|(name, _)| is_ours(name.trim()))
-        .map(|(_, value)| value.trim().to_owned())
+        .filter(move |(name, _)| is_ours(name.trim()))
+        .map(|(_, value)| value.trim())
 }
 
 /// The live pass for this very ticket, if the request carries one: signed
@@ -56,52 +79,44 @@ pub fn live_pass(
     headers: &HeaderMap,
     now_ms: u64,
 ) -> Option<PassClaim> {
-    let token = cookie_value(headers, room, "_pass")?;
-    let pass = state.keys.verify_pass(&token).ok()?;
-    (&pass.room == room
-        && pass.epoch == ticket.epoch
-        && pass.ticket == ticket.id
-        && pass.expires_at_ms > now_ms)
-        .then_some(pass)
+    cookie_values(headers, cookie_prefix(state), room, "_pass").find_map(|token| {
+        let pass = state.keys.verify_pass(token).ok()?;
+        (&pass.room == room
+            && pass.epoch == ticket.epoch
+            && pass.ticket == ticket.id
+            && pass.expires_at_ms > now_ms)
+            .then_some(pass)
+    })
 }
 
 /// The pass cookie the gate sets (for the proxy to hand on) when it fails
 /// open: it lives as long as the pass does, renewed with every check.
 pub fn pass_cookie(state: &AppState, pass: &PassClaim, now_ms: u64) -> Cookie<'static> {
     let secs = pass.expires_at_ms.saturating_sub(now_ms) / 1000;
-    Cookie::build((pass_cookie_name(&pass.room), state.keys.sign_pass(pass)))
-        .path("/")
-        .http_only(true)
-        .same_site(SameSite::Lax)
-        .secure(state.settings.cookie_secure)
-        .max_age(cookie::time::Duration::seconds(
-            i64::try_from(secs).unwrap_or(i64::MAX),
-        ))
-        .build()
+    Cookie::build((
+        pass_cookie_name(state, &pass.room),
+        state.keys.sign_pass(pass),
+    ))
+    .path("/")
+    .http_only(true)
+    .same_site(SameSite::Lax)
+    .secure(state.settings.cookie_secure)
+    .max_age(cookie::time::Duration::seconds(
+        i64::try_from(secs).unwrap_or(i64::MAX),
+    ))
+    .build()
 }
 
-/// The raw token from the request: a Bearer header wins over the cookie.
-fn raw_token(room: &RoomId, headers: &HeaderMap) -> Option<String> {
-    if let Some(auth) = headers.get(header::AUTHORIZATION)
-        && let Ok(auth) = auth.to_str()
-        && let Some(token) = auth.strip_prefix("Bearer ")
-    {
-        return Some(token.trim().to_owned());
-    }
-    cookie_value(headers, room, "")
+/// The token of `Authorization: Bearer`; the scheme's name is
+/// case-insensitive (RFC 9110), so `bearer` is as good.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let auth = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = auth.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-/// The visitor's ticket for `room`, if the request carries one.
-/// A ticket that is present but forged, damaged or for another room is an
-/// error, not an absence: the caller decides whether to start over.
-pub fn find(
-    state: &AppState,
-    room: &RoomId,
-    headers: &HeaderMap,
-) -> Result<Option<VisitorTicket>, ApiError> {
-    let Some(token) = raw_token(room, headers) else {
-        return Ok(None);
-    };
+/// A token checked against this room: its ticket, or why not.
+fn check(state: &AppState, room: &RoomId, token: &str) -> Result<TicketRef, ApiError> {
     if token.len() > MAX_TOKEN_LEN {
         return Err(crate::token::TokenError::Malformed.into());
     }
@@ -109,14 +124,47 @@ pub fn find(
         room: claimed,
         epoch,
         ticket,
-    } = state.keys.verify(&token)?;
+    } = state.keys.verify(token)?;
     if &claimed != room {
         return Err(ApiError::wrong_room());
     }
-    Ok(Some(VisitorTicket {
-        token,
-        ticket: TicketRef { epoch, id: ticket },
-    }))
+    Ok(TicketRef { epoch, id: ticket })
+}
+
+/// The visitor's ticket for `room`, if the request carries one: a Bearer
+/// header wins over the cookie; of several cookies of the room's name,
+/// the first that verifies.
+/// A ticket that is present but forged, damaged or for another room is an
+/// error, not an absence: the caller decides whether to start over.
+pub fn find(
+    state: &AppState,
+    room: &RoomId,
+    headers: &HeaderMap,
+) -> Result<Option<VisitorTicket>, ApiError> {
+    if let Some(token) = bearer(headers) {
+        let ticket = check(state, room, token)?;
+        return Ok(Some(VisitorTicket {
+            token: token.to_owned(),
+            ticket,
+            from_cookie: false,
+        }));
+    }
+    let mut refused = None;
+    for token in cookie_values(headers, cookie_prefix(state), room, "") {
+        match check(state, room, token) {
+            Ok(ticket) => {
+                return Ok(Some(VisitorTicket {
+                    token: token.to_owned(),
+                    ticket,
+                    from_cookie: true,
+                }));
+            }
+            Err(e) => {
+                refused.get_or_insert(e);
+            }
+        }
+    }
+    refused.map_or(Ok(None), Err)
 }
 
 /// Like [`find`], but a ticket is required.
@@ -140,7 +188,7 @@ pub fn sign(state: &AppState, room: &RoomId, ticket: TicketRef) -> String {
 /// when a visitor follows a link to the site, not on cross-site posts),
 /// Secure when the site is served over HTTPS.
 pub fn cookie(state: &AppState, room: &RoomId, token: String) -> Cookie<'static> {
-    Cookie::build((cookie_name(room), token))
+    Cookie::build((cookie_name(state, room), token))
         .path("/")
         .http_only(true)
         .same_site(SameSite::Lax)
@@ -160,11 +208,34 @@ mod tests {
         headers.append(header::COOKIE, "a=b; narabu_sale_pass=p".parse().unwrap());
         headers.append(
             header::COOKIE,
-            "junk; narabu_sales=x; narabu_sale = t=1 ".parse().unwrap(),
+            "junk; narabu_sales=x; narabu_sale = t=1 ; narabu_sale=u"
+                .parse()
+                .unwrap(),
         );
-        assert_eq!(cookie_value(&headers, &room, "").as_deref(), Some("t=1"));
-        assert_eq!(cookie_value(&headers, &room, "_pass").as_deref(), Some("p"));
+        let values = |room, suffix| {
+            cookie_values(&headers, "narabu_", room, suffix)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(values(&room, ""), ["t=1", "u"]);
+        assert_eq!(values(&room, "_pass"), ["p"]);
         let other = RoomId::new("sal").unwrap();
-        assert_eq!(cookie_value(&headers, &other, ""), None);
+        assert!(values(&other, "").is_empty());
+        assert_eq!(
+            cookie_values(&headers, "__Host-narabu_", &room, "").count(),
+            0
+        );
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for auth in ["Bearer t", "bearer t", "BEARER  t "] {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::AUTHORIZATION, auth.parse().unwrap());
+            assert_eq!(bearer(&headers), Some("t"), "{auth}");
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(header::AUTHORIZATION, "Basic dDp0".parse().unwrap());
+        assert_eq!(bearer(&headers), None);
     }
 }

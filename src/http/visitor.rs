@@ -52,8 +52,10 @@ fn error_page(state: &AppState, visit: &Visit, status: StatusCode) -> Response {
 }
 
 fn page_for_error(state: &AppState, visit: &Visit, e: &ApiError) -> Response {
+    // A browser never sends an Idempotency-Key: one reused here (409) is a
+    // crafted request, as damaged as a forged cookie.
     let status = match e.status {
-        StatusCode::UNAUTHORIZED => StatusCode::BAD_REQUEST,
+        StatusCode::UNAUTHORIZED | StatusCode::CONFLICT => StatusCode::BAD_REQUEST,
         other => other,
     };
     let mut response = error_page(state, visit, status);

@@ -7,6 +7,7 @@ mod modes;
 mod openapi;
 mod proxies;
 mod streams;
+mod visitor;
 
 use std::time::{Duration, Instant};
 
@@ -62,15 +63,23 @@ async fn joining_again_returns_the_same_ticket() {
     let again: Value = again.json().await.unwrap();
     assert_eq!(again["number"], first["number"]);
 
-    // So does an Idempotency-Key, for apps retrying a request.
-    let keyed = |key: &'static str| app.client.post(&url).header("idempotency-key", key).send();
-    let a = keyed("k-123").await.unwrap();
+    // An Idempotency-Key keeps an app's retried join from making a second
+    // ticket; the retry carrying the ticket gets it back.
+    let key = "k-123-4567-89ab-cdef";
+    let keyed = || app.client.post(&url).header("idempotency-key", key);
+    let a = keyed().send().await.unwrap();
     assert_eq!(a.status(), StatusCode::CREATED);
-    let b = keyed("k-123").await.unwrap();
+    let a: Value = a.json().await.unwrap();
+    let b = keyed()
+        .bearer_auth(a["ticket"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(b.status(), StatusCode::OK);
-    let (a, b): (Value, Value) = (a.json().await.unwrap(), b.json().await.unwrap());
+    let b: Value = b.json().await.unwrap();
     assert_eq!(a["ticket"], b["ticket"]);
     assert_ne!(a["number"], first["number"]);
+    assert_eq!(keyed().send().await.unwrap().status(), StatusCode::CONFLICT);
     app.stop().await;
 }
 

@@ -201,7 +201,7 @@ async fn drive(base: String, book: Book, stop: Arc<AtomicBool>, keys: Arc<Atomic
             while !stop.load(Ordering::Relaxed) {
                 let roll: u32 = rand::rng().random_range(0..10);
                 if roll < 5 {
-                    let key = format!("k-{}", keys.fetch_add(1, Ordering::Relaxed));
+                    let key = format!("key-{:016}", keys.fetch_add(1, Ordering::Relaxed));
                     let Ok(r) = http
                         .post(format!("{base}/api/rooms/{ROOM}/join"))
                         .header("Idempotency-Key", key)

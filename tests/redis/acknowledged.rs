@@ -8,7 +8,7 @@
 //!
 //! Checked from outside, through the HTTP API: with `redis_wait_replicas
 //! = 1`, every ticket whose join was answered is still there with its
-//! number (joining again with its key answers 200 with the same number),
+//! number (joining again with its key finds it live or ended),
 //! none is behind the state it was last acknowledged in (admitted stays
 //! admitted, left stays left), admissions followed ticket order (nobody
 //! waiting has a lower number than anyone admitted or gone), never more
@@ -91,7 +91,22 @@ async fn join_with_key(c: &reqwest::Client, base: &str, key: &str) -> Option<(St
         .ok()?;
     let status = r.status();
     let body: Value = r.json().await.ok()?;
-    matches!(status, StatusCode::CREATED | StatusCode::OK).then_some((status, body))
+    matches!(
+        status,
+        StatusCode::CREATED | StatusCode::OK | StatusCode::CONFLICT
+    )
+    .then_some((status, body))
+}
+
+/// The status a join with only the key gets, or `None` unanswered.
+async fn keyed_join_code(c: &reqwest::Client, base: &str, key: &str) -> Option<StatusCode> {
+    let r = c
+        .post(format!("{base}/api/rooms/sale/join"))
+        .header("idempotency-key", key)
+        .send()
+        .await
+        .ok()?;
+    Some(r.status())
 }
 
 async fn status_of(c: &reqwest::Client, base: &str, token: &str) -> Option<Value> {
@@ -135,9 +150,14 @@ fn client(
                 mine.iter().filter(|&&i| b[i].told == Told::Waiting).count()
             };
             if waiting < WAITING_PER_CLIENT {
-                let key = format!("c{n}-{next_key}");
-                if let Some((_, body)) = join_with_key(&c, &base, &key).await {
+                let key = format!("client-{n:04}-{next_key:08}");
+                if let Some((code, body)) = join_with_key(&c, &base, &key).await {
                     next_key += 1;
+                    // An earlier try made the ticket but its answer was
+                    // lost: the key never hands the token out again.
+                    if code == StatusCode::CONFLICT {
+                        continue;
+                    }
                     let mut b = book.lock().unwrap();
                     mine.push(b.len());
                     b.push(Ticket {
@@ -298,12 +318,23 @@ async fn run(replicas: u32) -> Outcome {
         .map(|(n, _)| *n)
         .max()
         .unwrap_or(0);
-    // Present with its number: a join with its key finds it (200, the
-    // same number), where a lost one would be made anew (201).
+    // Present: a join with its key (and no ticket) finds it live (409, the
+    // key still taken), or it ended and freed its key (201) and the
+    // ticket itself reads as ended with its number; a lost one would be
+    // made anew (201) with nothing ended to show for it.
     for t in &tickets {
-        if let Some((code, body)) = join_with_key(&c, base, &t.key).await
-            && (code != StatusCode::OK || body["number"].as_u64() != Some(t.number))
-        {
+        let Some(code) = keyed_join_code(&c, base, &t.key).await else {
+            continue;
+        };
+        let present = match code {
+            StatusCode::CONFLICT => true,
+            StatusCode::CREATED => status_of(&c, base, &t.token).await.is_some_and(|s| {
+                s["number"].as_u64() == Some(t.number)
+                    && !matches!(s["status"].as_str(), Some("waiting" | "admitted" | "away"))
+            }),
+            _ => false,
+        };
+        if !present {
             lost += 1;
         }
     }

@@ -7,7 +7,10 @@
 -- (it lacks a proof of work or an enqueue token); ARGV[10], ARGV[11] = the
 -- proof-of-work nonce (hex) a new ticket spends and how long to remember
 -- it (ms), or ''; ARGV[12] = the lane a new ticket queues in (one out of
--- the room's range queues in its default lane).
+-- the room's range queues in its default lane); ARGV[13] = '1' when the
+-- identity answers its ticket only while it lives (an Idempotency-Key,
+-- engine Binding::WhileLive: once the ticket ended the identity makes a
+-- new one), '0' when for good (an enqueue token's account).
 --
 -- A carried live ticket is kept (and counts as a sign of life); a known
 -- identity gets its ticket back; only a join that makes a new ticket counts
@@ -47,7 +50,13 @@ if MODE_CLOSES[mode()] then return reply({r = 'soldout'}) end
 local identity = ARGV[3]
 if identity ~= '' then
   local existing = redis.call('HGET', K('ids'), identity)
-  if existing then return answer(load_ticket(existing), false) end
+  if existing then
+    local t = load_ticket(existing)
+    if ARGV[13] ~= '1' or (t and (t.state == WAITING or t.state == ADMITTED
+        or t.state == AWAY)) then
+      return answer(t, false)
+    end
+  end
 end
 if n('issued') >= MAX_TICKETS then return reply({r = 'full'}) end
 if ARGV[9] == '1' then return reply({r = 'denied'}) end

@@ -59,8 +59,8 @@ use super::{
 use crate::config::{RedisTarget, RedisWait};
 use crate::engine::rules::{self, RoomFacts, StockTaken};
 use crate::engine::{
-    Clock, Departure, DrawRecord, Handoff, RoomId, RoomSettings, TickReport, TicketId, TicketState,
-    TicketStatus,
+    Binding, Clock, Departure, DrawRecord, Handoff, RoomId, RoomSettings, TickReport, TicketId,
+    TicketState, TicketStatus,
 };
 use conn::{Conn, unavailable};
 pub use keys::RoomKeys;
@@ -387,6 +387,11 @@ impl RedisBackend {
             })
             .unwrap_or_default();
         let lane = request.lane.to_string();
+        let while_live = if request.binding == Binding::WhileLive {
+            "1"
+        } else {
+            "0"
+        };
         let written = self.acks.before(&self.conn);
         let raw = self
             .run(
@@ -404,6 +409,7 @@ impl RedisBackend {
                     &nonce,
                     &nonce_ttl,
                     &lane,
+                    while_live,
                 ],
             )
             .await?;
