@@ -85,17 +85,22 @@ async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
         )
         .await;
 
-    // Let a few samples accumulate for the charts, with the line moving.
-    for v in visitors.iter().take(20) {
-        app.leave("sale", v).await;
-        tokio::time::sleep(Duration::from_millis(150)).await;
+    // A few samples for the charts, with the line moving between them.
+    for leaving in visitors[..20].chunks(5) {
+        for v in leaving {
+            app.leave("sale", v).await;
+        }
+        next_refresh(&driver, "sale").await;
     }
     for _ in 0..30 {
         visitors.push(app.join("sale").await);
     }
 
-    // The capacity control reaches the engine.
+    // The capacity control reaches the engine, even when the operator
+    // looks elsewhere and the figures refresh before they press the button.
     driver.type_into("#cap-input-sale", "7").await;
+    driver.click("#room-sale h2").await;
+    next_refresh(&driver, "sale").await;
     driver.click("#cap-set-sale").await;
     let engine = backend.engine_room(&RoomId::new("sale").unwrap()).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -129,7 +134,8 @@ async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
              document.querySelectorAll('#chart-admitted-sale path.line').length === 2",
         )
         .await;
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // The picture shows the pause on the charts too.
+    next_refresh(&driver, "sale").await;
     driver
         .script("document.getElementById('room-sale').scrollIntoView()")
         .await;
@@ -137,10 +143,19 @@ async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
     driver.screenshot(&shot).await;
     assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
 
-    // The mode selector switches the room live, and the badge says so.
-    driver
-        .script("document.getElementById('mode-sale').value = 'maintenance'")
-        .await;
+    // The mode selector switches the room live, and the badge says so. What
+    // the operator picked stays picked while the page refreshes around it,
+    // with the focus on the list or elsewhere, until they press the button.
+    driver.choose("#mode-sale", "maintenance").await;
+    next_refresh(&driver, "sale").await;
+    driver.click("#room-sale h2").await;
+    next_refresh(&driver, "sale").await;
+    assert_eq!(
+        driver
+            .script("return document.getElementById('mode-sale').value")
+            .await,
+        "maintenance"
+    );
     driver.click("#mode-set-sale").await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while engine.mode() != Mode::Maintenance {
@@ -166,4 +181,32 @@ async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
         .await;
     driver.quit().await;
     app.stop().await;
+}
+
+/// Samples on the room's queue chart: one more each time the stream
+/// brings an update (a change made from the page redraws the same ones).
+async fn samples_drawn(driver: &Driver, room: &str) -> u64 {
+    driver
+        .script(&format!(
+            "var p = document.querySelector('#chart-queue-{room} path.line'); \
+             return p ? (p.getAttribute('d').match(/[ML]/g) || []).length : 0"
+        ))
+        .await
+        .as_u64()
+        .unwrap()
+}
+
+/// Waits until the page has redrawn the room from an update it had not
+/// received when this was called.
+async fn next_refresh(driver: &Driver, room: &str) {
+    let seen = samples_drawn(driver, room).await;
+    driver
+        .wait_until(
+            "the page refreshes from the stream",
+            &format!(
+                "var p = document.querySelector('#chart-queue-{room} path.line'); \
+                 return !!p && (p.getAttribute('d').match(/[ML]/g) || []).length > {seen}"
+            ),
+        )
+        .await;
 }

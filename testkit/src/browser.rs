@@ -153,6 +153,14 @@ impl Driver {
             .unwrap_or_else(|e| panic!("click {css}: {e}"));
     }
 
+    /// Picks an option of a `<select>` as a person does: a click on the
+    /// list (which gives it the focus), then one on the option.
+    pub async fn choose(&self, select_css: &str, value: &str) {
+        self.click(select_css).await;
+        self.click(&format!("{select_css} option[value=\"{value}\"]"))
+            .await;
+    }
+
     pub async fn script(&self, script: &str) -> Value {
         self.client
             .execute(script, Vec::new())
