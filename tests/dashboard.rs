@@ -15,7 +15,7 @@ use narabu::backend::{Backend, JoinRequest};
 use narabu::engine::rules::Mode;
 use narabu::engine::{RoomId, SystemClock};
 use narabu_testkit::app::{ADMIN_TOKEN, config, spawn_with};
-use narabu_testkit::browser::Driver;
+use narabu_testkit::browser::{Driver, Key};
 use narabu_testkit::{room, with_lanes};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,6 +143,20 @@ async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
     driver.screenshot(&shot).await;
     assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
 
+    // A choice in the mode selector taken back with Escape shows the room's
+    // mode again. The first Escape closes the list, which the click on it
+    // opened and WebDriver's pick of an option leaves open; the second
+    // takes the choice back (or does nothing if it already had).
+    driver.choose("#mode-sale", "passthrough").await;
+    driver.press(Key::Escape).await;
+    driver.press(Key::Escape).await;
+    driver
+        .wait_until(
+            "Escape puts the room's mode back",
+            "return document.getElementById('mode-sale').value === 'queue'",
+        )
+        .await;
+
     // The mode selector switches the room live, and the badge says so. What
     // the operator picked stays picked while the page refreshes around it,
     // with the focus on the list or elsewhere, until they press the button.
@@ -185,28 +199,22 @@ async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
 
 /// Samples on the room's queue chart: one more each time the stream
 /// brings an update (a change made from the page redraws the same ones).
-async fn samples_drawn(driver: &Driver, room: &str) -> u64 {
-    driver
-        .script(&format!(
-            "var p = document.querySelector('#chart-queue-{room} path.line'); \
-             return p ? (p.getAttribute('d').match(/[ML]/g) || []).length : 0"
-        ))
-        .await
-        .as_u64()
-        .unwrap()
+fn samples_drawn(room: &str) -> String {
+    format!(
+        "(function () {{ var p = document.querySelector('#chart-queue-{room} path.line'); \
+         return p ? (p.getAttribute('d').match(/[ML]/g) || []).length : 0; }})()"
+    )
 }
 
 /// Waits until the page has redrawn the room from an update it had not
 /// received when this was called.
 async fn next_refresh(driver: &Driver, room: &str) {
-    let seen = samples_drawn(driver, room).await;
+    let drawn = samples_drawn(room);
+    let seen = driver.script(&format!("return {drawn}")).await;
     driver
         .wait_until(
             "the page refreshes from the stream",
-            &format!(
-                "var p = document.querySelector('#chart-queue-{room} path.line'); \
-                 return !!p && (p.getAttribute('d').match(/[ML]/g) || []).length > {seen}"
-            ),
+            &format!("return {drawn} > {seen}"),
         )
         .await;
 }
