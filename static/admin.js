@@ -134,7 +134,7 @@
     (payload.rooms || []).forEach(function (entry) {
       var r = room(entry.room.id);
       var replaced = r.body && r.body.epoch !== entry.room.epoch;
-      if (replaced) { r.samples = []; }
+      if (replaced) { r.samples = []; r.changedAt = null; }
       if (replaced || !stale(r, entry.sample.t)) { r.body = entry.room; }
       var last = r.samples[r.samples.length - 1];
       if (!last || last.t < entry.sample.t) { r.samples.push(entry.sample); }
