@@ -9,7 +9,7 @@
   var TOKEN_KEY = "narabu_admin_token";
   var WINDOW_MS = 15 * 60 * 1000;
   var SVG = "http://www.w3.org/2000/svg";
-  var rooms = {}; // id -> { body, samples, el }
+  var rooms = {}; // id -> { body, samples, el, changedAt, seenAfter }
   var controller = null;
   var retryTimer = null;
 
@@ -133,8 +133,9 @@
   function onUpdate(payload) {
     (payload.rooms || []).forEach(function (entry) {
       var r = room(entry.room.id);
-      if (r.body && r.body.epoch !== entry.room.epoch) { r.samples = []; }
-      r.body = entry.room;
+      var replaced = r.body && r.body.epoch !== entry.room.epoch;
+      if (replaced) { r.samples = []; r.changedAt = null; }
+      if (replaced || !stale(r, entry.sample.t)) { r.body = entry.room; }
       var last = r.samples[r.samples.length - 1];
       if (!last || last.t < entry.sample.t) { r.samples.push(entry.sample); }
       var cutoff = entry.sample.t - WINDOW_MS;
@@ -144,8 +145,60 @@
   }
 
   function room(id) {
-    if (!rooms[id]) { rooms[id] = { id: id, body: null, samples: [], el: null }; }
+    if (!rooms[id]) {
+      rooms[id] = { id: id, body: null, samples: [], el: null, changedAt: null, seenAfter: false };
+    }
     return rooms[id];
+  }
+
+  // After a change made here, the stream may still bring a picture of the
+  // room read before it (the sampler had started reading, or the update was
+  // on its way), which would put the old settings back on the page, and a
+  // second press of Pause would then undo the first. The sampler reads the
+  // rooms one pass after another, each pass after the previous one's time,
+  // so once an update stamped after the change has come, every later one
+  // was read after the change.
+  function changed(r, body) {
+    r.body = body;
+    var at = Date.parse(body.updated_at);
+    r.changedAt = isNaN(at) ? null : at;
+    r.seenAfter = false;
+  }
+
+  function stale(r, t) {
+    if (r.changedAt === null) { return false; }
+    if (r.seenAfter) { r.changedAt = null; return false; }
+    if (t > r.changedAt) { r.seenAfter = true; }
+    return true;
+  }
+
+  // What an operator has put in a form stays there until they submit it or
+  // put it back: the refresh writes only controls nobody has touched, with
+  // or without the focus (pressing a form's button takes the focus from the
+  // control before the form submits). Escape puts the room's value back.
+  function keep(control, current) {
+    var edit = function () { control.edited = control.value !== current(); };
+    control.edited = false;
+    control.addEventListener("input", edit);
+    control.addEventListener("change", edit);
+    control.addEventListener("blur", edit);
+    control.addEventListener("keydown", function (ev) {
+      if (ev.key === "Escape" && control.edited) {
+        control.value = current();
+        control.edited = false;
+      }
+    });
+  }
+
+  // Called when the change sent from a control has been answered: the
+  // control follows the room again, unless the operator has since put
+  // something else in it.
+  function settle(control, sent) {
+    if (control.value === sent) { control.edited = false; }
+  }
+
+  function show(control, value) {
+    if (!control.edited) { control.value = value; }
   }
 
   // ----- a room's card ---------------------------------------------------
@@ -206,12 +259,21 @@
     var capInput = h("input", { type: "number", min: "1", max: "1000000", id: "cap-input-" + id, "aria-label": "New capacity for " + id });
     var capSet = h("button", { type: "submit", id: "cap-set-" + id, text: "Set capacity" });
     var capForm = h("form", { class: "control" }, [h("label", { for: "cap-input-" + id, text: "Capacity" }), capInput, capSet]);
+    // The field starts empty: what is typed is the new capacity; the
+    // current one is in the card's header.
+    keep(capInput, function () { return ""; });
     capForm.addEventListener("submit", function (ev) {
       ev.preventDefault();
-      var n = parseInt(capInput.value, 10);
+      var sent = capInput.value;
+      var n = parseInt(sent, 10);
       if (!(n >= 1)) { say("Capacity must be a whole number of at least 1.", true); return; }
-      patch(id, { capacity: n }, "Capacity of " + id + " set to " + n + ".");
-      capInput.value = "";
+      patch(id, { capacity: n }, "Capacity of " + id + " set to " + n + ".").then(function (ok) {
+        // Kept after a refusal, to be corrected rather than typed again.
+        if (ok && capInput.value === sent) {
+          capInput.value = "";
+          capInput.edited = false;
+        }
+      });
     });
     var pause = h("button", { type: "button", id: "pause-" + id, text: "Pause" });
     pause.addEventListener("click", function () {
@@ -224,10 +286,14 @@
       MODES.map(function (m) { return h("option", { value: m[0], text: m[1] }); }));
     var modeSet = h("button", { type: "submit", id: "mode-set-" + id, text: "Set mode" });
     var modeForm = h("form", { class: "control" }, [h("label", { for: "mode-" + id, text: "Mode" }), modeSelect, modeSet]);
+    keep(modeSelect, function () { return r.body ? r.body.mode : ""; });
     modeForm.addEventListener("submit", function (ev) {
       ev.preventDefault();
       var mode = modeSelect.value;
-      patch(id, { mode: mode }, "Mode of " + id + " set to " + mode + ".");
+      patch(id, { mode: mode }, "Mode of " + id + " set to " + mode + ".").then(function () {
+        settle(modeSelect, mode);
+        render(r);
+      });
     });
     var open = h("button", { type: "button", id: "open-" + id, text: "Open now" });
     open.addEventListener("click", function () {
@@ -261,17 +327,20 @@
     r.el = card;
   }
 
+  // Resolves to whether the room took the change.
   function patch(id, body, done) {
     say("Applying…");
-    api("PATCH", "/admin/rooms/" + encodeURIComponent(id), body).then(function (room) {
+    return api("PATCH", "/admin/rooms/" + encodeURIComponent(id), body).then(function (room) {
       say(done);
       var r = rooms[id];
-      if (r && room) { r.body = room; render(r); }
+      if (r && room) { changed(r, room); render(r); }
+      return true;
     }).catch(function (e) {
       say(id + ": " + e.message, true);
       // Show the room as it is, not as the refused change would have left it.
       var r = rooms[id];
       if (r) { render(r); }
+      return false;
     });
   }
 
@@ -322,7 +391,7 @@
     });
     set("lanes", lanes.length ? lanes.join(" · ") : "one line");
     var modeSelect = $("mode-" + r.id);
-    if (document.activeElement !== modeSelect) { modeSelect.value = b.mode; }
+    show(modeSelect, b.mode);
     modeSelect.disabled = b.state === "closed";
     $("mode-set-" + r.id).disabled = b.state === "closed";
     var badge = $("state-" + r.id);

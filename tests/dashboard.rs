@@ -15,7 +15,7 @@ use narabu::backend::{Backend, JoinRequest};
 use narabu::engine::rules::Mode;
 use narabu::engine::{RoomId, SystemClock};
 use narabu_testkit::app::{ADMIN_TOKEN, config, spawn_with};
-use narabu_testkit::browser::Driver;
+use narabu_testkit::browser::{Driver, Key};
 use narabu_testkit::{room, with_lanes};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,17 +85,22 @@ async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
         )
         .await;
 
-    // Let a few samples accumulate for the charts, with the line moving.
-    for v in visitors.iter().take(20) {
-        app.leave("sale", v).await;
-        tokio::time::sleep(Duration::from_millis(150)).await;
+    // A few samples for the charts, with the line moving between them.
+    for leaving in visitors[..20].chunks(5) {
+        for v in leaving {
+            app.leave("sale", v).await;
+        }
+        next_refresh(&driver, "sale").await;
     }
     for _ in 0..30 {
         visitors.push(app.join("sale").await);
     }
 
-    // The capacity control reaches the engine.
+    // The capacity control reaches the engine, even when the operator
+    // looks elsewhere and the figures refresh before they press the button.
     driver.type_into("#cap-input-sale", "7").await;
+    driver.click("#room-sale h2").await;
+    next_refresh(&driver, "sale").await;
     driver.click("#cap-set-sale").await;
     let engine = backend.engine_room(&RoomId::new("sale").unwrap()).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -129,7 +134,8 @@ async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
              document.querySelectorAll('#chart-admitted-sale path.line').length === 2",
         )
         .await;
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // The picture shows the pause on the charts too.
+    next_refresh(&driver, "sale").await;
     driver
         .script("document.getElementById('room-sale').scrollIntoView()")
         .await;
@@ -137,10 +143,33 @@ async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
     driver.screenshot(&shot).await;
     assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
 
-    // The mode selector switches the room live, and the badge says so.
+    // A choice in the mode selector taken back with Escape shows the room's
+    // mode again. The first Escape closes the list, which the click on it
+    // opened and WebDriver's pick of an option leaves open; the second
+    // takes the choice back (or does nothing if it already had).
+    driver.choose("#mode-sale", "passthrough").await;
+    driver.press(Key::Escape).await;
+    driver.press(Key::Escape).await;
     driver
-        .script("document.getElementById('mode-sale').value = 'maintenance'")
+        .wait_until(
+            "Escape puts the room's mode back",
+            "return document.getElementById('mode-sale').value === 'queue'",
+        )
         .await;
+
+    // The mode selector switches the room live, and the badge says so. What
+    // the operator picked stays picked while the page refreshes around it,
+    // with the focus on the list or elsewhere, until they press the button.
+    driver.choose("#mode-sale", "maintenance").await;
+    next_refresh(&driver, "sale").await;
+    driver.click("#room-sale h2").await;
+    next_refresh(&driver, "sale").await;
+    assert_eq!(
+        driver
+            .script("return document.getElementById('mode-sale').value")
+            .await,
+        "maintenance"
+    );
     driver.click("#mode-set-sale").await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while engine.mode() != Mode::Maintenance {
@@ -166,4 +195,26 @@ async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
         .await;
     driver.quit().await;
     app.stop().await;
+}
+
+/// Samples on the room's queue chart: one more each time the stream
+/// brings an update (a change made from the page redraws the same ones).
+fn samples_drawn(room: &str) -> String {
+    format!(
+        "(function () {{ var p = document.querySelector('#chart-queue-{room} path.line'); \
+         return p ? (p.getAttribute('d').match(/[ML]/g) || []).length : 0; }})()"
+    )
+}
+
+/// Waits until the page has redrawn the room from an update it had not
+/// received when this was called.
+async fn next_refresh(driver: &Driver, room: &str) {
+    let drawn = samples_drawn(room);
+    let seen = driver.script(&format!("return {drawn}")).await;
+    driver
+        .wait_until(
+            "the page refreshes from the stream",
+            &format!("return {drawn} > {seen}"),
+        )
+        .await;
 }

@@ -13,6 +13,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use fantoccini::actions::{InputSource, KeyAction, KeyActions};
+pub use fantoccini::key::Key;
 use fantoccini::wd::{Capabilities, WebDriverCompatibleCommand};
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -151,6 +153,28 @@ impl Driver {
             .click()
             .await
             .unwrap_or_else(|e| panic!("click {css}: {e}"));
+    }
+
+    /// Picks an option of a `<select>` as a person does: a click on the
+    /// list (which gives it the focus), then one on the option.
+    pub async fn choose(&self, select_css: &str, value: &str) {
+        self.click(select_css).await;
+        self.click(&format!("{select_css} option[value=\"{value}\"]"))
+            .await;
+    }
+
+    /// Presses and releases a key where the focus is, as a keyboard does
+    /// (chromedriver's typing into a `<select>` never reaches the page's
+    /// key listeners).
+    pub async fn press(&self, key: Key) {
+        let key = char::from(key);
+        let keys = KeyActions::new("keyboard".into())
+            .then(KeyAction::Down { value: key })
+            .then(KeyAction::Up { value: key });
+        self.client
+            .perform_actions(keys)
+            .await
+            .unwrap_or_else(|e| panic!("press {key:?}: {e}"));
     }
 
     pub async fn script(&self, script: &str) -> Value {
