@@ -23,6 +23,7 @@ pub mod join_log;
 pub mod journal;
 pub mod redis;
 mod spent;
+pub mod store;
 
 use std::net::IpAddr;
 use std::sync::Arc;

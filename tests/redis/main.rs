@@ -16,4 +16,5 @@ mod instances;
 mod lanes;
 mod measure;
 mod reset;
+mod store;
 mod wait;
