@@ -22,6 +22,7 @@ pub mod feed;
 pub mod join_log;
 pub mod journal;
 pub mod redis;
+pub mod room_log;
 mod spent;
 pub mod store;
 
