@@ -17,6 +17,7 @@
 //! ticket of a replaced room, or of a line whose state was lost, is told
 //! so ([`BackendError::LineReset`]) rather than taken for another.
 
+pub mod bus;
 pub mod embedded;
 pub mod feed;
 pub mod join_log;

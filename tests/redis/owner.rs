@@ -181,3 +181,75 @@ async fn the_owner_logs_its_engine_and_a_new_owner_goes_on_from_the_log() {
     assert!(newcomer.image.tickets.len() > 8 * 40 * 2 - 1);
     assert!(clock.now_ms() > 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_reach_the_owner_in_batches_and_each_answer_reaches_its_asker() {
+    use narabu::backend::bus::{AskError, Asker, serve};
+    use tokio_util::sync::CancellationToken;
+
+    const ASKS: usize = 300;
+    let redis = RedisServer::start().await;
+    let stop = CancellationToken::new();
+    let owner = store(&redis).await;
+    let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let batches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    {
+        let (served, batches) = (served.clone(), batches.clone());
+        tokio::spawn(serve(owner, sale(), stop.clone(), move |commands| {
+            served.fetch_add(commands.len(), std::sync::atomic::Ordering::Relaxed);
+            batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let bodies = commands
+                .iter()
+                .map(|c| [b"ok ".as_slice(), &c.body].concat())
+                .collect();
+            async move { bodies }
+        }));
+    }
+
+    let mut askers = Vec::new();
+    for name in ["a", "b", "c"] {
+        let asker = Asker::start(store(&redis).await, name.into(), stop.clone());
+        askers.push(asker);
+    }
+    let mut tasks = Vec::new();
+    for (i, asker) in askers.iter().enumerate() {
+        for n in 0..ASKS {
+            let asker = asker.clone();
+            tasks.push(tokio::spawn(async move {
+                let body = format!("{i}:{n}").into_bytes();
+                let answer = asker
+                    .ask(&sale(), Asker::new_id(), body.clone(), WITHIN)
+                    .await
+                    .unwrap();
+                assert_eq!(answer, [b"ok ".as_slice(), &body].concat());
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let served = served.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(served, 3 * ASKS, "each command applied once");
+    let sends: u64 = askers.iter().map(|a| a.sends()).sum();
+    let batches = batches.load(std::sync::atomic::Ordering::Relaxed);
+    println!("{served} commands in {sends} sends and {batches} owner batches");
+    assert!(
+        sends < served as u64,
+        "concurrent commands shared round trips"
+    );
+
+    // Nobody serves another room: its asker is told to try again, in time.
+    let lonely = RoomId::new("nobody-owns").unwrap();
+    assert_eq!(
+        askers[0]
+            .ask(
+                &lonely,
+                Asker::new_id(),
+                b"x".to_vec(),
+                Duration::from_millis(300)
+            )
+            .await,
+        Err(AskError::TimedOut)
+    );
+    stop.cancel();
+}
