@@ -28,6 +28,7 @@ use redis::streams::{
 use redis::{AsyncCommands, RedisError, Script, Value};
 use tokio::sync::Mutex;
 
+use super::conn::what_failed;
 use crate::backend::store::{Command, Entry, Fence, Image, LogPos, Reply, RoomStore, StoreError};
 use crate::engine::RoomId;
 
@@ -130,6 +131,19 @@ where
         }
     }
 
+    /// Drop a stream's entries at and before `upto`.
+    async fn drop_upto(&self, key: &str, upto: LogPos) -> Result<(), StoreError> {
+        let mut con = self.conn.clone();
+        let _: i64 = redis::cmd("XTRIM")
+            .arg(key)
+            .arg("MINID")
+            .arg(after(upto))
+            .query_async(&mut con)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
     /// A read of `key` after `after`: at once on the shared connection, or
     /// waiting on the blocking one.
     async fn read_stream(
@@ -166,17 +180,7 @@ fn unavailable(e: RedisError) -> StoreError {
     if e.code() == Some("FENCED") {
         return StoreError::Fenced;
     }
-    // The message names the kind of failure only: never a URL (which may
-    // hold a password) nor server output.
-    let what = if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
-        "cannot reach Redis"
-    } else if e.is_timeout() {
-        "Redis did not answer in time"
-    } else {
-        tracing::warn!(kind = ?e.kind(), detail = e.detail().unwrap_or(""), "redis refused a store operation");
-        "Redis refused the operation"
-    };
-    StoreError::Unavailable(what.to_owned())
+    StoreError::Unavailable(what_failed(&e).to_owned())
 }
 
 fn pos(id: &str) -> Result<LogPos, StoreError> {
@@ -326,15 +330,7 @@ where
     }
 
     async fn trim(&self, room: &RoomId, upto: LogPos) -> Result<(), StoreError> {
-        let mut con = self.conn.clone();
-        let _: i64 = redis::cmd("XTRIM")
-            .arg(Keys::new(room).log)
-            .arg("MINID")
-            .arg(after(upto))
-            .query_async(&mut con)
-            .await
-            .map_err(unavailable)?;
-        Ok(())
+        self.drop_upto(&Keys::new(room).log, upto).await
     }
 
     async fn put_image(
@@ -423,15 +419,7 @@ where
     }
 
     async fn consumed(&self, room: &RoomId, upto: LogPos) -> Result<(), StoreError> {
-        let mut con = self.conn.clone();
-        let _: i64 = redis::cmd("XTRIM")
-            .arg(Keys::new(room).commands)
-            .arg("MINID")
-            .arg(after(upto))
-            .query_async(&mut con)
-            .await
-            .map_err(unavailable)?;
-        Ok(())
+        self.drop_upto(&Keys::new(room).commands, upto).await
     }
 
     async fn reply(&self, replies: &[Reply]) -> Result<(), StoreError> {
