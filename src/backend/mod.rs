@@ -17,12 +17,15 @@
 //! ticket of a replaced room, or of a line whose state was lost, is told
 //! so ([`BackendError::LineReset`]) rather than taken for another.
 
+pub mod bus;
 pub mod embedded;
 pub mod feed;
 pub mod join_log;
 pub mod journal;
 pub mod redis;
+pub mod room_log;
 mod spent;
+pub mod store;
 
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -15,5 +15,7 @@ mod follow;
 mod instances;
 mod lanes;
 mod measure;
+mod owner;
 mod reset;
+mod store;
 mod wait;

@@ -259,3 +259,88 @@ async fn measure_join_rates_waiting_for_a_replica() {
         mean(1) / mean(0)
     );
 }
+
+/// The Redis CPU an owner's log costs per join, as the Redis process
+/// reports it (`INFO cpu`), for batches of 1 to 128 join records appended
+/// by the fenced step from 48 connections at once. Each record is a real
+/// join record as the engine's journal encodes it. Run with
+/// `cargo test --release --test redis measure_log_appends -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn measure_log_appends() {
+    use narabu::backend::redis::store::RedisStore;
+    use narabu::backend::store::RoomStore;
+    use narabu::engine::{EventRecord, RoomId};
+
+    const CONNECTIONS: usize = 48;
+    let redis = RedisServer::start().await;
+    let sale = RoomId::new("sale").unwrap();
+    let record = |ticket: u32| {
+        postcard::to_allocvec(&EventRecord::Joined {
+            ticket,
+            identity: Some(u128::from(ticket) << 64),
+            lane: 0,
+            index: Some(ticket),
+            ahead: ticket,
+            at: 1_790_000_000_000,
+        })
+        .unwrap()
+    };
+    for batch in [1usize, 8, 32, 128] {
+        let _: () = redis::cmd("FLUSHALL")
+            .query_async(&mut redis.client().await)
+            .await
+            .unwrap();
+        let first = RedisStore::new(redis.client().await, redis.client().await);
+        let fence = first
+            .acquire(&sale, "owner", Duration::from_secs(60))
+            .await
+            .unwrap()
+            .unwrap();
+        let before = redis_cpu(&redis).await;
+        let appended = Arc::new(AtomicU64::new(0));
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for c in 0..CONNECTIONS {
+            let store = RedisStore::new(redis.client().await, redis.client().await);
+            let (fence, sale, appended) = (fence.clone(), sale.clone(), appended.clone());
+            let bytes: Vec<u8> = (0..batch)
+                .flat_map(|i| record((c * batch + i) as u32))
+                .collect();
+            tasks.push(tokio::spawn(async move {
+                while start.elapsed() < RUN {
+                    store.append(&sale, &fence, &bytes).await.unwrap();
+                    appended.fetch_add(batch as u64, Ordering::Relaxed);
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let secs = start.elapsed().as_secs_f64();
+        let cpu = redis_cpu(&redis).await - before;
+        let joins = appended.load(Ordering::Relaxed) as f64;
+        println!(
+            "batch {batch:>3}: {:>9.0} join records/s, Redis CPU {:.2} µs per join ({} bytes a record)",
+            joins / secs,
+            cpu * 1e6 / joins,
+            record(1_000).len(),
+        );
+    }
+}
+
+/// The Redis process's CPU seconds so far (user + system).
+async fn redis_cpu(redis: &RedisServer) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(&mut redis.client().await)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|l| {
+            l.strip_prefix("used_cpu_user:")
+                .or_else(|| l.strip_prefix("used_cpu_sys:"))
+        })
+        .map(|v| v.trim().parse::<f64>().unwrap())
+        .sum()
+}

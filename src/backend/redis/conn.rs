@@ -232,6 +232,11 @@ impl ConnectionLike for Conn {
 /// A Redis failure as the HTTP layer may show it: the kind of failure,
 /// never the URL (which may carry a password) nor server output.
 pub fn unavailable(e: &RedisError) -> BackendError {
+    BackendError::Unavailable(what_failed(e).to_owned())
+}
+
+/// The kind of a Redis failure, in words safe to show anyone.
+pub fn what_failed(e: &RedisError) -> &'static str {
     let what = if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
         "cannot reach Redis"
     } else if e.is_timeout() {
@@ -243,5 +248,5 @@ pub fn unavailable(e: &RedisError) -> BackendError {
         "Redis refused the operation"
     };
     tracing::debug!(kind = ?e.kind(), "redis error");
-    BackendError::Unavailable(what.to_owned())
+    what
 }

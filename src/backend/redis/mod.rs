@@ -39,6 +39,7 @@ mod replica;
 mod reply;
 mod rooms;
 mod scripts;
+pub mod store;
 mod worker;
 
 use std::sync::{Arc, Weak};

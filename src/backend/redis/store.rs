@@ -1,0 +1,496 @@
+//! [`RoomStore`] on Redis: a room's log is a Redis Stream, its image a
+//! hash, its lease a key with an expiry beside a fencing counter, its
+//! command bus a second stream; replies go to a stream per instance.
+//!
+//! Keys carry the store's schema version and the room's hash tag
+//! (`narabu:v3:{room}:log`), so one room's keys share a Redis Cluster slot
+//! and the two scripts below can touch them together, and a Redis written
+//! by an earlier Narabu is recognised ([`RedisStore::check_schema`]) rather
+//! than misread. The only Lua is the lease's acquisition (a fencing token
+//! one higher than any before) and the fenced write (`store_*.lua`): no
+//! admission rule.
+//!
+//! A batch is one stream entry, whatever the number of records in it: one
+//! `XADD` is the store's cost of a batch, which is why owners gather the
+//! records of concurrent requests before appending. Commands and replies
+//! are sent with one pipeline per slice.
+//!
+//! A read that waits (`XREAD BLOCK`) runs on a connection of its own, so it
+//! never holds up the commands queued on the shared one.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::ConnectionLike;
+use redis::streams::{
+    StreamId, StreamMaxlen, StreamRangeReply, StreamReadOptions, StreamReadReply,
+};
+use redis::{AsyncCommands, RedisError, Script, Value};
+use tokio::sync::Mutex;
+
+use super::conn::what_failed;
+use crate::backend::store::{Command, Entry, Fence, Image, LogPos, Reply, RoomStore, StoreError};
+use crate::engine::RoomId;
+
+/// The schema these keys follow. An earlier Narabu kept every room's state
+/// in Redis under unversioned keys (`narabu:rooms`, `narabu:{room}:room`).
+pub const SCHEMA: u32 = 3;
+const SCHEMA_KEY: &str = "narabu:schema";
+const EARLIER_ROOMS_KEY: &str = "narabu:rooms";
+
+/// How many replies an instance's stream keeps, and for how long once its
+/// reader stops reading (a dead instance's replies go away by themselves).
+const REPLIES_KEPT: usize = 65_536;
+const REPLIES_TTL_S: i64 = 60;
+
+struct Keys {
+    lease: String,
+    fence: String,
+    log: String,
+    image: String,
+    commands: String,
+}
+
+impl Keys {
+    fn new(room: &RoomId) -> Self {
+        let prefix = format!("narabu:v{SCHEMA}:{{{room}}}:");
+        Self {
+            lease: format!("{prefix}lease"),
+            fence: format!("{prefix}fence"),
+            log: format!("{prefix}log"),
+            image: format!("{prefix}image"),
+            commands: format!("{prefix}cmd"),
+        }
+    }
+}
+
+fn replies_key(instance: &str) -> String {
+    format!("narabu:v{SCHEMA}:{{reply-{instance}}}")
+}
+
+/// The store, over a shared connection for everything that does not wait
+/// and a connection of its own for reads that do.
+pub struct RedisStore<C> {
+    conn: C,
+    blocking: Mutex<C>,
+    acquire: Script,
+    write: Script,
+    extend: Script,
+    give_up: Script,
+}
+
+impl<C> RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// `blocking` must be a connection no one else uses: a waiting read
+    /// holds it for up to its wait.
+    pub fn new(conn: C, blocking: C) -> Self {
+        Self {
+            conn,
+            blocking: Mutex::new(blocking),
+            acquire: Script::new(include_str!("store_acquire.lua")),
+            write: Script::new(include_str!("store_append.lua")),
+            extend: Script::new(include_str!("lease_extend.lua")),
+            give_up: Script::new(include_str!("lease_release.lua")),
+        }
+    }
+
+    /// Refuse a Redis that holds another schema's rooms, naming what was
+    /// found, and mark a fresh one as this schema's.
+    pub async fn check_schema(&self) -> Result<(), StoreError> {
+        let mut con = self.conn.clone();
+        let found: Option<u32> = con.get(SCHEMA_KEY).await.map_err(unavailable)?;
+        match found {
+            Some(SCHEMA) => return Ok(()),
+            Some(other) => {
+                return Err(StoreError::Damaged(format!(
+                    "this Redis holds rooms in Narabu's store schema {other}; this version \
+                     reads schema {SCHEMA} only. Run the version that wrote it until its \
+                     rooms are done, or point this one at another Redis (or database)"
+                )));
+            }
+            None => {}
+        }
+        let earlier: bool = con.exists(EARLIER_ROOMS_KEY).await.map_err(unavailable)?;
+        if earlier {
+            return Err(StoreError::Damaged(format!(
+                "this Redis holds rooms written by an earlier Narabu ({EARLIER_ROOMS_KEY} and \
+                 narabu:{{room}}:* keys, before store schemas were numbered); this version \
+                 reads schema {SCHEMA} only. Run the earlier version until its rooms are \
+                 done, or point this one at another Redis (or database)"
+            )));
+        }
+        let _: bool = con.set_nx(SCHEMA_KEY, SCHEMA).await.map_err(unavailable)?;
+        let now: Option<u32> = con.get(SCHEMA_KEY).await.map_err(unavailable)?;
+        match now {
+            Some(SCHEMA) => Ok(()),
+            _ => Err(StoreError::Damaged(
+                "another Narabu version marked this Redis at the same moment".to_owned(),
+            )),
+        }
+    }
+
+    /// Drop a stream's entries at and before `upto`.
+    async fn drop_upto(&self, key: &str, upto: LogPos) -> Result<(), StoreError> {
+        let mut con = self.conn.clone();
+        let _: i64 = redis::cmd("XTRIM")
+            .arg(key)
+            .arg("MINID")
+            .arg(after(upto))
+            .query_async(&mut con)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    /// A read of `key` after `after`: at once on the shared connection, or
+    /// waiting on the blocking one.
+    async fn read_stream(
+        &self,
+        key: &str,
+        after: LogPos,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<StreamId>, StoreError> {
+        let options = StreamReadOptions::default().count(max.max(1));
+        let after = after.to_string();
+        let reply: Option<StreamReadReply> = if wait.is_zero() {
+            let mut con = self.conn.clone();
+            con.xread_options(&[key], &[&after], &options)
+                .await
+                .map_err(unavailable)?
+        } else {
+            let wait_ms = usize::try_from(wait.as_millis())
+                .unwrap_or(usize::MAX)
+                .max(1);
+            let options = options.block(wait_ms);
+            let mut con = self.blocking.lock().await;
+            con.xread_options(&[key], &[&after], &options)
+                .await
+                .map_err(unavailable)?
+        };
+        Ok(reply
+            .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect())
+            .unwrap_or_default())
+    }
+}
+
+fn unavailable(e: RedisError) -> StoreError {
+    if e.code() == Some("FENCED") {
+        return StoreError::Fenced;
+    }
+    StoreError::Unavailable(what_failed(&e).to_owned())
+}
+
+fn pos(id: &str) -> Result<LogPos, StoreError> {
+    id.parse()
+}
+
+fn bytes(entry: &StreamId, field: &str) -> Result<Vec<u8>, StoreError> {
+    match entry.map.get(field) {
+        Some(Value::BulkString(b)) => Ok(b.clone()),
+        _ => Err(StoreError::Damaged(format!(
+            "entry {} has no field {field:?}",
+            entry.id
+        ))),
+    }
+}
+
+fn text(entry: &StreamId, field: &str) -> Result<String, StoreError> {
+    String::from_utf8(bytes(entry, field)?)
+        .map_err(|_| StoreError::Damaged(format!("entry {}: {field} is not text", entry.id)))
+}
+
+fn id_field(entry: &StreamId) -> Result<u128, StoreError> {
+    u128::from_str_radix(&text(entry, "id")?, 16)
+        .map_err(|_| StoreError::Damaged(format!("entry {}: a bad command id", entry.id)))
+}
+
+/// The first position after `upto`: `XTRIM … MINID` keeps what is at or
+/// after its threshold.
+fn after(upto: LogPos) -> String {
+    match upto.seq.checked_add(1) {
+        Some(seq) => format!("{}-{seq}", upto.ms),
+        None => format!("{}-0", upto.ms + 1),
+    }
+}
+
+fn ttl_ms(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+#[async_trait]
+impl<C> RoomStore for RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    async fn acquire(
+        &self,
+        room: &RoomId,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Fence>, StoreError> {
+        let k = Keys::new(room);
+        let mut con = self.conn.clone();
+        let (token, _value): (u64, String) = self
+            .acquire
+            .key(&k.lease)
+            .key(&k.fence)
+            .arg(holder)
+            .arg(ttl_ms(ttl))
+            .invoke_async(&mut con)
+            .await
+            .map_err(unavailable)?;
+        Ok((token > 0).then(|| Fence {
+            token,
+            holder: holder.to_owned(),
+        }))
+    }
+
+    async fn renew(&self, room: &RoomId, fence: &Fence, ttl: Duration) -> Result<bool, StoreError> {
+        let k = Keys::new(room);
+        let mut con = self.conn.clone();
+        let n: i64 = self
+            .extend
+            .key(&k.lease)
+            .arg(fence.lease_value())
+            .arg(ttl_ms(ttl))
+            .invoke_async(&mut con)
+            .await
+            .map_err(unavailable)?;
+        Ok(n == 1)
+    }
+
+    async fn release(&self, room: &RoomId, fence: &Fence) -> Result<bool, StoreError> {
+        let k = Keys::new(room);
+        let mut con = self.conn.clone();
+        let n: i64 = self
+            .give_up
+            .key(&k.lease)
+            .arg(fence.lease_value())
+            .invoke_async(&mut con)
+            .await
+            .map_err(unavailable)?;
+        Ok(n == 1)
+    }
+
+    async fn holder(&self, room: &RoomId) -> Result<Option<String>, StoreError> {
+        let mut con = self.conn.clone();
+        con.get(Keys::new(room).lease).await.map_err(unavailable)
+    }
+
+    async fn append(
+        &self,
+        room: &RoomId,
+        fence: &Fence,
+        batch: &[u8],
+    ) -> Result<LogPos, StoreError> {
+        let k = Keys::new(room);
+        let mut con = self.conn.clone();
+        let id: String = self
+            .write
+            .key(&k.fence)
+            .key(&k.log)
+            .arg(fence.token)
+            .arg(batch)
+            .invoke_async(&mut con)
+            .await
+            .map_err(unavailable)?;
+        pos(&id)
+    }
+
+    async fn read(
+        &self,
+        room: &RoomId,
+        after: LogPos,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<Entry>, StoreError> {
+        let k = Keys::new(room);
+        self.read_stream(&k.log, after, max, wait)
+            .await?
+            .iter()
+            .map(|e| {
+                Ok(Entry {
+                    pos: pos(&e.id)?,
+                    batch: bytes(e, "b")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn last(&self, room: &RoomId) -> Result<Option<LogPos>, StoreError> {
+        let mut con = self.conn.clone();
+        let reply: StreamRangeReply = con
+            .xrevrange_count(Keys::new(room).log, "+", "-", 1)
+            .await
+            .map_err(unavailable)?;
+        reply.ids.first().map(|e| pos(&e.id)).transpose()
+    }
+
+    async fn trim(&self, room: &RoomId, upto: LogPos) -> Result<(), StoreError> {
+        self.drop_upto(&Keys::new(room).log, upto).await
+    }
+
+    async fn put_image(
+        &self,
+        room: &RoomId,
+        fence: &Fence,
+        image: &Image,
+    ) -> Result<(), StoreError> {
+        let k = Keys::new(room);
+        let mut con = self.conn.clone();
+        let _: String = self
+            .write
+            .key(&k.fence)
+            .key(&k.image)
+            .arg(fence.token)
+            .arg(&image.bytes)
+            .arg(image.at.to_string())
+            .invoke_async(&mut con)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn image(&self, room: &RoomId) -> Result<Option<Image>, StoreError> {
+        let mut con = self.conn.clone();
+        let (at, bytes): (Option<String>, Option<Vec<u8>>) = redis::cmd("HMGET")
+            .arg(Keys::new(room).image)
+            .arg("at")
+            .arg("image")
+            .query_async(&mut con)
+            .await
+            .map_err(unavailable)?;
+        match (at, bytes) {
+            (Some(at), Some(bytes)) => Ok(Some(Image {
+                at: pos(&at)?,
+                bytes,
+            })),
+            _ => Ok(None),
+        }
+    }
+
+    async fn send(&self, room: &RoomId, commands: &[Command]) -> Result<(), StoreError> {
+        if commands.is_empty() {
+            return Ok(());
+        }
+        let key = Keys::new(room).commands;
+        let mut pipe = redis::pipe();
+        for c in commands {
+            pipe.xadd(
+                &key,
+                "*",
+                &[
+                    ("id", format!("{:032x}", c.id).into_bytes()),
+                    ("from", c.from.clone().into_bytes()),
+                    ("body", c.body.clone()),
+                ],
+            )
+            .ignore();
+        }
+        let mut con = self.conn.clone();
+        pipe.query_async::<()>(&mut con).await.map_err(unavailable)
+    }
+
+    async fn receive(
+        &self,
+        room: &RoomId,
+        after: LogPos,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<(LogPos, Command)>, StoreError> {
+        let key = Keys::new(room).commands;
+        self.read_stream(&key, after, max, wait)
+            .await?
+            .iter()
+            .map(|e| {
+                Ok((
+                    pos(&e.id)?,
+                    Command {
+                        id: id_field(e)?,
+                        from: text(e, "from")?,
+                        body: bytes(e, "body")?,
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    async fn consumed(&self, room: &RoomId, upto: LogPos) -> Result<(), StoreError> {
+        self.drop_upto(&Keys::new(room).commands, upto).await
+    }
+
+    async fn reply(&self, replies: &[Reply]) -> Result<(), StoreError> {
+        if replies.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for r in replies {
+            let key = replies_key(&r.to);
+            pipe.xadd_maxlen(
+                &key,
+                StreamMaxlen::Approx(REPLIES_KEPT),
+                "*",
+                &[
+                    ("id", format!("{:032x}", r.id).into_bytes()),
+                    ("body", r.body.clone()),
+                ],
+            )
+            .ignore()
+            .expire(&key, REPLIES_TTL_S)
+            .ignore();
+        }
+        let mut con = self.conn.clone();
+        pipe.query_async::<()>(&mut con).await.map_err(unavailable)
+    }
+
+    async fn replies(
+        &self,
+        instance: &str,
+        after: LogPos,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<(LogPos, Reply)>, StoreError> {
+        self.read_stream(&replies_key(instance), after, max, wait)
+            .await?
+            .iter()
+            .map(|e| {
+                Ok((
+                    pos(&e.id)?,
+                    Reply {
+                        to: instance.to_owned(),
+                        id: id_field(e)?,
+                        body: bytes(e, "body")?,
+                    },
+                ))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rooms_keys_share_its_slot_and_name_the_schema() {
+        let k = Keys::new(&RoomId::new("sale").unwrap());
+        for key in [&k.lease, &k.fence, &k.log, &k.image, &k.commands] {
+            assert!(key.starts_with("narabu:v3:{sale}:"), "{key}");
+        }
+    }
+
+    #[test]
+    fn a_trim_keeps_what_follows_its_position() {
+        assert_eq!(after(LogPos { ms: 5, seq: 2 }), "5-3");
+        assert_eq!(
+            after(LogPos {
+                ms: 5,
+                seq: u64::MAX
+            }),
+            "6-0"
+        );
+    }
+}

@@ -1,0 +1,315 @@
+//! A room's engine writing its log into a [`RoomStore`], and a replica
+//! following it: the two halves of running one room on one owner.
+//!
+//! [`LogWriter`] is the owner's [`EventSink`]: the engine reports each
+//! change as it makes it (on the thread that made it, never blocking),
+//! the writer numbers and buffers the record, and one task appends
+//! everything buffered as one batch under the owner's fence (group
+//! commit: every request that arrived while the previous batch was in
+//! flight shares the next one). A request is answered once
+//! [`LogWriter::wait_durable`] says its last record is in the log, as the
+//! embedded journal answers after `fsync`. When the store refuses a batch
+//! because another instance took the lease, the writer stops for good:
+//! nothing it buffered is ever reported durable, so no visitor is told of
+//! a change the new owner does not know.
+//!
+//! [`Replica`] is every instance's copy: the room's image plus the log
+//! after it, each record applied by [`RoomImage::apply`], the very code
+//! that replays the embedded journal at start. A new owner restores its
+//! engine from an up-to-date replica ([`crate::engine::Room::restore`])
+//! and goes on from the log's end.
+//!
+//! A batch is `(first record's number, count)` followed by that many
+//! records, each in the journal's encoding (postcard, one after another);
+//! the numbers let a replica see a gap or a repeat.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+
+use super::store::{Entry, Fence, Image, LogPos, RoomStore, StoreError};
+use crate::engine::{EventRecord, EventSink, RoomEvent, RoomId, RoomImage};
+
+/// How far the writer has come, as published to waiting requests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Progress {
+    /// Every record up to this number is in the log.
+    durable: u64,
+    /// The log position of the batch holding `durable`.
+    at: LogPos,
+    /// The lease passed to another owner: nothing more becomes durable.
+    fenced: bool,
+}
+
+#[derive(Default)]
+struct Pending {
+    bytes: Vec<u8>,
+    count: u64,
+    last: u64,
+}
+
+/// Why a change cannot be acknowledged.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotDurable {
+    /// This instance is no longer the room's owner.
+    #[error("the room's lease passed to another owner")]
+    Fenced,
+    /// The store did not take the batch in time; the change may still
+    /// land later, so the caller may not report it done.
+    #[error("the room's log could not be written in time")]
+    TimedOut,
+}
+
+/// The owner's sink: buffers the engine's records and appends them in
+/// batches under its fence.
+pub struct LogWriter {
+    pending: Mutex<Pending>,
+    wake: Arc<Notify>,
+    progress: watch::Sender<Progress>,
+}
+
+impl LogWriter {
+    /// Start writing `room`'s log under `fence`, numbering records after
+    /// `last` (the number of the last record already in the log) and
+    /// positions after `at`.
+    pub fn start(
+        store: Arc<dyn RoomStore>,
+        room: RoomId,
+        fence: Fence,
+        last: u64,
+        at: LogPos,
+    ) -> Arc<Self> {
+        let (progress, _) = watch::channel(Progress {
+            durable: last,
+            at,
+            fenced: false,
+        });
+        let writer = Arc::new(Self {
+            pending: Mutex::new(Pending {
+                last,
+                ..Pending::default()
+            }),
+            wake: Arc::new(Notify::new()),
+            progress,
+        });
+        tokio::spawn(run(
+            Arc::downgrade(&writer),
+            writer.wake.clone(),
+            store,
+            room,
+            fence,
+        ));
+        writer
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Buffer one record; its number. Never waits on the store.
+    pub fn append(&self, record: &EventRecord) -> u64 {
+        let mut p = self.pending();
+        // Serializing plain data into a Vec cannot fail.
+        let bytes = std::mem::take(&mut p.bytes);
+        p.bytes = postcard::to_extend(record, bytes).expect("records always serialize");
+        p.count += 1;
+        p.last += 1;
+        let n = p.last;
+        drop(p);
+        self.wake.notify_one();
+        n
+    }
+
+    /// The number of the last record buffered so far.
+    pub fn appended(&self) -> u64 {
+        self.pending().last
+    }
+
+    /// Wait until every record up to `n` is in the log; the position of
+    /// the batch that holds it (a replica that reached it shows the
+    /// change).
+    pub async fn wait_durable(&self, n: u64, within: Duration) -> Result<LogPos, NotDurable> {
+        let mut rx = self.progress.subscribe();
+        let reached = tokio::time::timeout(within, rx.wait_for(|p| p.durable >= n || p.fenced));
+        match reached.await {
+            Ok(Ok(p)) if p.durable >= n => Ok(p.at),
+            Ok(_) => Err(NotDurable::Fenced),
+            Err(_) => Err(NotDurable::TimedOut),
+        }
+    }
+
+    /// Whether the store has refused this writer for a newer owner.
+    pub fn is_fenced(&self) -> bool {
+        self.progress.borrow().fenced
+    }
+}
+
+impl EventSink for LogWriter {
+    fn record(&self, event: RoomEvent<'_>) {
+        self.append(&event.into());
+    }
+}
+
+/// The writer's task: one batch in flight at a time, holding everything
+/// buffered when it left. Stops when the writer is dropped or fenced.
+async fn run(
+    writer: std::sync::Weak<LogWriter>,
+    wake: Arc<Notify>,
+    store: Arc<dyn RoomStore>,
+    room: RoomId,
+    fence: Fence,
+) {
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        let Some(w) = writer.upgrade() else { return };
+        let (bytes, count, last) = {
+            let mut p = w.pending();
+            (
+                std::mem::take(&mut p.bytes),
+                std::mem::take(&mut p.count),
+                p.last,
+            )
+        };
+        if count == 0 {
+            drop(w);
+            // `notify_one` keeps a permit when nobody waits, so a record
+            // buffered since the check above is not missed.
+            // Dropped writers are noticed within a second.
+            let _ = tokio::time::timeout(Duration::from_secs(1), wake.notified()).await;
+            continue;
+        }
+        let first = last + 1 - count;
+        let mut batch = postcard::to_allocvec(&(first, count)).expect("numbers serialize");
+        batch.extend_from_slice(&bytes);
+        loop {
+            match store.append(&room, &fence, &batch).await {
+                Ok(at) => {
+                    w.progress.send_modify(|p| {
+                        p.durable = last;
+                        p.at = at;
+                    });
+                    backoff = Duration::from_millis(10);
+                    break;
+                }
+                Err(StoreError::Fenced) => {
+                    w.progress.send_modify(|p| p.fenced = true);
+                    tracing::info!(room = %room, "lost the room's lease; its log is another owner's now");
+                    return;
+                }
+                Err(e) => {
+                    // The batch is retried whole, in order, before anything
+                    // buffered after it: the log never holds a gap.
+                    tracing::warn!(room = %room, error = %e, "the room's log could not be written; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+}
+
+/// A batch's records, with the number of the first.
+pub fn decode(entry: &Entry) -> Result<(u64, Vec<EventRecord>), StoreError> {
+    let damaged = |what: &str| StoreError::Damaged(format!("log entry {}: {what}", entry.pos));
+    let ((first, count), mut rest): ((u64, u64), _) =
+        postcard::take_from_bytes(&entry.batch).map_err(|_| damaged("no batch header"))?;
+    let mut records = Vec::new();
+    for _ in 0..count {
+        let (record, after) = postcard::take_from_bytes::<EventRecord>(rest)
+            .map_err(|_| damaged("a record this version cannot read"))?;
+        records.push(record);
+        rest = after;
+    }
+    if !rest.is_empty() {
+        return Err(damaged("bytes after the last record"));
+    }
+    Ok((first, records))
+}
+
+/// An instance's copy of a room: its image and how far into the log it is.
+#[derive(Clone, Debug)]
+pub struct Replica {
+    pub image: RoomImage,
+    /// The number of the last record applied.
+    pub last: u64,
+    /// The log position of the last batch applied.
+    pub at: LogPos,
+}
+
+/// What a replica's image is stored as: the image and the number of the
+/// last record it holds.
+pub fn encode_image(replica: &Replica) -> Image {
+    Image {
+        at: replica.at,
+        bytes: postcard::to_allocvec(&(replica.last, &replica.image)).expect("images serialize"),
+    }
+}
+
+impl Replica {
+    /// A replica of a room just created: its first image, before any log.
+    pub fn new(image: RoomImage) -> Self {
+        Self {
+            image,
+            last: 0,
+            at: LogPos::START,
+        }
+    }
+
+    /// Start from the stored image, if any.
+    pub async fn load(store: &dyn RoomStore, room: &RoomId) -> Result<Option<Self>, StoreError> {
+        let Some(stored) = store.image(room).await? else {
+            return Ok(None);
+        };
+        let (last, image): (u64, RoomImage) = postcard::from_bytes(&stored.bytes)
+            .map_err(|_| StoreError::Damaged(format!("the image of {room} cannot be read")))?;
+        Ok(Some(Self {
+            image,
+            last,
+            at: stored.at,
+        }))
+    }
+
+    /// Apply one batch. Records already applied are passed over; a batch
+    /// that starts past the next record means some were lost to this
+    /// replica (a trimmed log), which only a newer image can mend.
+    pub fn apply(&mut self, entry: &Entry) -> Result<(), StoreError> {
+        let (first, records) = decode(entry)?;
+        if first > self.last + 1 {
+            return Err(StoreError::Damaged(format!(
+                "log entry {}: records {} to {} are missing",
+                entry.pos,
+                self.last + 1,
+                first - 1
+            )));
+        }
+        for (n, record) in (first..).zip(&records) {
+            if n > self.last {
+                self.image.apply(record.as_event());
+                self.last = n;
+            }
+        }
+        self.at = self.at.max(entry.pos);
+        Ok(())
+    }
+
+    /// Read and apply what the log holds after this replica, many batches
+    /// at a time, until it is at the log's end.
+    pub async fn catch_up(
+        &mut self,
+        store: &dyn RoomStore,
+        room: &RoomId,
+    ) -> Result<(), StoreError> {
+        loop {
+            let entries = store.read(room, self.at, 1_000, Duration::ZERO).await?;
+            if entries.is_empty() {
+                return Ok(());
+            }
+            for entry in &entries {
+                self.apply(entry)?;
+            }
+        }
+    }
+}
