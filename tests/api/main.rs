@@ -7,6 +7,7 @@ mod modes;
 mod openapi;
 mod proxies;
 mod streams;
+mod verify_draw;
 
 use std::time::{Duration, Instant};
 
