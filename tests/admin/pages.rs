@@ -308,7 +308,9 @@ async fn links_devices_fifos_and_huge_files_in_a_templates_dir_are_refused() {
         }
     };
 
-    let cases: Vec<(&str, Box<dyn Fn(&Path)>, &str, &str)> = vec![
+    // What each case is, how it fills the directory, the file named, why.
+    type Case<'a> = (&'a str, Box<dyn Fn(&Path) + 'a>, &'a str, &'a str);
+    let cases: Vec<Case> = vec![
         (
             "a link to the signing key",
             Box::new(|d: &Path| std::os::unix::fs::symlink(&secret, d.join("queue.html")).unwrap()),
