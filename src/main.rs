@@ -119,7 +119,7 @@ fn init_logs(format: LogFormat) {
 }
 
 fn verify_draw(url: &str) -> ExitCode {
-    use narabu::verify::{Verdict, verify};
+    use narabu::verify::{SERVER, VERDICT, Verdict, escaped, shown, verify};
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -127,28 +127,44 @@ fn verify_draw(url: &str) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Whatever the server sent is echoed only after SERVER and escaped;
+    // the last line, the verdict, alone begins with VERDICT.
+    let echo = |draw: &narabu::http::draw::DrawBody| {
+        println!("{SERVER}room        {}", shown(&draw.room));
+        println!("{SERVER}commitment  {}", shown(&draw.commitment));
+        if let Some(seed) = &draw.seed {
+            println!("{SERVER}seed        {}", shown(seed));
+        }
+        if let Some(order) = &draw.order {
+            println!("{SERVER}order       {} tickets", order.len());
+        }
+    };
     match runtime.block_on(verify(url)) {
         Ok(Verdict::Verified(draw)) => {
+            echo(&draw);
             let n = draw.order.as_ref().map_or(0, Vec::len);
-            println!("room {}: the draw checks out", draw.room);
-            println!("  commitment  {} = SHA-256(seed)", draw.commitment);
-            println!("  seed        {}", draw.seed.unwrap_or_default());
-            println!("  order       {n} tickets, exactly as the seed orders them");
+            println!(
+                "{VERDICT}VERIFIED: the draw checks out: SHA-256(seed) is the commitment, \
+                 and the order of the {n} tickets is exactly the seed's"
+            );
             ExitCode::SUCCESS
         }
         Ok(Verdict::NotDrawn(draw)) => {
-            println!(
-                "room {}: not drawn yet; the commitment is {}",
-                draw.room, draw.commitment
-            );
+            echo(&draw);
+            println!("{VERDICT}NOT DRAWN YET: only the commitment is published");
             ExitCode::from(3)
         }
         Ok(Verdict::Mismatch(draw, why)) => {
-            println!("room {}: the draw does NOT check out: {why}", draw.room);
+            echo(&draw);
+            println!(
+                "{VERDICT}NOT VERIFIED: the draw does NOT check out: {}",
+                escaped(&why.to_string())
+            );
             ExitCode::FAILURE
         }
         Err(e) => {
-            eprintln!("narabu: {e:#}");
+            eprintln!("narabu: {}", escaped(&format!("{e:#}")));
+            println!("{VERDICT}NOT VERIFIED: the draw could not be checked");
             ExitCode::FAILURE
         }
     }

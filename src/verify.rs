@@ -6,11 +6,94 @@
 //! order from the seed and the ticket ids alone (SHA-256 of the seed, `/`
 //! and each id; ascending): the published order must be exactly that. It
 //! trusts nothing the server computed, only what it published.
+//!
+//! Nor does it trust the server with the terminal or the memory of the
+//! person checking: the reply is read up to the size of the largest
+//! record a real server can publish ([`MAX_RECORD_BYTES`]), anything the
+//! server wrote is echoed only after a `server> ` prefix with its control
+//! characters escaped ([`shown`]), so it cannot move the cursor, clear the
+//! screen or begin a line of its own, and the verdict is the last line and
+//! begins with [`VERDICT`], which no echoed line can.
 
 use anyhow::{Context, bail};
 
 use crate::engine::DrawMismatch;
+use crate::engine::rules::MAX_TICKETS;
 use crate::http::draw::DrawBody;
+
+/// How the verdict line begins; every line that carries the server's text
+/// begins with [`SERVER`] instead.
+pub const VERDICT: &str = "==> ";
+/// How every line that echoes the server's text begins.
+pub const SERVER: &str = "server> ";
+
+/// Decimal digits of the largest ticket id: ids count a room's tickets
+/// from zero, so they stay below [`MAX_TICKETS`].
+const ID_DIGITS: u64 = {
+    let mut n = MAX_TICKETS;
+    let mut digits = 0;
+    while n > 0 {
+        n /= 10;
+        digits += 1;
+    }
+    digits
+};
+
+/// The largest draw record a server can publish: every ticket a room may
+/// issue in its order (an id and a comma each), and room for the room's
+/// id, the commitment, the seed and the field names. A longer reply is
+/// not a draw record, and reading it would only spend the checker's
+/// memory.
+pub const MAX_RECORD_BYTES: u64 = MAX_TICKETS * (ID_DIGITS + 1) + 16 * 1024;
+
+/// How much of an error reply is read and echoed.
+const ERROR_BYTES: usize = 4 * 1024;
+/// How many characters of one server string are echoed.
+const SHOWN_CHARS: usize = 300;
+
+/// The server's text made safe to print on one line of a terminal, and cut
+/// short: see [`escaped`].
+pub fn shown(text: &str) -> String {
+    match text.char_indices().nth(SHOWN_CHARS) {
+        Some((end, _)) => format!("{}…", escaped(&text[..end])),
+        None => escaped(text),
+    }
+}
+
+/// Text made safe to print on one line of a terminal: control characters
+/// (ESC, CR, LF, …), Unicode line separators and the bidi and other
+/// invisible format characters that reorder or hide text are escaped as
+/// `\u{…}`, and backslashes doubled so an escape cannot be forged.
+pub fn escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() || is_format(c) => {
+                out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Unicode characters that are not control characters but still change
+/// how a line reads: separators, bidi overrides and isolates, zero-width
+/// characters and the byte-order mark.
+fn is_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00ad}'
+            | '\u{061c}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+    )
+}
 
 /// What a check found.
 #[derive(Debug)]
@@ -81,16 +164,50 @@ pub async fn verify(input: &str) -> anyhow::Result<Verdict> {
         .await
         .with_context(|| format!("fetching {url}"))?;
     let status = response.status();
-    let text = response.text().await.context("reading the draw record")?;
     if !status.is_success() {
+        let text = read_capped(response, ERROR_BYTES as u64, true).await?;
         bail!(
-            "{url} answered {status}: {}",
-            text.chars().take(300).collect::<String>()
+            "{url} answered {status}; its reply began: \"{}\"",
+            String::from_utf8_lossy(&text)
         );
     }
+    if let Some(len) = response.content_length()
+        && len > MAX_RECORD_BYTES
+    {
+        bail!(
+            "{url} announced a reply of {len} bytes, more than the largest possible draw record ({MAX_RECORD_BYTES} bytes); not reading it"
+        );
+    }
+    let text = read_capped(response, MAX_RECORD_BYTES, false)
+        .await
+        .with_context(|| format!("reading the draw record from {url}"))?;
     let body: DrawBody =
-        serde_json::from_str(&text).with_context(|| format!("{url} is not a draw record"))?;
+        serde_json::from_slice(&text).with_context(|| format!("{url} is not a draw record"))?;
     Ok(judge(body))
+}
+
+/// Reads at most `cap` bytes of a reply: past it, an error, or with
+/// `cut` what was read so far.
+async fn read_capped(
+    mut response: reqwest::Response,
+    cap: u64,
+    cut: bool,
+) -> anyhow::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if (body.len() + chunk.len()) as u64 > cap {
+            if cut {
+                let room = cap as usize - body.len();
+                body.extend_from_slice(&chunk[..room]);
+                return Ok(body);
+            }
+            bail!(
+                "the reply is larger than the largest possible draw record ({cap} bytes); stopped reading"
+            );
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 #[cfg(test)]
@@ -123,6 +240,17 @@ mod tests {
         ] {
             assert!(record_url(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn server_text_is_escaped_and_cut() {
+        assert_eq!(shown("sale"), "sale");
+        assert_eq!(
+            shown("a\u{1b}[2J\r\nb\\c\u{202e}d"),
+            "a\\u{1b}[2J\\u{d}\\u{a}b\\\\c\\u{202e}d"
+        );
+        let long = "x".repeat(1000);
+        assert_eq!(shown(&long).chars().count(), SHOWN_CHARS + 1);
     }
 
     #[test]

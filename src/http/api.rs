@@ -343,9 +343,28 @@ pub async fn leave(
         let query: String = form_urlencoded::Serializer::new(String::new())
             .append_pair("return", &back)
             .finish();
-        return Ok(Redirect::to(&format!("/queue/{room}?{query}")).into_response());
+        return Ok(without_pass(
+            &state,
+            &room,
+            Redirect::to(&format!("/queue/{room}?{query}")).into_response(),
+        ));
     }
-    Ok(StatusCode::NO_CONTENT.into_response())
+    Ok(without_pass(
+        &state,
+        &room,
+        StatusCode::NO_CONTENT.into_response(),
+    ))
+}
+
+/// Adds the removal of the fail-open pass cookie to a departure's answer:
+/// a pass left in the browser would still open the gate while the store
+/// is away.
+fn without_pass(state: &AppState, room: &RoomId, mut response: Response) -> Response {
+    let cookie = ticket::clear_pass_cookie(state, room);
+    if let Ok(v) = header::HeaderValue::from_str(&cookie.to_string()) {
+        response.headers_mut().append(header::SET_COOKIE, v);
+    }
+    response
 }
 
 /// A body naming one ticket: what the origin's backend releases, and what
@@ -479,7 +498,11 @@ pub async fn release(
     };
     let Some(purchased) = request.purchased else {
         return match state.backend.release(&room, ticket).await? {
-            Departure::GaveBack(_) => Ok(StatusCode::NO_CONTENT.into_response()),
+            Departure::GaveBack(_) => Ok(without_pass(
+                &state,
+                &room,
+                StatusCode::NO_CONTENT.into_response(),
+            )),
             Departure::LeftQueue | Departure::Nothing(_) => Err(ApiError::new(
                 StatusCode::CONFLICT,
                 "not_admitted",
@@ -501,5 +524,5 @@ pub async fn release(
         released: Some(released),
         ..PurchaseBody::new(purchased, taken, mode)
     };
-    Ok(Json(body).into_response())
+    Ok(without_pass(&state, &room, Json(body).into_response()))
 }

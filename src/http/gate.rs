@@ -120,15 +120,20 @@ pub async fn gate(
                         .insert(header::HeaderName::from_static("x-narabu-pass-expires"), v);
                 }
                 // Failing open needs something to trust while the backend
-                // is away: a signed pass that runs out with the real one.
+                // is away: a signed pass that runs out with the real one,
+                // or sooner, a short while after this check (see
+                // FAIL_OPEN_PASS_MS).
                 if state.settings.on_backend_error == OnBackendError::Open {
+                    let now = state.clock.now_ms();
                     let pass = PassClaim {
                         room: room.clone(),
                         epoch: visitor.ticket.epoch,
                         ticket: visitor.ticket.id,
-                        expires_at_ms: expires.ms(),
+                        expires_at_ms: expires
+                            .ms()
+                            .min(now.saturating_add(ticket::FAIL_OPEN_PASS_MS)),
                     };
-                    let cookie = ticket::pass_cookie(&state, &pass, state.clock.now_ms());
+                    let cookie = ticket::pass_cookie(&state, &pass, now);
                     if let Ok(v) = HeaderValue::from_str(&cookie.to_string()) {
                         response.headers_mut().insert(header::SET_COOKIE, v);
                     }
@@ -145,8 +150,9 @@ pub async fn gate(
         }
         Err(e) => {
             // The state store is down. When the operator chose to fail
-            // open, a visitor whose signed pass (set by an earlier check)
-            // has not run out goes through; everyone else, the queue.
+            // open, a visitor whose signed pass (set by a check the store
+            // answered, at most FAIL_OPEN_PASS_MS ago) has not run out goes
+            // through; everyone else, the queue.
             tracing::warn!(room = %room, error = %e, "gate check failed");
             let open = state.settings.on_backend_error == OnBackendError::Open
                 && ticket::live_pass(&state, &room, visitor.ticket, headers, state.clock.now_ms())

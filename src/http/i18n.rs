@@ -25,6 +25,7 @@ use std::sync::{Arc, LazyLock};
 use serde::{Deserialize, Serialize};
 
 use super::pages::PageError;
+use super::pages::files;
 
 /// The built-in message files, compiled in.
 pub const BUILTIN: [(&str, &str); 3] = [
@@ -117,11 +118,11 @@ impl Languages {
         let mut added: Vec<Lang> = Vec::new();
         let mut seen: Vec<String> = Vec::new();
         for dir in dirs {
-            for (code, path, text) in read_messages(dir)? {
+            for (code, file, text) in read_messages(dir)? {
                 if seen.iter().any(|c| c.eq_ignore_ascii_case(&code)) {
                     continue;
                 }
-                let language = Arc::new(parse_language(&code, &text, &path.display().to_string())?);
+                let language = Arc::new(parse_language(&code, &text, &file)?);
                 seen.push(code.clone());
                 match all.iter_mut().find(|l| l.code.eq_ignore_ascii_case(&code)) {
                     Some(builtin) => *builtin = language,
@@ -213,11 +214,24 @@ fn is_language_tag(code: &str) -> bool {
         && parts.all(|p| (1..=8).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_alphanumeric()))
 }
 
-/// The `*.toml` files of a message directory, as (code, path, text).
-fn read_messages(dir: &Path) -> Result<Vec<(String, std::path::PathBuf, String)>, PageError> {
-    let shown = dir.display().to_string();
-    let entries = std::fs::read_dir(dir)
-        .map_err(|e| PageError::new(&shown, None, format!("cannot read the directory: {e}")))?;
+/// The `*.toml` files of a message directory, as (code, shown name, text).
+/// Files are named relative to the template directory (`messages/ko.toml`)
+/// or to `messages_dir` (`ko.toml`), never by the server's absolute path,
+/// and read like templates: no symbolic links, regular files only, capped.
+fn read_messages(dir: &Path) -> Result<Vec<(String, String, String)>, PageError> {
+    let prefix = if dir.file_name().is_some_and(|n| n == "messages") {
+        "messages/"
+    } else {
+        ""
+    };
+    let shown = if prefix.is_empty() { "." } else { "messages" };
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        PageError::new(
+            shown,
+            None,
+            format!("cannot read the directory: {}", files::io_reason(&e)),
+        )
+    })?;
     // Bounded like a template directory: a wrong path is refused quickly.
     let mut files: Vec<_> = entries
         .filter_map(Result::ok)
@@ -230,7 +244,11 @@ fn read_messages(dir: &Path) -> Result<Vec<(String, std::path::PathBuf, String)>
         if path.extension().and_then(|e| e.to_str()) != Some("toml") {
             continue;
         }
-        let file = path.display().to_string();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let file = format!("{prefix}{name}");
         let code = path
             .file_stem()
             .and_then(|s| s.to_str())
@@ -245,22 +263,13 @@ fn read_messages(dir: &Path) -> Result<Vec<(String, std::path::PathBuf, String)>
         }
         if out.len() == MAX_FILES {
             return Err(PageError::new(
-                &shown,
+                shown,
                 None,
                 format!("holds more than {MAX_FILES} message files"),
             ));
         }
-        if std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) > MAX_FILE_BYTES {
-            return Err(PageError::new(
-                file,
-                None,
-                format!("is larger than {} KiB", MAX_FILE_BYTES / 1024),
-            ));
-        }
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            PageError::new(&file, None, format!("cannot read it as UTF-8 text: {e}"))
-        })?;
-        out.push((code, path, text));
+        let text = files::read_text(&path, &file, MAX_FILE_BYTES)?;
+        out.push((code, file, text));
     }
     Ok(out)
 }
@@ -945,7 +954,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             write(dir.path(), name, &text);
             let e = Languages::load(&[dir.path()]).expect_err(words);
-            assert_eq!(e.file, dir.path().join(name).display().to_string(), "{e}");
+            assert_eq!(e.file, name, "{e}");
             if line.is_some() {
                 assert_eq!(e.line, line, "{e}");
             }

@@ -70,8 +70,18 @@ fn cookie_values<'h>(
         .map(|(_, value)| value.trim())
 }
 
+/// How long a fail-open pass is honoured after the gate last renewed it
+/// against the store. Short on purpose: while the store is away nobody can
+/// be revoked, leave or be expired, so a pass that lived as long as the
+/// real one (`pass_idle`) would keep a revoked or departed visitor in
+/// beside the one who got their permit for the whole outage. Failing open
+/// therefore rides out short blips; a longer outage ends in the queue.
+pub const FAIL_OPEN_PASS_MS: u64 = 30_000;
+
 /// The live pass for this very ticket, if the request carries one: signed
-/// by us, for this room, ticket and incarnation, and not yet expired.
+/// by us, for this room, ticket and incarnation, not yet expired, and
+/// renewed within [`FAIL_OPEN_PASS_MS`] (a pass claiming a longer life is
+/// not one this version issued).
 pub fn live_pass(
     state: &AppState,
     room: &RoomId,
@@ -84,13 +94,29 @@ pub fn live_pass(
         (&pass.room == room
             && pass.epoch == ticket.epoch
             && pass.ticket == ticket.id
-            && pass.expires_at_ms > now_ms)
+            && pass.expires_at_ms > now_ms
+            && pass.expires_at_ms <= now_ms.saturating_add(FAIL_OPEN_PASS_MS))
             .then_some(pass)
     })
 }
 
+/// A `Set-Cookie` that removes the fail-open pass: a visitor who left, or
+/// whose permit was released, has no pass left to show while the store
+/// is away.
+pub fn clear_pass_cookie(state: &AppState, room: &RoomId) -> Cookie<'static> {
+    let mut cookie = Cookie::build((pass_cookie_name(state, room), ""))
+        .path("/")
+        .http_only(true)
+        .same_site(SameSite::Lax)
+        .secure(state.settings.cookie_secure)
+        .build();
+    cookie.make_removal();
+    cookie
+}
+
 /// The pass cookie the gate sets (for the proxy to hand on) when it fails
-/// open: it lives as long as the pass does, renewed with every check.
+/// open: it lives as long as its claim, at most [`FAIL_OPEN_PASS_MS`],
+/// renewed with every check the store answers.
 pub fn pass_cookie(state: &AppState, pass: &PassClaim, now_ms: u64) -> Cookie<'static> {
     let secs = pass.expires_at_ms.saturating_sub(now_ms) / 1000;
     Cookie::build((

@@ -34,15 +34,15 @@ async fn queue_page(app: &TestApp, room: &str) -> String {
     response.text().await.unwrap()
 }
 
-fn assert_refusal(status: StatusCode, body: &Value, file: &Path, line: u64, words: &str) {
+fn assert_refusal(status: StatusCode, body: &Value, file: &str, line: u64, words: &str) {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert_eq!(body["error"], "invalid", "{body}");
     assert_eq!(body["field"], "templates_dir", "{body}");
-    assert_eq!(body["file"], file.display().to_string(), "{body}");
+    assert_eq!(body["file"], file, "{body}");
     assert_eq!(body["line"], line, "{body}");
     let message = body["message"].as_str().unwrap();
     assert!(
-        message.starts_with(&format!("templates_dir: {}:{line}: ", file.display())),
+        message.starts_with(&format!("templates_dir: {file}:{line}: ")),
         "{message}"
     );
     assert!(message.contains(words), "{message}");
@@ -52,7 +52,7 @@ fn assert_refusal(status: StatusCode, body: &Value, file: &Path, line: u64, word
 async fn put_and_patch_check_a_room_s_templates_dir() {
     let app = spawn_app(vec![room("sale", 2)]).await;
     let dir = tempfile::tempdir().unwrap();
-    let queue = dir.path().join("queue.html");
+    let queue = "queue.html";
     let dir_text = dir.path().display().to_string();
 
     // A broken directory is refused by PUT, and the room is not created.
@@ -64,7 +64,7 @@ async fn put_and_patch_check_a_room_s_templates_dir() {
         Some(json!({"capacity": 5, "templates_dir": dir_text})),
     )
     .await;
-    assert_refusal(status, &body, &queue, 3, "unknown variable `ticket.numbr`");
+    assert_refusal(status, &body, queue, 3, "unknown variable `ticket.numbr`");
     let (status, _) = admin(&app, Method::GET, "/admin/rooms/brand", None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 
@@ -77,7 +77,7 @@ async fn put_and_patch_check_a_room_s_templates_dir() {
         Some(json!({"templates_dir": dir_text})),
     )
     .await;
-    assert_refusal(status, &body, &queue, 3, "syntax error");
+    assert_refusal(status, &body, queue, 3, "syntax error");
 
     // Fixed: created, and visitors see the room's own page at once.
     write(dir.path(), "queue.html", BRANDED);
@@ -105,7 +105,7 @@ async fn put_and_patch_check_a_room_s_templates_dir() {
         Some(json!({"templates_dir": dir_text})),
     )
     .await;
-    assert_refusal(status, &body, &queue, 3, "ticket.numbr");
+    assert_refusal(status, &body, queue, 3, "ticket.numbr");
     assert!(queue_page(&app, "brand").await.contains("Example Tickets"));
 
     // Patching the same directory again reloads its files.
@@ -138,7 +138,7 @@ async fn put_and_patch_check_a_room_s_templates_dir() {
     )
     .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
-    assert_eq!(body["file"], missing.display().to_string(), "{body}");
+    assert_eq!(body["file"], ".", "{body}");
     assert!(body["line"].is_null(), "{body}");
 
     // null goes back to the built-in pages.
@@ -209,7 +209,7 @@ async fn a_room_s_message_files_add_languages_chosen_by_the_browser() {
     assert_refusal(
         status,
         &body,
-        &messages.join("fr.toml"),
+        "messages/fr.toml",
         13,
         "unknown field `queue_titre`",
     );
@@ -259,7 +259,157 @@ async fn a_broken_template_stops_the_start_naming_file_and_line() {
         .await
         .expect_err("refused at start");
     let shown = format!("{e:#}");
-    let want = format!("{}:3: ", dir.path().join("queue.html").display());
-    assert!(shown.contains(&want), "{shown}");
+    assert!(shown.contains("queue.html:3: "), "{shown}");
+    assert!(
+        !shown.contains(&dir.path().display().to_string()),
+        "{shown}"
+    );
     assert!(shown.contains("unknown variable `ticket.numbr`"), "{shown}");
+}
+
+/// What a directory's writer can put in it must not reach the service's
+/// secrets or memory: links are refused rather than followed, only regular
+/// files are read, sizes are capped, and a refusal names the file relative
+/// to the directory, never a server path.
+#[tokio::test]
+async fn links_devices_fifos_and_huge_files_in_a_templates_dir_are_refused() {
+    let app = spawn_app(vec![room("sale", 2)]).await;
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.key");
+    std::fs::write(&secret, "TOP-SECRET-SIGNING-KEY").unwrap();
+
+    let put = |dir: &Path| {
+        let dir_text = dir.display().to_string();
+        let app = &app;
+        async move {
+            let request = admin(
+                app,
+                Method::PUT,
+                "/admin/rooms/brand",
+                Some(json!({"capacity": 5, "templates_dir": dir_text})),
+            );
+            // Refused without reading an endless file.
+            tokio::time::timeout(std::time::Duration::from_secs(10), request)
+                .await
+                .expect("answered quickly")
+        }
+    };
+    let refused = |body: &Value, file: &str, words: &str, dir: &Path| {
+        assert_eq!(body["field"], "templates_dir", "{body}");
+        assert_eq!(body["file"], file, "{body}");
+        let message = body["message"].as_str().unwrap();
+        assert!(message.contains(words), "{message}");
+        assert!(!message.contains("TOP-SECRET"), "{message}");
+        for path in [dir, outside.path()] {
+            assert!(
+                !body.to_string().contains(&path.display().to_string()),
+                "no server path in {body}"
+            );
+        }
+    };
+
+    // What each case is, how it fills the directory, the file named, why.
+    type Case<'a> = (&'a str, Box<dyn Fn(&Path) + 'a>, &'a str, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "a link to the signing key",
+            Box::new(|d: &Path| std::os::unix::fs::symlink(&secret, d.join("queue.html")).unwrap()),
+            "queue.html",
+            "symbolic link",
+        ),
+        (
+            "a link to /dev/zero",
+            Box::new(|d: &Path| {
+                std::os::unix::fs::symlink("/dev/zero", d.join("queue.html")).unwrap()
+            }),
+            "queue.html",
+            "symbolic link",
+        ),
+        (
+            "a linked subdirectory",
+            Box::new(|d: &Path| {
+                std::os::unix::fs::symlink(outside.path(), d.join("partials")).unwrap()
+            }),
+            "partials",
+            "symbolic link",
+        ),
+        (
+            "a linked messages directory",
+            Box::new(|d: &Path| {
+                std::os::unix::fs::symlink(outside.path(), d.join("messages")).unwrap()
+            }),
+            "messages",
+            "symbolic link",
+        ),
+        (
+            "a linked message file",
+            Box::new(|d: &Path| {
+                std::fs::create_dir(d.join("messages")).unwrap();
+                std::os::unix::fs::symlink(&secret, d.join("messages/fr.toml")).unwrap();
+            }),
+            "messages/fr.toml",
+            "symbolic link",
+        ),
+        (
+            "a FIFO",
+            Box::new(|d: &Path| {
+                let made = std::process::Command::new("mkfifo")
+                    .arg(d.join("queue.html"))
+                    .status()
+                    .unwrap();
+                assert!(made.success());
+            }),
+            "queue.html",
+            "not a regular file",
+        ),
+        (
+            "an oversized file",
+            Box::new(|d: &Path| write(d, "queue.html", &"<p>x</p>\n".repeat(100_000))),
+            "queue.html",
+            "larger than",
+        ),
+    ];
+    for (what, make, file, words) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        make(dir.path());
+        let (status, body) = put(dir.path()).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{what}: {body}");
+        refused(&body, file, words, dir.path());
+    }
+    let (status, _) = admin(&app, Method::GET, "/admin/rooms/brand", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "nothing was created");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_linked_template_stops_the_start_naming_only_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.key"), "TOP-SECRET").unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("secret.key"),
+        dir.path().join("queue.html"),
+    )
+    .unwrap();
+    let config = narabu::config::Config {
+        templates_dir: Some(dir.path().to_path_buf()),
+        ..narabu_testkit::app::config()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend = narabu::backend::embedded::EmbeddedBackend::without_workers(
+        config.rooms.clone(),
+        std::sync::Arc::new(narabu::engine::SystemClock),
+    );
+    let serve = narabu::server::serve(listener, config, backend, std::future::pending());
+    let e = tokio::time::timeout(std::time::Duration::from_secs(10), serve)
+        .await
+        .expect("refused at start, not served")
+        .expect_err("refused at start");
+    let shown = format!("{e:#}");
+    assert!(shown.contains("queue.html: is a symbolic link"), "{shown}");
+    assert!(
+        !shown.contains(&dir.path().display().to_string()),
+        "{shown}"
+    );
+    assert!(!shown.contains("TOP-SECRET"), "{shown}");
 }

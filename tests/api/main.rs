@@ -8,6 +8,7 @@ mod openapi;
 mod proxies;
 mod streams;
 mod visitor;
+mod verify_draw;
 
 use std::time::{Duration, Instant};
 

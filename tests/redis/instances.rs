@@ -597,3 +597,86 @@ async fn failing_open_lets_only_live_passes_through() {
     );
     app.stop().await;
 }
+
+/// While failing open nobody can be revoked or leave, so a pass is trusted
+/// only a short while after the store last renewed it, not for
+/// `pass_idle`: a visitor revoked before the outage is refused once that
+/// short while is over. Leaving removes the pass cookie at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_open_trusts_a_pass_only_briefly_and_leaving_clears_it() {
+    let mut redis = RedisServer::start_persistent().await;
+    let mut sale = room("sale", 2);
+    sale.tick = Duration::from_millis(100);
+    let app = Instance::start_with(
+        &redis,
+        vec![sale],
+        Duration::from_secs(1),
+        OnBackendError::Open,
+    )
+    .await;
+    let c = client();
+    let (revoked, _) = join(&c, &app.base, "sale").await;
+    let (leaving, _) = join(&c, &app.base, "sale").await;
+    assert!(
+        wait_until(Duration::from_secs(10), || async {
+            status(&c, &app.base, "sale", &revoked).await == "admitted"
+                && status(&c, &app.base, "sale", &leaving).await == "admitted"
+        })
+        .await
+    );
+    let check = |cookies: String| {
+        let c = c.clone();
+        let url = app.url("/gate/sale");
+        async move { c.get(url).header("cookie", cookies).send().await.unwrap() }
+    };
+    let ok = check(format!("narabu_sale={revoked}")).await;
+    assert_eq!(ok.status(), StatusCode::NO_CONTENT);
+    let issued = Instant::now();
+    let set = ok.headers()["set-cookie"].to_str().unwrap().to_owned();
+    let max_age: u64 = set
+        .split(';')
+        .find_map(|p| p.trim().strip_prefix("Max-Age="))
+        .expect("a Max-Age")
+        .parse()
+        .unwrap();
+    assert!(max_age <= 30, "a short-lived pass, not pass_idle: {set}");
+    let pass = set.split(';').next().unwrap().to_owned();
+
+    // Leaving answers with the pass cookie's removal.
+    let left = c
+        .post(app.url("/api/rooms/sale/leave"))
+        .bearer_auth(&leaving)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(left.status(), StatusCode::NO_CONTENT);
+    let removal = left
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .find(|v| v.starts_with("narabu_sale_pass="))
+        .expect("the pass cookie removed");
+    assert!(removal.contains("Max-Age=0"), "{removal}");
+
+    let revoke = c
+        .post(app.url("/admin/rooms/sale/revoke"))
+        .bearer_auth(ADMIN)
+        .json(&serde_json::json!({"ticket": revoked}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoke.status(), StatusCode::OK);
+    redis.kill();
+    // The store cannot say the pass was revoked; once the short while
+    // since its last renewal is over, it no longer opens the gate.
+    let after = Duration::from_millis(narabu::http::ticket::FAIL_OPEN_PASS_MS + 1_000);
+    tokio::time::sleep(after.saturating_sub(issued.elapsed())).await;
+    assert_eq!(
+        check(format!("narabu_sale={revoked}; {pass}"))
+            .await
+            .status(),
+        StatusCode::UNAUTHORIZED
+    );
+    app.stop().await;
+}

@@ -148,11 +148,21 @@ impl PageBook {
             .flatten()
             .map(PathBuf::from)
             .collect();
-        let mut messages: Vec<PathBuf> = templates
-            .iter()
-            .map(|dir| dir.join("messages"))
-            .filter(|dir| dir.is_dir())
-            .collect();
+        let mut messages: Vec<PathBuf> = Vec::new();
+        for dir in templates.iter().map(|dir| dir.join("messages")) {
+            // A link would let the directory's writer point the message
+            // files anywhere on the server.
+            if super::files::is_symlink(&dir) {
+                return Err(PageError::new(
+                    "messages",
+                    None,
+                    super::files::symlink_reason(),
+                ));
+            }
+            if dir.is_dir() {
+                messages.push(dir);
+            }
+        }
         messages.extend(self.messages_dir.as_deref().map(PathBuf::from));
         let templates: Vec<&Path> = templates.iter().map(PathBuf::as_path).collect();
         let messages: Vec<&Path> = messages.iter().map(PathBuf::as_path).collect();

@@ -27,6 +27,7 @@
 
 pub mod book;
 mod check;
+pub(crate) mod files;
 pub mod templates;
 
 use axum::http::{HeaderValue, StatusCode, header};

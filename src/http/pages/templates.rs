@@ -16,12 +16,12 @@
 //! pages. [`check`](super::check) then proves the set before it is used.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, LazyLock};
 
 use minijinja::{AutoEscape, Environment, Output, State, UndefinedBehavior, Value};
 
-use super::PageKind;
+use super::{PageKind, files};
 use crate::http::i18n::Languages;
 
 /// The built-in pages, compiled in: the default and the worked example
@@ -61,8 +61,9 @@ const MAX_ENTRIES: usize = 2_000;
 /// what is wrong, in words an operator can act on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PageError {
-    /// The file as found on disk (or the directory, when it cannot be
-    /// read); `built-in <name>` for a compiled-in page.
+    /// The file relative to its directory (`.` for the directory itself),
+    /// never the server's absolute path; `built-in <name>` for a
+    /// compiled-in page.
     pub file: String,
     pub line: Option<usize>,
     pub reason: String,
@@ -93,8 +94,9 @@ impl std::error::Error for PageError {}
 #[derive(Clone, Debug)]
 pub(super) struct Source {
     pub name: String,
-    /// The file on disk; `None` for a built-in page.
-    pub path: Option<PathBuf>,
+    /// The file's path relative to its directory; `None` for a built-in
+    /// page.
+    pub path: Option<String>,
     pub text: Arc<str>,
 }
 
@@ -102,7 +104,7 @@ impl Source {
     /// How errors name this template.
     pub fn shown(&self) -> String {
         match &self.path {
-            Some(p) => p.display().to_string(),
+            Some(p) => p.clone(),
             None => format!("built-in {}", self.name),
         }
     }
@@ -274,22 +276,34 @@ fn error_in(sources: &[Source], e: &minijinja::Error) -> PageError {
 
 /// Every `.html` file under `dir`, named by its path relative to it with
 /// `/` separators. A `messages` directory is left to the message files.
+/// Errors name files relative to `dir` (the directory itself is `.`), and
+/// a symbolic link among the templates or the subdirectories is refused
+/// rather than followed (see [`files`]).
 fn read_dir(dir: &Path) -> Result<Vec<Source>, PageError> {
-    let shown = dir.display().to_string();
-    let meta = std::fs::metadata(dir)
-        .map_err(|e| PageError::new(&shown, None, format!("cannot read the directory: {e}")))?;
+    let meta = std::fs::metadata(dir).map_err(|e| {
+        PageError::new(
+            ".",
+            None,
+            format!("cannot read the directory: {}", files::io_reason(&e)),
+        )
+    })?;
     if !meta.is_dir() {
-        return Err(PageError::new(&shown, None, "is not a directory"));
+        return Err(PageError::new(".", None, "is not a directory"));
     }
     let mut out = Vec::new();
     let mut seen = 0usize;
     let mut pending = vec![(dir.to_path_buf(), String::new(), 0usize)];
     while let Some((path, prefix, depth)) = pending.pop() {
+        let shown_dir = if prefix.is_empty() {
+            "."
+        } else {
+            prefix.trim_end_matches('/')
+        };
         let entries = std::fs::read_dir(&path).map_err(|e| {
             PageError::new(
-                path.display().to_string(),
+                shown_dir,
                 None,
-                format!("cannot read the directory: {e}"),
+                format!("cannot read the directory: {}", files::io_reason(&e)),
             )
         })?;
         let mut entries: Vec<_> = entries
@@ -299,7 +313,7 @@ fn read_dir(dir: &Path) -> Result<Vec<Source>, PageError> {
         seen += entries.len();
         if seen > MAX_ENTRIES {
             return Err(PageError::new(
-                &shown,
+                ".",
                 None,
                 format!("holds more than {MAX_ENTRIES} files; is it the right directory?"),
             ));
@@ -310,25 +324,31 @@ fn read_dir(dir: &Path) -> Result<Vec<Source>, PageError> {
             let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
                 continue;
             };
+            let shown_file = format!("{prefix}{name}");
+            // The entry's own type: a symbolic link is not followed here.
             let kind = entry.file_type().map_err(|e| {
                 PageError::new(
-                    file.display().to_string(),
+                    &shown_file,
                     None,
-                    format!("cannot read: {e}"),
+                    format!("cannot read: {}", files::io_reason(&e)),
                 )
             })?;
+            let skipped = depth == 0 && name == "messages" || name.starts_with('.');
+            if kind.is_symlink() && !skipped && (name.ends_with(".html") || file.is_dir()) {
+                return Err(PageError::new(shown_file, None, files::symlink_reason()));
+            }
             if kind.is_dir() {
-                if depth == 0 && name == "messages" || name.starts_with('.') {
+                if skipped {
                     continue;
                 }
                 if depth + 1 >= MAX_DEPTH {
                     return Err(PageError::new(
-                        file.display().to_string(),
+                        shown_file,
                         None,
                         format!("templates nest at most {MAX_DEPTH} directories deep"),
                     ));
                 }
-                pending.push((file, format!("{prefix}{name}/"), depth + 1));
+                pending.push((file, format!("{shown_file}/"), depth + 1));
                 continue;
             }
             if !name.ends_with(".html") {
@@ -336,30 +356,15 @@ fn read_dir(dir: &Path) -> Result<Vec<Source>, PageError> {
             }
             if out.len() == MAX_FILES {
                 return Err(PageError::new(
-                    &shown,
+                    ".",
                     None,
                     format!("holds more than {MAX_FILES} templates; is it the right directory?"),
                 ));
             }
-            let shown_file = file.display().to_string();
-            let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
-            if size > MAX_FILE_BYTES {
-                return Err(PageError::new(
-                    shown_file,
-                    None,
-                    format!("is larger than {} KiB", MAX_FILE_BYTES / 1024),
-                ));
-            }
-            let text = std::fs::read_to_string(&file).map_err(|e| {
-                PageError::new(
-                    &shown_file,
-                    None,
-                    format!("cannot read it as UTF-8 text: {e}"),
-                )
-            })?;
+            let text = files::read_text(&file, &shown_file, MAX_FILE_BYTES)?;
             out.push(Source {
-                name: format!("{prefix}{name}"),
-                path: Some(file),
+                name: shown_file.clone(),
+                path: Some(shown_file),
                 text: Arc::from(text),
             });
         }

@@ -491,11 +491,11 @@ fn a_room_directory_goes_over_the_instance_directory() {
     );
 }
 
-/// What a refusal says, checked in parts: the file as found on disk, the
-/// line, and words of the reason.
+/// What a refusal says, checked in parts: the file relative to its
+/// directory, the line, and words of the reason.
 fn assert_refused(dir: &Path, file: &str, line: Option<usize>, words: &str) {
     let e = load(&[dir]).expect_err("refused");
-    assert_eq!(e.file, dir.join(file).display().to_string(), "{e}");
+    assert_eq!(e.file, file, "{e}");
     assert_eq!(e.line, line, "{e}");
     assert!(e.reason.contains(words), "{e}");
     let shown = e.to_string();
@@ -603,15 +603,20 @@ fn a_directory_that_cannot_be_read_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope");
     let e = load(&[&missing]).expect_err("missing");
-    assert_eq!(e.file, missing.display().to_string());
+    assert_eq!(e.file, ".");
+    assert!(!e.to_string().contains("/tmp"), "{e}");
     assert!(e.reason.contains("cannot read the directory"), "{e}");
 
     // A wrong path such as the root is refused, not walked whole.
     let e = load(&[Path::new("/")]).expect_err("the root directory");
     assert!(
-        e.reason.contains("more than") || e.reason.contains("deep"),
+        e.reason.contains("more than")
+            || e.reason.contains("deep")
+            || e.reason.contains("symbolic link"),
         "{e}"
     );
+    // Named relative to the directory, not by the server's paths.
+    assert!(!e.file.starts_with('/'), "{e}");
 
     write(dir.path(), "file", "x");
     let e = load(&[&dir.path().join("file")]).expect_err("a file");
@@ -620,10 +625,7 @@ fn a_directory_that_cannot_be_read_is_refused() {
     write(dir.path(), "bad/queue.html", "");
     std::fs::write(dir.path().join("bad/queue.html"), [0xff, 0xfe]).unwrap();
     let e = load(&[&dir.path().join("bad")]).expect_err("not UTF-8");
-    assert!(
-        e.file.ends_with("queue.html") & e.reason.contains("UTF-8"),
-        "{e}"
-    );
+    assert!(e.file == "queue.html" && e.reason.contains("UTF-8"), "{e}");
 }
 
 #[test]
