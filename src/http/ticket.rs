@@ -96,7 +96,7 @@ pub fn live_pass(
             && pass.ticket == ticket.id
             && pass.expires_at_ms > now_ms
             && pass.expires_at_ms <= now_ms.saturating_add(FAIL_OPEN_PASS_MS))
-            .then_some(pass)
+        .then_some(pass)
     })
 }
 

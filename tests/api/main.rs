@@ -7,8 +7,8 @@ mod modes;
 mod openapi;
 mod proxies;
 mod streams;
-mod visitor;
 mod verify_draw;
+mod visitor;
 
 use std::time::{Duration, Instant};
 
