@@ -467,16 +467,7 @@ impl Room {
         // The shard lock is held while the ticket is issued, so two racing
         // joins with one identity cannot both create a ticket.
         match self.identities.entry(identity) {
-            Entry::Occupied(mut e) if !self.binds(*e.get(), binding) => {
-                let (ticket, number) = self.issue(Some(identity), lane)?;
-                e.insert(ticket);
-                Ok(Joined {
-                    ticket,
-                    number,
-                    is_new: true,
-                })
-            }
-            Entry::Occupied(e) => {
+            Entry::Occupied(e) if self.binds(*e.get(), binding) => {
                 let ticket = *e.get();
                 Ok(Joined {
                     ticket,
@@ -484,9 +475,11 @@ impl Room {
                     is_new: false,
                 })
             }
-            Entry::Vacant(e) => {
+            // Unbound, or bound to a ticket that ended while the identity
+            // holds only while its ticket lives: a new ticket.
+            entry => {
                 let (ticket, number) = self.issue(Some(identity), lane)?;
-                e.insert(ticket);
+                entry.insert(ticket);
                 Ok(Joined {
                     ticket,
                     number,

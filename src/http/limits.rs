@@ -110,6 +110,20 @@ fn parse_ip(s: &str) -> Option<IpAddr> {
     s.strip_prefix('[')?.strip_suffix(']')?.parse().ok()
 }
 
+/// The address the connection comes from, where the server recorded it.
+pub fn peer(parts: &Parts) -> Option<IpAddr> {
+    parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
+}
+
+/// Whether the connection comes from one of `trusted_proxies`, whose
+/// forwarded headers are believed.
+pub fn from_trusted_proxy(parts: &Parts, trusted: &[IpNet]) -> bool {
+    peer(parts).is_some_and(|ip| trusted.iter().any(|net| net.contains(&ip)))
+}
+
 impl FromRequestParts<AppState> for ClientIp {
     type Rejection = std::convert::Infallible;
 
@@ -119,10 +133,7 @@ impl FromRequestParts<AppState> for ClientIp {
     ) -> Result<Self, Self::Rejection> {
         // Without connection info (a router driven in a unit test) every
         // request counts as one unspecified client.
-        let peer = parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
+        let peer = peer(parts).unwrap_or(IpAddr::from([0, 0, 0, 0]));
         Ok(Self::resolve(
             peer,
             &parts.headers,

@@ -12,9 +12,7 @@
 //! from a trusted proxy, else `Host`. A request with neither (a non-browser
 //! client, an old browser's same-origin form) is let through.
 
-use std::net::{IpAddr, SocketAddr};
-
-use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 
@@ -51,17 +49,7 @@ impl FromRequestParts<AppState> for Provenance {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let peer = parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0.ip());
-        let trusted = peer.is_some_and(|ip: IpAddr| {
-            state
-                .settings
-                .trusted_proxies
-                .iter()
-                .any(|net| net.contains(&ip))
-        });
+        let trusted = super::limits::from_trusted_proxy(parts, &state.settings.trusted_proxies);
         let host = request_host(
             &parts.headers,
             parts.uri.authority().map(|a| a.as_str()),
