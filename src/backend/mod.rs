@@ -22,6 +22,7 @@ pub mod embedded;
 pub mod feed;
 pub mod join_log;
 pub mod journal;
+pub mod owner;
 pub mod redis;
 pub mod room_log;
 mod spent;

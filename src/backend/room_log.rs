@@ -141,6 +141,14 @@ impl LogWriter {
         }
     }
 
+    /// Every record up to the first number is in the log, in batches at or
+    /// before the position: what an image copied from the engine after
+    /// this call may say it covers.
+    pub fn durable_point(&self) -> (u64, LogPos) {
+        let p = *self.progress.borrow();
+        (p.durable, p.at)
+    }
+
     /// Whether the store has refused this writer for a newer owner.
     pub fn is_fenced(&self) -> bool {
         self.progress.borrow().fenced
@@ -239,12 +247,13 @@ pub struct Replica {
     pub at: LogPos,
 }
 
-/// What a replica's image is stored as: the image and the number of the
-/// last record it holds.
-pub fn encode_image(replica: &Replica) -> Image {
+/// A room's image as stored: the number of the last record it holds
+/// (it may hold some after it too: replay is idempotent), and the log
+/// position after which the records it may lack begin.
+pub fn encode_image(last: u64, at: LogPos, image: &RoomImage) -> Image {
     Image {
-        at: replica.at,
-        bytes: postcard::to_allocvec(&(replica.last, &replica.image)).expect("images serialize"),
+        at,
+        bytes: postcard::to_allocvec(&(last, image)).expect("images serialize"),
     }
 }
 

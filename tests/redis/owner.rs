@@ -94,7 +94,7 @@ async fn the_owner_logs_its_engine_and_a_new_owner_goes_on_from_the_log() {
     a.put_image(
         &sale(),
         &fence_a,
-        &encode_image(&Replica::new(room_a.image())),
+        &encode_image(0, LogPos::START, &room_a.image()),
     )
     .await
     .unwrap();
@@ -154,9 +154,13 @@ async fn the_owner_logs_its_engine_and_a_new_owner_goes_on_from_the_log() {
         .wait_durable(writer_b.appended(), WITHIN)
         .await
         .unwrap();
-    b.put_image(&sale(), &fence_b, &encode_image(&replica))
-        .await
-        .unwrap();
+    b.put_image(
+        &sale(),
+        &fence_b,
+        &encode_image(replica.last, replica.at, &replica.image),
+    )
+    .await
+    .unwrap();
     b.trim(&sale(), replica.at).await.unwrap();
 
     // A newcomer, from the newer image and the trimmed log, sees B's room.
@@ -251,5 +255,138 @@ async fn writes_reach_the_owner_in_batches_and_each_answer_reaches_its_asker() {
             .await,
         Err(AskError::TimedOut)
     );
+    stop.cancel();
+}
+
+/// Three instances contend for a room; its owner dies without a word (its
+/// task aborted, its lease left to lapse) while acknowledged tickets wait.
+/// Another instance takes the room over within the lease, from the image
+/// and the log, with every acknowledged ticket at its number; the dead
+/// owner's engine, still in memory, can no longer have a change
+/// acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_owner_that_dies_is_replaced_within_its_lease_and_loses_nothing_acknowledged() {
+    use narabu::backend::owner::{Contender, Owned, OwnerOptions};
+    use narabu::engine::SystemClock;
+    use tokio_util::sync::CancellationToken;
+
+    let redis = RedisServer::start().await;
+    let options = OwnerOptions {
+        lease: Duration::from_millis(1_000),
+        image_every: Duration::from_millis(300),
+    };
+    let stop = CancellationToken::new();
+    let mut contentions = Vec::new();
+    for name in ["a", "b", "c"] {
+        let contender = Contender {
+            store: store(&redis).await,
+            room: sale(),
+            instance: name.into(),
+            settings: room("sale", CAPACITY),
+            epoch: 42,
+            clock: Arc::new(SystemClock),
+            options: options.clone(),
+        };
+        contentions.push(contender.spawn(stop.clone()));
+    }
+    let owner_of =
+        |contentions: &[narabu::backend::owner::Contention]| -> Vec<(usize, Arc<Owned>)> {
+            contentions
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| c.owned.borrow().clone().map(|o| (i, o)))
+                .collect()
+        };
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    let (first, owner) = loop {
+        let owners = owner_of(&contentions);
+        assert!(owners.len() <= 1, "two owners at once");
+        if let Some(o) = owners.into_iter().next() {
+            break o;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "nobody took the room"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+
+    let mut acknowledged = Vec::new();
+    for i in 0..200u128 {
+        let joined = owner.room.join(Some(Identity(1_000 + i))).unwrap();
+        owner
+            .writer
+            .wait_durable(owner.writer.appended(), WITHIN)
+            .await
+            .unwrap();
+        acknowledged.push((Identity(1_000 + i), joined.ticket, joined.number));
+    }
+    // Long enough for an image to be stored and the log trimmed behind it.
+    tokio::time::sleep(options.image_every * 2).await;
+
+    contentions[first].task.abort();
+    let died = std::time::Instant::now();
+    let (second, successor) = loop {
+        let owners: Vec<_> = owner_of(&contentions)
+            .into_iter()
+            .filter(|(i, _)| *i != first)
+            .collect();
+        assert!(owners.len() <= 1, "two owners at once");
+        if let Some(o) = owners.into_iter().next() {
+            break o;
+        }
+        assert!(died.elapsed() < WITHIN, "nobody took the room over");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let resumed = died.elapsed();
+    println!(
+        "owner {first} died; owner {second} took over after {resumed:?} (lease {:?})",
+        options.lease
+    );
+    assert!(successor.fence.token > owner.fence.token);
+
+    for (identity, ticket, number) in &acknowledged {
+        let now = successor.room.ticket_of(*identity);
+        assert_eq!(
+            now,
+            Some(*ticket),
+            "acknowledged ticket of {identity:?} kept"
+        );
+        let place = successor
+            .room
+            .placement(*ticket)
+            .map(|(_, index)| u64::from(index) + 1);
+        assert_eq!(place, *number, "and its number");
+    }
+    // The dead owner's engine is still in memory; nothing it does now is
+    // acknowledged.
+    owner.room.join(Some(Identity(7))).unwrap();
+    assert_eq!(
+        owner
+            .writer
+            .wait_durable(owner.writer.appended(), WITHIN)
+            .await,
+        Err(NotDurable::Fenced)
+    );
+    // The successor goes on where the log ended.
+    let next = successor.room.join(Some(Identity(8))).unwrap();
+    successor
+        .writer
+        .wait_durable(successor.writer.appended(), WITHIN)
+        .await
+        .unwrap();
+    assert!(next.ticket as usize >= acknowledged.len());
+    assert_eq!(successor.room.ticket_of(Identity(7)), None);
+
+    // The image was stored: a newcomer reads it and a short log.
+    let reader = store(&redis).await;
+    let image = reader.image(&sale()).await.unwrap().unwrap();
+    assert!(image.at > LogPos::START, "an image after the first");
+    let mut newcomer = Replica::load(reader.as_ref(), &sale())
+        .await
+        .unwrap()
+        .unwrap();
+    newcomer.catch_up(reader.as_ref(), &sale()).await.unwrap();
+    assert_eq!(tickets(&newcomer.image), tickets(&successor.room.image()));
     stop.cancel();
 }

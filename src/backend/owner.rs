@@ -1,0 +1,218 @@
+//! Who runs a room's engine: every instance that serves the room contends
+//! for its lease, and the one holding it — the owner — runs the engine,
+//! its worker and its log writer, until it stops or loses the lease.
+//!
+//! Taking a room over is the same steps whether the last owner handed it
+//! over, crashed or was cut off: acquire the lease (a fencing token higher
+//! than any before), load the room's image and follow its log to the end,
+//! restore the engine from that replica ([`Room::restore`], as the
+//! embedded deployment does at start) and go on appending after the last
+//! record. Whatever the previous owner still writes is refused by the
+//! fence, so no acknowledged change is lost and nothing it had not
+//! acknowledged is half-kept.
+//!
+//! The owner renews its lease three times per lease period and stops being
+//! the owner the moment a renewal fails or its writer is fenced; it runs
+//! the worker's tick at the room's `tick`; and from time to time it stores
+//! the engine's image and trims the log behind it, so a new owner or a new
+//! instance reads little.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::room_log::{LogWriter, Replica, encode_image};
+use super::store::{Fence, RoomStore, StoreError};
+use crate::engine::{Clock, EventSink, Room, RoomId, RoomSettings};
+
+/// How an instance holds rooms.
+#[derive(Clone, Debug)]
+pub struct OwnerOptions {
+    /// The lease: a dead owner's room is taken over within this.
+    pub lease: Duration,
+    /// How often the owner stores the engine's image and trims the log.
+    pub image_every: Duration,
+}
+
+impl Default for OwnerOptions {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(3),
+            image_every: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A room this instance owns: its engine and the writer of its log.
+pub struct Owned {
+    pub room: Arc<Room>,
+    pub writer: Arc<LogWriter>,
+    pub fence: Fence,
+}
+
+/// An instance's claim on one room: everything it needs to run the room
+/// when it owns it.
+pub struct Contender {
+    pub store: Arc<dyn RoomStore>,
+    pub room: RoomId,
+    /// This instance's name, as the lease records its holder.
+    pub instance: String,
+    /// The room as created by whoever owns it first (no image yet).
+    pub settings: RoomSettings,
+    pub epoch: u64,
+    pub clock: Arc<dyn Clock>,
+    pub options: OwnerOptions,
+}
+
+impl Contender {
+    /// Contend for the room's lease until `stop`, publishing the engine
+    /// whenever this instance owns the room (`None` while another does). On
+    /// `stop` the lease is handed over at once; an instance that dies instead
+    /// leaves it to lapse.
+    pub fn spawn(self, stop: CancellationToken) -> Contention {
+        let (tx, rx) = watch::channel(None);
+        let task = tokio::spawn(async move {
+            let Contender {
+                store,
+                room,
+                instance,
+                settings,
+                epoch,
+                clock,
+                options,
+            } = self;
+            let renew_every = options.lease / 3;
+            let mut owned: Option<Arc<Owned>> = None;
+            let mut renewed = Instant::now();
+            let mut imaged = Instant::now();
+            let mut ticked = Instant::now();
+            loop {
+                let period = match &owned {
+                    Some(o) => renew_every.min(o.room.settings().tick),
+                    None => options.lease / 4,
+                };
+                tokio::select! {
+                    () = stop.cancelled() => {
+                        if let Some(o) = owned.take() {
+                            tx.send_replace(None);
+                            let _ = store.release(&room, &o.fence).await;
+                        }
+                        return;
+                    }
+                    () = tokio::time::sleep(period) => {}
+                }
+                let Some(o) = owned.clone() else {
+                    match store.acquire(&room, &instance, options.lease).await {
+                        Ok(Some(fence)) => {
+                            match take_over(&store, &room, fence.clone(), &settings, epoch, &clock)
+                                .await
+                            {
+                                Ok(o) => {
+                                    tracing::info!(room = %room, fence = fence.token, "this instance owns the room now");
+                                    (renewed, imaged, ticked) =
+                                        (Instant::now(), Instant::now(), Instant::now());
+                                    owned = Some(o.clone());
+                                    tx.send_replace(Some(o));
+                                }
+                                Err(e) => {
+                                    tracing::warn!(room = %room, error = %e, "could not take the room over");
+                                    let _ = store.release(&room, &fence).await;
+                                }
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(e) => tracing::debug!(room = %room, error = %e, "lease not acquired"),
+                    }
+                    continue;
+                };
+                if renewed.elapsed() >= renew_every {
+                    let kept = store.renew(&room, &o.fence, options.lease).await;
+                    if matches!(kept, Ok(true)) {
+                        renewed = Instant::now();
+                    }
+                }
+                // Past its lease without a renewal, another may own the room
+                // already: stop acting as owner before anyone can tell.
+                if o.writer.is_fenced() || renewed.elapsed() >= options.lease {
+                    tracing::info!(room = %room, "this instance no longer owns the room");
+                    owned = None;
+                    tx.send_replace(None);
+                    continue;
+                }
+                if ticked.elapsed() >= o.room.settings().tick {
+                    o.room.tick();
+                    ticked = Instant::now();
+                }
+                if imaged.elapsed() >= options.image_every {
+                    if let Err(e) = store_image(store.as_ref(), &room, &o).await {
+                        tracing::warn!(room = %room, error = %e, "the room's image was not stored");
+                    }
+                    imaged = Instant::now();
+                }
+            }
+        });
+        Contention { owned: rx, task }
+    }
+}
+
+/// A running contention for one room.
+pub struct Contention {
+    /// The engine while this instance owns the room.
+    pub owned: watch::Receiver<Option<Arc<Owned>>>,
+    /// Aborting it is what a crash does: the lease is left to lapse.
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+/// Become the owner under `fence`: the replica from the image and the log
+/// to its end, the engine restored from it, the writer after its last
+/// record. A room without an image is created, its first image stored.
+async fn take_over(
+    store: &Arc<dyn RoomStore>,
+    room: &RoomId,
+    fence: Fence,
+    settings: &RoomSettings,
+    epoch: u64,
+    clock: &Arc<dyn Clock>,
+) -> Result<Arc<Owned>, StoreError> {
+    let replica = match Replica::load(store.as_ref(), room).await? {
+        Some(mut replica) => {
+            replica.catch_up(store.as_ref(), room).await?;
+            Some(replica)
+        }
+        None => None,
+    };
+    let (last, at) = replica
+        .as_ref()
+        .map_or((0, Default::default()), |r| (r.last, r.at));
+    let writer = LogWriter::start(store.clone(), room.clone(), fence.clone(), last, at);
+    let sink: Arc<dyn EventSink> = writer.clone();
+    let engine = match replica {
+        Some(replica) => Room::restore(replica.image, clock.clone(), Some(sink)),
+        None => {
+            let engine = Room::create(settings.clone(), clock.clone(), epoch, Some(sink));
+            let first = encode_image(0, Default::default(), &engine.image());
+            store.put_image(room, &fence, &first).await?;
+            engine
+        }
+    };
+    Ok(Arc::new(Owned {
+        room: engine,
+        writer,
+        fence,
+    }))
+}
+
+/// Store the engine's image and trim the log it covers. The image is
+/// copied after noting what is durable, so it holds at least every record
+/// up to that point (and perhaps some after it, which a replica applies
+/// again harmlessly); only batches wholly before that point are trimmed.
+async fn store_image(store: &dyn RoomStore, room: &RoomId, o: &Owned) -> Result<(), StoreError> {
+    let (last, at) = o.writer.durable_point();
+    let image = o.room.image();
+    store
+        .put_image(room, &o.fence, &encode_image(last, at, &image))
+        .await?;
+    store.trim(room, at).await
+}
