@@ -103,6 +103,10 @@ impl Contender {
                     }
                     () = tokio::time::sleep(period) => {}
                 }
+                // A lease runs from when Redis took the request, which is
+                // after it was sent: count ours from the sending, so this
+                // instance never believes it holds a lease Redis has let go.
+                let asked = Instant::now();
                 let Some(o) = owned.clone() else {
                     match store.acquire(&room, &instance, options.lease).await {
                         Ok(Some(fence)) => {
@@ -112,7 +116,7 @@ impl Contender {
                                 Ok(o) => {
                                     tracing::info!(room = %room, fence = fence.token, "this instance owns the room now");
                                     (renewed, imaged, ticked) =
-                                        (Instant::now(), Instant::now(), Instant::now());
+                                        (asked, Instant::now(), Instant::now());
                                     owned = Some(o.clone());
                                     tx.send_replace(Some(o));
                                 }
@@ -130,12 +134,13 @@ impl Contender {
                 if renewed.elapsed() >= renew_every {
                     let kept = store.renew(&room, &o.fence, options.lease).await;
                     if matches!(kept, Ok(true)) {
-                        renewed = Instant::now();
+                        renewed = asked;
                     }
                 }
-                // Past its lease without a renewal, another may own the room
-                // already: stop acting as owner before anyone can tell.
-                if o.writer.is_fenced() || renewed.elapsed() >= options.lease {
+                // Stop acting as owner while the lease still runs, before a
+                // successor can hold it: once two renewals in a row failed,
+                // the next check could come after the lease has lapsed.
+                if o.writer.is_fenced() || renewed.elapsed() + renew_every >= options.lease {
                     tracing::info!(room = %room, "this instance no longer owns the room");
                     owned = None;
                     tx.send_replace(None);

@@ -322,3 +322,126 @@ impl Replica {
         }
     }
 }
+
+/// A replica kept up to date by a task of its own: what an instance that
+/// does not own a room reads statuses, positions and the gate from, and
+/// what a read that follows the visitor's own write waits on
+/// ([`Follower::reached`]), so nobody is shown an older state than they
+/// were told.
+pub struct Follower {
+    replica: std::sync::RwLock<Option<Replica>>,
+    reached: watch::Sender<LogPos>,
+}
+
+impl Follower {
+    /// Follow `room`'s log from its image until `stop`: many batches a
+    /// read, a blocking read while there is nothing new. A log trimmed
+    /// past this replica (it fell behind an image) is read again from the
+    /// newer image.
+    pub fn spawn(
+        store: Arc<dyn RoomStore>,
+        room: RoomId,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> Arc<Self> {
+        let follower = Arc::new(Self {
+            replica: std::sync::RwLock::new(None),
+            reached: watch::channel(LogPos::START).0,
+        });
+        let me = Arc::downgrade(&follower);
+        tokio::spawn(async move {
+            loop {
+                if stop.is_cancelled() {
+                    return;
+                }
+                let Some(follower) = me.upgrade() else { return };
+                let at = follower.read(|r| r.map(|r| r.at));
+                // Reads go to the store without the lock; a batch read is
+                // applied under it, briefly, in place.
+                let step = match at {
+                    None => Replica::load(store.as_ref(), &room)
+                        .await
+                        .map(|loaded| follower.replace(loaded)),
+                    Some(at) => match store.read(&room, at, 1_000, FOLLOW_WAIT).await {
+                        Ok(entries) => follower.apply(&entries),
+                        Err(e) => Err(e),
+                    },
+                };
+                let pause = match step {
+                    Ok(()) if at.is_some() => continue,
+                    // No image yet: the room is being created.
+                    Ok(()) => Duration::from_millis(50),
+                    Err(StoreError::Damaged(why)) => {
+                        tracing::info!(room = %room, why, "replica starts again from the image");
+                        follower.replace(None);
+                        Duration::from_millis(50)
+                    }
+                    Err(e) => {
+                        tracing::debug!(room = %room, error = %e, "the log could not be read");
+                        FOLLOW_WAIT
+                    }
+                };
+                drop(follower);
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(pause) => {}
+                }
+            }
+        });
+        follower
+    }
+
+    fn replace(&self, replica: Option<Replica>) {
+        let at = replica.as_ref().map(|r| r.at);
+        *self
+            .replica
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = replica;
+        if let Some(at) = at {
+            self.reached.send_replace(at);
+        }
+    }
+
+    fn apply(&self, entries: &[Entry]) -> Result<(), StoreError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut guard = self
+            .replica
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(replica) = guard.as_mut() else {
+            return Ok(());
+        };
+        for entry in entries {
+            replica.apply(entry)?;
+        }
+        let at = replica.at;
+        drop(guard);
+        self.reached.send_replace(at);
+        Ok(())
+    }
+
+    /// Read the replica as it is now (`None` before the room's image is
+    /// there).
+    pub fn read<R>(&self, f: impl FnOnce(Option<&Replica>) -> R) -> R {
+        let guard = self
+            .replica
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(guard.as_ref())
+    }
+
+    /// Wait up to `within` until the replica has applied the log up to
+    /// `pos` (a write's position, as its owner acknowledged it); false if
+    /// it has not by then.
+    pub async fn reached(&self, pos: LogPos, within: Duration) -> bool {
+        let mut rx = self.reached.subscribe();
+        matches!(
+            tokio::time::timeout(within, rx.wait_for(|at| *at >= pos)).await,
+            Ok(Ok(_))
+        )
+    }
+}
+
+/// How long one read of the log waits for something new.
+const FOLLOW_WAIT: Duration = Duration::from_millis(500);

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use narabu::backend::redis::store::RedisStore;
 use narabu::backend::room_log::{LogWriter, NotDurable, Replica, encode_image};
-use narabu::backend::store::{LogPos, RoomStore};
+use narabu::backend::store::{LogPos, RoomStore, StoreError};
 use narabu::engine::{
     Clock, EventSink, Identity, ManualClock, Room, RoomId, RoomImage, TicketState,
 };
@@ -388,5 +388,100 @@ async fn an_owner_that_dies_is_replaced_within_its_lease_and_loses_nothing_ackno
         .unwrap();
     newcomer.catch_up(reader.as_ref(), &sale()).await.unwrap();
     assert_eq!(tickets(&newcomer.image), tickets(&successor.room.image()));
+    stop.cancel();
+}
+
+/// Another instance's replica follows the owner's log by itself: a read
+/// after the visitor's own write waits until the replica has that write,
+/// and a replica that fell behind a trimmed log starts again from the
+/// newer image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_followers_replica_reaches_each_acknowledged_write_and_survives_a_trim() {
+    use narabu::backend::room_log::Follower;
+    use tokio_util::sync::CancellationToken;
+
+    let redis = RedisServer::start().await;
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let stop = CancellationToken::new();
+    let owner = store(&redis).await;
+    let fence = owner
+        .acquire(&sale(), "a", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    let writer = LogWriter::start(owner.clone(), sale(), fence.clone(), 0, LogPos::START);
+    let sink: Arc<dyn EventSink> = writer.clone();
+    let room_a = Room::create(room("sale", CAPACITY), clock.clone(), 42, Some(sink));
+    owner
+        .put_image(
+            &sale(),
+            &fence,
+            &encode_image(0, LogPos::START, &room_a.image()),
+        )
+        .await
+        .unwrap();
+
+    let follower = Follower::spawn(store(&redis).await, sale(), stop.clone());
+    for i in 0..50u128 {
+        let joined = room_a.join(Some(Identity(100 + i))).unwrap();
+        let pos = writer
+            .wait_durable(writer.appended(), WITHIN)
+            .await
+            .unwrap();
+        assert!(
+            follower.reached(pos, WITHIN).await,
+            "the replica reached the join"
+        );
+        let seen = follower.read(|r| {
+            r.and_then(|r| {
+                r.image
+                    .tickets
+                    .get(joined.ticket as usize)
+                    .map(|t| t.identity)
+            })
+        });
+        assert_eq!(seen, Some(Some(100 + i)), "the visitor's own join is there");
+    }
+
+    // A replica left behind while the owner stores an image and trims the
+    // log under it sees the gap, never a wrong room, and starts again from
+    // the newer image; the follower, which kept up, is not disturbed.
+    let mut behind = Replica::load(owner.as_ref(), &sale())
+        .await
+        .unwrap()
+        .unwrap();
+    behind.catch_up(owner.as_ref(), &sale()).await.unwrap();
+    for i in 0..20u128 {
+        room_a.join(Some(Identity(500 + i))).unwrap();
+        writer
+            .wait_durable(writer.appended(), WITHIN)
+            .await
+            .unwrap();
+    }
+    let (last, at) = writer.durable_point();
+    assert!(last > behind.last);
+    owner
+        .put_image(&sale(), &fence, &encode_image(last, at, &room_a.image()))
+        .await
+        .unwrap();
+    owner.trim(&sale(), at).await.unwrap();
+    room_a.join(Some(Identity(900))).unwrap();
+    let end = writer
+        .wait_durable(writer.appended(), WITHIN)
+        .await
+        .unwrap();
+    match behind.catch_up(owner.as_ref(), &sale()).await {
+        Err(StoreError::Damaged(why)) => assert!(why.contains("missing"), "{why}"),
+        other => panic!("a replica behind a trim went on: {other:?}"),
+    }
+    let mut again = Replica::load(owner.as_ref(), &sale())
+        .await
+        .unwrap()
+        .unwrap();
+    again.catch_up(owner.as_ref(), &sale()).await.unwrap();
+    assert_eq!(tickets(&again.image), tickets(&room_a.image()));
+    assert!(follower.reached(end, WITHIN).await);
+    let image = follower.read(|r| r.unwrap().image.clone());
+    assert_eq!(tickets(&image), tickets(&room_a.image()));
     stop.cancel();
 }
