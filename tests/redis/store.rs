@@ -344,3 +344,112 @@ async fn the_store_says_unavailable_without_naming_where_redis_is() {
         other => panic!("{other:?}"),
     }
 }
+
+/// On a Redis Cluster each room's keys share its hash tag's slot, so the
+/// fenced scripts run wherever the room lives; rooms spread over the
+/// masters, and replies to several instances (each on its own slot) travel
+/// in one pipeline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_every_room_keeps_its_lease_log_and_bus_on_its_slot() {
+    use narabu_testkit::redis_ha::RedisCluster;
+    use redis::cluster::ClusterClient;
+    use redis::cluster_async::ClusterConnection;
+
+    let cluster = RedisCluster::start(3, 0).await;
+    let nodes: Vec<String> = cluster.nodes.iter().map(|n| n.url()).collect();
+    let connect = || async {
+        ClusterClient::builder(nodes.clone())
+            .response_timeout(Duration::from_secs(10))
+            .build()
+            .unwrap()
+            .get_async_connection()
+            .await
+            .unwrap()
+    };
+    let store: RedisStore<ClusterConnection> = RedisStore::new(connect().await, connect().await);
+    store.check_schema().await.unwrap();
+
+    let rooms: Vec<RoomId> = (0..12)
+        .map(|i| RoomId::new(&format!("room-{i}")).unwrap())
+        .collect();
+    let mut holders = std::collections::HashSet::new();
+    for room in &rooms {
+        holders.insert(
+            cluster
+                .owner_of(&format!("narabu:v3:{{{room}}}:log"))
+                .await
+                .unwrap(),
+        );
+        let fence = store
+            .acquire(room, "a", Duration::from_secs(5))
+            .await
+            .unwrap()
+            .unwrap();
+        let p = store
+            .append(room, &fence, room.as_str().as_bytes())
+            .await
+            .unwrap();
+        store
+            .put_image(
+                room,
+                &fence,
+                &Image {
+                    at: p,
+                    bytes: b"image".to_vec(),
+                },
+            )
+            .await
+            .unwrap();
+        let log = store
+            .read(room, LogPos::START, 10, Duration::from_millis(100))
+            .await
+            .unwrap();
+        assert_eq!(log.len(), 1);
+        assert_eq!(log[0].batch, room.as_str().as_bytes());
+        assert_eq!(store.image(room).await.unwrap().unwrap().at, p);
+        let stale = Fence {
+            token: fence.token - 1,
+            holder: "old".into(),
+        };
+        assert_eq!(
+            store.append(room, &stale, b"late").await,
+            Err(StoreError::Fenced)
+        );
+    }
+    assert!(holders.len() > 1, "the rooms spread over the masters");
+
+    let commands: Vec<Command> = ["b", "c", "d"]
+        .iter()
+        .enumerate()
+        .map(|(i, from)| Command {
+            id: i as u128 + 1,
+            from: (*from).into(),
+            body: vec![i as u8],
+        })
+        .collect();
+    store.send(&rooms[0], &commands).await.unwrap();
+    let got = store
+        .receive(&rooms[0], LogPos::START, 10, Duration::from_millis(100))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 3);
+    let replies: Vec<Reply> = commands
+        .iter()
+        .map(|c| Reply {
+            to: c.from.clone(),
+            id: c.id,
+            body: c.body.clone(),
+        })
+        .collect();
+    store.reply(&replies).await.unwrap();
+    for reply in &replies {
+        let heard = store
+            .replies(&reply.to, LogPos::START, 10, Duration::from_millis(100))
+            .await
+            .unwrap();
+        assert_eq!(
+            heard.into_iter().map(|(_, r)| r).collect::<Vec<_>>(),
+            [reply.clone()]
+        );
+    }
+}

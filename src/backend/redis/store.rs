@@ -18,6 +18,7 @@
 //! A read that waits (`XREAD BLOCK`) runs on a connection of its own, so it
 //! never holds up the commands queued on the shared one.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -423,27 +424,35 @@ where
     }
 
     async fn reply(&self, replies: &[Reply]) -> Result<(), StoreError> {
-        if replies.is_empty() {
-            return Ok(());
-        }
-        let mut pipe = redis::pipe();
+        // One pipeline per instance, all at once: each instance's replies
+        // live on its own slot, and a Redis Cluster takes a pipeline to
+        // one slot only.
+        let mut by_instance: HashMap<&str, redis::Pipeline> = HashMap::new();
         for r in replies {
             let key = replies_key(&r.to);
-            pipe.xadd_maxlen(
-                &key,
-                StreamMaxlen::Approx(REPLIES_KEPT),
-                "*",
-                &[
-                    ("id", format!("{:032x}", r.id).into_bytes()),
-                    ("body", r.body.clone()),
-                ],
-            )
-            .ignore()
-            .expire(&key, REPLIES_TTL_S)
-            .ignore();
+            by_instance
+                .entry(r.to.as_str())
+                .or_insert_with(redis::pipe)
+                .xadd_maxlen(
+                    &key,
+                    StreamMaxlen::Approx(REPLIES_KEPT),
+                    "*",
+                    &[
+                        ("id", format!("{:032x}", r.id).into_bytes()),
+                        ("body", r.body.clone()),
+                    ],
+                )
+                .ignore()
+                .expire(&key, REPLIES_TTL_S)
+                .ignore();
         }
-        let mut con = self.conn.clone();
-        pipe.query_async::<()>(&mut con).await.map_err(unavailable)
+        futures_util::future::try_join_all(by_instance.into_values().map(|pipe| {
+            let mut con = self.conn.clone();
+            async move { pipe.query_async::<()>(&mut con).await }
+        }))
+        .await
+        .map_err(unavailable)?;
+        Ok(())
     }
 
     async fn replies(
