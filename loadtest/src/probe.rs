@@ -37,10 +37,37 @@ impl ProcessCpu {
     /// The CPU time spent between two readings, the precise one if both
     /// have it.
     pub fn since(&self, before: &Self) -> Option<f64> {
+        let stat = self
+            .stat_us
+            .zip(before.stat_us)
+            .map(|(after, before)| after - before);
         match (self.precise_us, before.precise_us) {
-            (Some(a), Some(b)) => Some(a - b),
-            _ => Some(self.stat_us? - before.stat_us?),
+            (Some(a), Some(b)) => {
+                let precise = a - b;
+                // The per-thread sum loses the time of threads that ended
+                // between the readings (a runtime's blocking threads, a
+                // test process's other tests); `stat` keeps it, to a tick.
+                match stat {
+                    Some(s) if precise < 0.0 || precise < s - 2.0 * TICK_US => Some(s),
+                    _ => Some(precise),
+                }
+            }
+            _ => stat,
         }
+    }
+
+    /// Several processes' CPU together.
+    pub fn sum(all: impl IntoIterator<Item = Self>) -> Self {
+        all.into_iter().fold(
+            Self {
+                precise_us: Some(0.0),
+                stat_us: Some(0.0),
+            },
+            |acc, p| Self {
+                precise_us: acc.precise_us.zip(p.precise_us).map(|(a, b)| a + b),
+                stat_us: acc.stat_us.zip(p.stat_us).map(|(a, b)| a + b),
+            },
+        )
     }
 }
 
@@ -53,6 +80,8 @@ fn stat_cpu_us(pid: u32) -> Option<f64> {
 /// The unit of `stat` times: Linux's USER_HZ, 100 on every architecture
 /// this runs on.
 const USER_HZ: f64 = 100.0;
+/// One clock tick of `stat`, in microseconds.
+const TICK_US: f64 = 1e6 / USER_HZ;
 
 /// `utime + stime` (fields 14 and 15) of a `stat` line; the command name
 /// (field 2) may hold spaces and parentheses, so fields count from its end.
@@ -281,6 +310,23 @@ pub fn parse_redis_url(s: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_since_keeps_the_time_of_threads_that_ended_between_readings() {
+        let cpu = |precise: f64, stat: f64| ProcessCpu {
+            precise_us: Some(precise),
+            stat_us: Some(stat),
+        };
+        // Threads came and went: the live threads' sum shrank, the
+        // process's total grew by 80 ms.
+        let spent = cpu(50_000.0, 180_000.0).since(&cpu(100_000.0, 100_000.0));
+        assert_eq!(spent, Some(80_000.0));
+        // Nothing ended: the precise figure, finer than a tick.
+        let spent = cpu(103_500.0, 100_000.0).since(&cpu(100_000.0, 100_000.0));
+        assert_eq!(spent, Some(3_500.0));
+        let both = ProcessCpu::sum([cpu(1.0, 2.0), cpu(3.0, 4.0)]);
+        assert_eq!(both, cpu(4.0, 6.0));
+    }
 
     #[test]
     fn stat_times_count_from_the_end_of_the_name() {

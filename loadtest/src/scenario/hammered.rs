@@ -54,17 +54,12 @@ fn plan(
 }
 
 /// CPU time of a set of processes, summed (µs); `None` if any cannot be read.
-fn cpu_of(pids: &[u32]) -> Option<f64> {
-    pids.iter()
-        .map(|&p| {
-            let now = ProcessCpu::read(p);
-            now.precise_us.or(now.stat_us)
-        })
-        .sum()
+fn cpu_of(pids: &[u32]) -> Option<ProcessCpu> {
+    (!pids.is_empty()).then(|| ProcessCpu::sum(pids.iter().map(|&p| ProcessCpu::read(p))))
 }
 
-fn cpu_per_request(before: Option<f64>, after: Option<f64>, ok: u64) -> Option<f64> {
-    (ok > 0).then_some((after? - before?) / ok as f64)
+fn cpu_per_request(before: Option<ProcessCpu>, after: Option<ProcessCpu>, ok: u64) -> Option<f64> {
+    (ok > 0).then_some(after?.since(&before?)? / ok as f64)
 }
 
 /// The baseline's result and its server's CPU per request.
@@ -86,7 +81,7 @@ async fn run_baseline(
     let bar = progress::spinner("baseline");
     let requests = vec![(server.addr, req); args.connections];
     let pids: Vec<u32> = server.pid.into_iter().collect();
-    let before = (!pids.is_empty()).then(|| cpu_of(&pids)).flatten();
+    let before = cpu_of(&pids);
     let result = hammer(plan(args, target, requests, ok), &bar).await;
     let cpu = cpu_per_request(before, cpu_of(&pids), result.ok);
     bar.finish_and_clear();
@@ -251,8 +246,8 @@ pub async fn run(args: &HammerArgs, kind: Kind) -> anyhow::Result<Report> {
 async fn readings(
     pids: &[u32],
     redis: Option<&str>,
-) -> anyhow::Result<(Option<f64>, Option<RedisStats>)> {
-    let cpu = if pids.is_empty() { None } else { cpu_of(pids) };
+) -> anyhow::Result<(Option<ProcessCpu>, Option<RedisStats>)> {
+    let cpu = cpu_of(pids);
     let stats = match redis {
         Some(url) => Some(redis_stats(url).await?),
         None => None,
