@@ -191,13 +191,24 @@ async fn take_over(
     let (last, at) = replica
         .as_ref()
         .map_or((0, Default::default()), |r| (r.last, r.at));
-    let writer = LogWriter::start(store.clone(), room.clone(), fence.clone(), last, at);
+    let applied = replica
+        .as_ref()
+        .map(|r| r.applied.clone())
+        .unwrap_or_default();
+    let writer = LogWriter::start_with(
+        store.clone(),
+        room.clone(),
+        fence.clone(),
+        last,
+        at,
+        applied,
+    );
     let sink: Arc<dyn EventSink> = writer.clone();
     let engine = match replica {
         Some(replica) => Room::restore(replica.image, clock.clone(), Some(sink)),
         None => {
             let engine = Room::create(settings.clone(), clock.clone(), epoch, Some(sink));
-            let first = encode_image(0, Default::default(), &engine.image());
+            let first = encode_image(0, Default::default(), &engine.image(), &Default::default());
             store.put_image(room, &fence, &first).await?;
             engine
         }
@@ -217,7 +228,11 @@ async fn store_image(store: &dyn RoomStore, room: &RoomId, o: &Owned) -> Result<
     let (last, at) = o.writer.durable_point();
     let image = o.room.image();
     store
-        .put_image(room, &o.fence, &encode_image(last, at, &image))
+        .put_image(
+            room,
+            &o.fence,
+            &encode_image(last, at, &image, &o.writer.applied_window()),
+        )
         .await?;
     store.trim(room, at).await
 }

@@ -20,16 +20,70 @@
 //! and goes on from the log's end.
 //!
 //! A batch is `(first record's number, count)` followed by that many
-//! records, each in the journal's encoding (postcard, one after another);
-//! the numbers let a replica see a gap or a repeat.
+//! records (postcard, one after another); the numbers let a replica see a
+//! gap or a repeat. A record is the engine's change, in the journal's
+//! encoding, or the note that a command from another instance was applied,
+//! with its answer: commands carry ids, and a new owner that finds a
+//! command's id among the recent ones in its replica answers it again
+//! rather than applying it twice.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 
 use super::store::{Entry, Fence, Image, LogPos, RoomStore, StoreError};
 use crate::engine::{EventRecord, EventSink, RoomEvent, RoomId, RoomImage};
+
+/// One record of a room's log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum LogRecord {
+    /// A change the engine made.
+    Event(EventRecord),
+    /// A command from another instance was applied, and this was its
+    /// answer.
+    Applied { id: u128, reply: Vec<u8> },
+}
+
+/// [`LogRecord`] as encoded without copying what it carries: serde
+/// encodes a borrowed enum exactly as the owned one of the same shape.
+#[derive(Serialize)]
+enum LogRecordRef<'a> {
+    Event(&'a EventRecord),
+    Applied { id: u128, reply: &'a [u8] },
+}
+
+/// The ids of the commands applied lately, with their answers: enough to
+/// answer any command still in flight at a change of owner again, bounded
+/// so a room's log and image do not grow with every command ever sent.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Applied {
+    replies: HashMap<u128, Vec<u8>>,
+    order: VecDeque<u128>,
+}
+
+impl Applied {
+    /// Commands remembered; a command's sender gives up on it long before
+    /// this many later ones have been applied.
+    pub const KEPT: usize = 65_536;
+
+    pub fn get(&self, id: u128) -> Option<&[u8]> {
+        self.replies.get(&id).map(Vec::as_slice)
+    }
+
+    fn insert(&mut self, id: u128, reply: Vec<u8>) {
+        if self.replies.insert(id, reply).is_none() {
+            self.order.push_back(id);
+        }
+        while self.order.len() > Self::KEPT {
+            if let Some(old) = self.order.pop_front() {
+                self.replies.remove(&old);
+            }
+        }
+    }
+}
 
 /// How far the writer has come, as published to waiting requests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -65,6 +119,7 @@ pub enum NotDurable {
 /// batches under its fence.
 pub struct LogWriter {
     pending: Mutex<Pending>,
+    applied: Mutex<Applied>,
     wake: Arc<Notify>,
     progress: watch::Sender<Progress>,
 }
@@ -80,6 +135,19 @@ impl LogWriter {
         last: u64,
         at: LogPos,
     ) -> Arc<Self> {
+        Self::start_with(store, room, fence, last, at, Applied::default())
+    }
+
+    /// [`Self::start`] for an owner taking a room over: the commands its
+    /// replica knows were applied.
+    pub fn start_with(
+        store: Arc<dyn RoomStore>,
+        room: RoomId,
+        fence: Fence,
+        last: u64,
+        at: LogPos,
+        applied: Applied,
+    ) -> Arc<Self> {
         let (progress, _) = watch::channel(Progress {
             durable: last,
             at,
@@ -90,6 +158,7 @@ impl LogWriter {
                 last,
                 ..Pending::default()
             }),
+            applied: Mutex::new(applied),
             wake: Arc::new(Notify::new()),
             progress,
         });
@@ -109,8 +178,43 @@ impl LogWriter {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Buffer one record; its number. Never waits on the store.
+    /// Buffer one of the engine's changes; its number. Never waits on the
+    /// store.
     pub fn append(&self, record: &EventRecord) -> u64 {
+        // Encoded borrowed: the same bytes as `LogRecord::Event(record)`.
+        self.push(&LogRecordRef::Event(record))
+    }
+
+    /// Note that the command `id` was applied with this answer; its number.
+    /// Wait for it to be durable before answering, so that a new owner
+    /// answers the command again rather than applying it twice.
+    pub fn append_applied(&self, id: u128, reply: Vec<u8>) -> u64 {
+        let n = self.push(&LogRecordRef::Applied { id, reply: &reply });
+        self.applied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id, reply);
+        n
+    }
+
+    /// The answer of command `id`, if it was applied lately.
+    pub fn applied(&self, id: u128) -> Option<Vec<u8>> {
+        self.applied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(id)
+            .map(<[u8]>::to_vec)
+    }
+
+    /// The commands applied lately, as an image stores them.
+    pub fn applied_window(&self) -> Applied {
+        self.applied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn push(&self, record: &LogRecordRef<'_>) -> u64 {
         let mut p = self.pending();
         // Serializing plain data into a Vec cannot fail.
         let bytes = std::mem::take(&mut p.bytes);
@@ -220,13 +324,13 @@ async fn run(
 }
 
 /// A batch's records, with the number of the first.
-pub fn decode(entry: &Entry) -> Result<(u64, Vec<EventRecord>), StoreError> {
+pub fn decode(entry: &Entry) -> Result<(u64, Vec<LogRecord>), StoreError> {
     let damaged = |what: &str| StoreError::Damaged(format!("log entry {}: {what}", entry.pos));
     let ((first, count), mut rest): ((u64, u64), _) =
         postcard::take_from_bytes(&entry.batch).map_err(|_| damaged("no batch header"))?;
     let mut records = Vec::new();
     for _ in 0..count {
-        let (record, after) = postcard::take_from_bytes::<EventRecord>(rest)
+        let (record, after) = postcard::take_from_bytes::<LogRecord>(rest)
             .map_err(|_| damaged("a record this version cannot read"))?;
         records.push(record);
         rest = after;
@@ -241,6 +345,8 @@ pub fn decode(entry: &Entry) -> Result<(u64, Vec<EventRecord>), StoreError> {
 #[derive(Clone, Debug)]
 pub struct Replica {
     pub image: RoomImage,
+    /// The commands applied lately, with their answers.
+    pub applied: Applied,
     /// The number of the last record applied.
     pub last: u64,
     /// The log position of the last batch applied.
@@ -250,10 +356,10 @@ pub struct Replica {
 /// A room's image as stored: the number of the last record it holds
 /// (it may hold some after it too: replay is idempotent), and the log
 /// position after which the records it may lack begin.
-pub fn encode_image(last: u64, at: LogPos, image: &RoomImage) -> Image {
+pub fn encode_image(last: u64, at: LogPos, image: &RoomImage, applied: &Applied) -> Image {
     Image {
         at,
-        bytes: postcard::to_allocvec(&(last, image)).expect("images serialize"),
+        bytes: postcard::to_allocvec(&(last, image, applied)).expect("images serialize"),
     }
 }
 
@@ -262,6 +368,7 @@ impl Replica {
     pub fn new(image: RoomImage) -> Self {
         Self {
             image,
+            applied: Applied::default(),
             last: 0,
             at: LogPos::START,
         }
@@ -272,10 +379,11 @@ impl Replica {
         let Some(stored) = store.image(room).await? else {
             return Ok(None);
         };
-        let (last, image): (u64, RoomImage) = postcard::from_bytes(&stored.bytes)
+        let (last, image, applied): (u64, RoomImage, Applied) = postcard::from_bytes(&stored.bytes)
             .map_err(|_| StoreError::Damaged(format!("the image of {room} cannot be read")))?;
         Ok(Some(Self {
             image,
+            applied,
             last,
             at: stored.at,
         }))
@@ -296,7 +404,10 @@ impl Replica {
         }
         for (n, record) in (first..).zip(&records) {
             if n > self.last {
-                self.image.apply(record.as_event());
+                match record {
+                    LogRecord::Event(event) => self.image.apply(event.as_event()),
+                    LogRecord::Applied { id, reply } => self.applied.insert(*id, reply.clone()),
+                }
                 self.last = n;
             }
         }
@@ -445,3 +556,44 @@ impl Follower {
 
 /// How long one read of the log waits for something new.
 const FOLLOW_WAIT: Duration = Duration::from_millis(500);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_applied_window_forgets_the_oldest_beyond_its_bound() {
+        let mut applied = Applied::default();
+        for id in 0..(Applied::KEPT as u128 + 10) {
+            applied.insert(id, vec![id as u8]);
+        }
+        applied.insert(20, vec![0]);
+        assert_eq!(applied.replies.len(), Applied::KEPT);
+        assert_eq!(applied.get(9), None);
+        assert_eq!(applied.get(10), Some(&[10u8][..]));
+        assert_eq!(
+            applied.get(20),
+            Some(&[0u8][..]),
+            "a repeat keeps one entry"
+        );
+    }
+
+    #[test]
+    fn a_borrowed_record_encodes_as_the_owned_one() {
+        let event = EventRecord::Arrived { ticket: 3, at: 9 };
+        let borrowed = postcard::to_allocvec(&LogRecordRef::Event(&event)).unwrap();
+        let owned = postcard::to_allocvec(&LogRecord::Event(event)).unwrap();
+        assert_eq!(borrowed, owned);
+        let borrowed = postcard::to_allocvec(&LogRecordRef::Applied {
+            id: 5,
+            reply: b"ok",
+        })
+        .unwrap();
+        let owned = postcard::to_allocvec(&LogRecord::Applied {
+            id: 5,
+            reply: b"ok".to_vec(),
+        })
+        .unwrap();
+        assert_eq!(borrowed, owned);
+    }
+}

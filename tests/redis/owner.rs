@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use narabu::backend::redis::store::RedisStore;
-use narabu::backend::room_log::{LogWriter, NotDurable, Replica, encode_image};
+use narabu::backend::room_log::{Applied, LogWriter, NotDurable, Replica, encode_image};
 use narabu::backend::store::{LogPos, RoomStore, StoreError};
 use narabu::engine::{
     Clock, EventSink, Identity, ManualClock, Room, RoomId, RoomImage, TicketState,
@@ -94,7 +94,7 @@ async fn the_owner_logs_its_engine_and_a_new_owner_goes_on_from_the_log() {
     a.put_image(
         &sale(),
         &fence_a,
-        &encode_image(0, LogPos::START, &room_a.image()),
+        &encode_image(0, LogPos::START, &room_a.image(), &Applied::default()),
     )
     .await
     .unwrap();
@@ -157,7 +157,7 @@ async fn the_owner_logs_its_engine_and_a_new_owner_goes_on_from_the_log() {
     b.put_image(
         &sale(),
         &fence_b,
-        &encode_image(replica.last, replica.at, &replica.image),
+        &encode_image(replica.last, replica.at, &replica.image, &replica.applied),
     )
     .await
     .unwrap();
@@ -416,7 +416,7 @@ async fn a_followers_replica_reaches_each_acknowledged_write_and_survives_a_trim
         .put_image(
             &sale(),
             &fence,
-            &encode_image(0, LogPos::START, &room_a.image()),
+            &encode_image(0, LogPos::START, &room_a.image(), &Applied::default()),
         )
         .await
         .unwrap();
@@ -461,7 +461,11 @@ async fn a_followers_replica_reaches_each_acknowledged_write_and_survives_a_trim
     let (last, at) = writer.durable_point();
     assert!(last > behind.last);
     owner
-        .put_image(&sale(), &fence, &encode_image(last, at, &room_a.image()))
+        .put_image(
+            &sale(),
+            &fence,
+            &encode_image(last, at, &room_a.image(), &Applied::default()),
+        )
         .await
         .unwrap();
     owner.trim(&sale(), at).await.unwrap();
@@ -483,5 +487,168 @@ async fn a_followers_replica_reaches_each_acknowledged_write_and_survives_a_trim
     assert!(follower.reached(end, WITHIN).await);
     let image = follower.read(|r| r.unwrap().image.clone());
     assert_eq!(tickets(&image), tickets(&room_a.image()));
+    stop.cancel();
+}
+
+/// A command in flight when its owner dies is applied once: the dead owner
+/// applied it and logged its answer but never replied; the asker, told to
+/// try again, sends the same id; the new owner finds the id in its replica
+/// and answers with the first answer instead of applying it again. The
+/// window of answered ids survives the image too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_command_in_flight_at_a_change_of_owner_is_applied_once() {
+    use narabu::backend::bus::{AskError, Asker, serve};
+    use tokio_util::sync::CancellationToken;
+
+    let redis = RedisServer::start().await;
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let stop = CancellationToken::new();
+    let a = store(&redis).await;
+    let fence_a = a
+        .acquire(&sale(), "a", Duration::from_millis(500))
+        .await
+        .unwrap()
+        .unwrap();
+    let writer_a = LogWriter::start(a.clone(), sale(), fence_a.clone(), 0, LogPos::START);
+    let sink: Arc<dyn EventSink> = writer_a.clone();
+    let room_a = Room::create(room("sale", CAPACITY), clock.clone(), 42, Some(sink));
+    a.put_image(
+        &sale(),
+        &fence_a,
+        &encode_image(0, LogPos::START, &room_a.image(), &Applied::default()),
+    )
+    .await
+    .unwrap();
+
+    // A command's body names the identity to join with; its answer is the
+    // ticket.
+    let join = |room: &Arc<Room>, writer: &Arc<LogWriter>, id: u128, body: &[u8]| -> Vec<u8> {
+        if let Some(first) = writer.applied(id) {
+            return first;
+        }
+        let identity = u128::from_be_bytes(body.try_into().unwrap());
+        let ticket = room.join(Some(Identity(identity))).unwrap().ticket;
+        let reply = ticket.to_be_bytes().to_vec();
+        writer.append_applied(id, reply.clone());
+        reply
+    };
+
+    // Owner A applies the command, makes it durable, and dies before it
+    // answers (its loop never returns the batch's replies).
+    let a_stop = CancellationToken::new();
+    {
+        let (room_a, writer_a) = (room_a.clone(), writer_a.clone());
+        tokio::spawn(serve(a.clone(), sale(), a_stop.clone(), move |commands| {
+            for c in &commands {
+                join(&room_a, &writer_a, c.id, &c.body);
+            }
+            let writer_a = writer_a.clone();
+            async move {
+                writer_a
+                    .wait_durable(writer_a.appended(), WITHIN)
+                    .await
+                    .unwrap();
+                std::future::pending::<Vec<Vec<u8>>>().await
+            }
+        }));
+    }
+    let asker = Asker::start(store(&redis).await, "x".into(), stop.clone());
+    let command = Asker::new_id();
+    let body = 77u128.to_be_bytes().to_vec();
+    assert_eq!(
+        asker
+            .ask(&sale(), command, body.clone(), Duration::from_millis(700))
+            .await,
+        Err(AskError::TimedOut)
+    );
+    a_stop.cancel();
+
+    // B takes the room over from its replica, and serves.
+    let b = store(&redis).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let fence_b = b
+        .acquire(&sale(), "b", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut replica = Replica::load(b.as_ref(), &sale()).await.unwrap().unwrap();
+    replica.catch_up(b.as_ref(), &sale()).await.unwrap();
+    assert!(
+        replica.applied.get(command).is_some(),
+        "the replica knows the command was applied"
+    );
+    let writer_b = LogWriter::start_with(
+        b.clone(),
+        sale(),
+        fence_b.clone(),
+        replica.last,
+        replica.at,
+        replica.applied.clone(),
+    );
+    let sink: Arc<dyn EventSink> = writer_b.clone();
+    let room_b = Room::restore(replica.image.clone(), clock.clone(), Some(sink));
+    {
+        let (room_b, writer_b) = (room_b.clone(), writer_b.clone());
+        tokio::spawn(serve(b.clone(), sale(), stop.clone(), move |commands| {
+            let replies: Vec<Vec<u8>> = commands
+                .iter()
+                .map(|c| join(&room_b, &writer_b, c.id, &c.body))
+                .collect();
+            let writer_b = writer_b.clone();
+            async move {
+                writer_b
+                    .wait_durable(writer_b.appended(), WITHIN)
+                    .await
+                    .unwrap();
+                replies
+            }
+        }));
+    }
+
+    // The asker tries again with the same id, and a new command besides.
+    let again = asker
+        .ask(&sale(), command, body.clone(), WITHIN)
+        .await
+        .unwrap();
+    let ticket = room_b.ticket_of(Identity(77)).unwrap();
+    assert_eq!(again, ticket.to_be_bytes().to_vec(), "the first answer");
+    let other = asker
+        .ask(
+            &sale(),
+            Asker::new_id(),
+            78u128.to_be_bytes().to_vec(),
+            WITHIN,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        other,
+        room_b
+            .ticket_of(Identity(78))
+            .unwrap()
+            .to_be_bytes()
+            .to_vec()
+    );
+    let joins_of_77 = room_b
+        .image()
+        .tickets
+        .iter()
+        .filter(|t| t.identity == Some(77))
+        .count();
+    assert_eq!(joins_of_77, 1, "applied once");
+    assert_eq!(room_b.image().tickets.len(), 2, "two commands, two tickets");
+
+    // The window is in the image a new owner starts from.
+    let (last, at) = writer_b.durable_point();
+    b.put_image(
+        &sale(),
+        &fence_b,
+        &encode_image(last, at, &room_b.image(), &writer_b.applied_window()),
+    )
+    .await
+    .unwrap();
+    b.trim(&sale(), at).await.unwrap();
+    let later = Replica::load(b.as_ref(), &sale()).await.unwrap().unwrap();
+    assert_eq!(later.applied.get(command), Some(&ticket.to_be_bytes()[..]));
     stop.cancel();
 }
