@@ -122,6 +122,29 @@ async fn status_of(c: &reqwest::Client, base: &str, token: &str) -> Option<Value
     r.json().await.ok()
 }
 
+/// The status once the failover has settled: right after it, a read that
+/// counts as a sign of life may be refused with `503 not_replicated`
+/// while the new primary's replica catches up ("retry in a moment"), so
+/// such a refusal is asked again for a while; any other answer stands.
+async fn settled_status(c: &reqwest::Client, base: &str, token: &str) -> Option<Value> {
+    for _ in 0..50 {
+        let r = c
+            .get(format!("{base}/api/rooms/sale/status"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .ok()?;
+        match r.status() {
+            StatusCode::OK => return r.json().await.ok(),
+            StatusCode::SERVICE_UNAVAILABLE => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
 async fn leave(c: &reqwest::Client, base: &str, token: &str) -> bool {
     c.post(format!("{base}/api/rooms/sale/leave"))
         .bearer_auth(token)
@@ -289,7 +312,8 @@ async fn run(replicas: u32) -> Outcome {
     let mut now: HashMap<u64, String> = HashMap::new();
     let (mut lost, mut regressed) = (0, 0);
     for t in &tickets {
-        let Some(s) = status_of(&c, base, &t.token).await else {
+        let Some(s) = settled_status(&c, base, &t.token).await else {
+            println!("lost: ticket {} (told {:?}): no status", t.number, t.told);
             lost += 1;
             continue;
         };
@@ -323,18 +347,33 @@ async fn run(replicas: u32) -> Outcome {
     // ticket itself reads as ended with its number; a lost one would be
     // made anew (201) with nothing ended to show for it.
     for t in &tickets {
-        let Some(code) = keyed_join_code(&c, base, &t.key).await else {
+        // Only 409 and 201 say anything about the ticket; a refusal of the
+        // moment (a 503 while the new primary's replica catches up) is
+        // asked again, for a while.
+        let mut code = None;
+        for _ in 0..50 {
+            code = keyed_join_code(&c, base, &t.key).await;
+            if matches!(code, Some(StatusCode::CONFLICT | StatusCode::CREATED)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let Some(code) = code else {
             continue;
         };
         let present = match code {
             StatusCode::CONFLICT => true,
-            StatusCode::CREATED => status_of(&c, base, &t.token).await.is_some_and(|s| {
+            StatusCode::CREATED => settled_status(&c, base, &t.token).await.is_some_and(|s| {
                 s["number"].as_u64() == Some(t.number)
                     && !matches!(s["status"].as_str(), Some("waiting" | "admitted" | "away"))
             }),
             _ => false,
         };
         if !present {
+            println!(
+                "lost: ticket {} (told {:?}): its key answered {code}",
+                t.number, t.told
+            );
             lost += 1;
         }
     }
