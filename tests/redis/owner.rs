@@ -36,6 +36,37 @@ fn sale() -> RoomId {
     RoomId::new("sale").unwrap()
 }
 
+/// The room's first owner: the lease for `ttl`, the writer, the engine
+/// (on `clock`) and the room's first image.
+struct FirstOwner {
+    store: Arc<dyn RoomStore>,
+    fence: narabu::backend::store::Fence,
+    writer: Arc<LogWriter>,
+    room: Arc<Room>,
+}
+
+async fn first_owner(redis: &RedisServer, clock: &Arc<ManualClock>, ttl: Duration) -> FirstOwner {
+    let store = store(redis).await;
+    let fence = store.acquire(&sale(), "a", ttl).await.unwrap().unwrap();
+    let writer = LogWriter::start(store.clone(), sale(), fence.clone(), 0, LogPos::START);
+    let sink: Arc<dyn EventSink> = writer.clone();
+    let room = Room::create(room("sale", CAPACITY), clock.clone(), 42, Some(sink));
+    store
+        .put_image(
+            &sale(),
+            &fence,
+            &encode_image(0, LogPos::START, &room.image(), &Applied::default()),
+        )
+        .await
+        .unwrap();
+    FirstOwner {
+        store,
+        fence,
+        writer,
+        room,
+    }
+}
+
 type Logged = (Option<TicketState>, u8, Option<u32>, Option<u128>);
 
 /// Each ticket's (state, lane, queue index, identity): what the log must
@@ -86,18 +117,12 @@ async fn the_owner_logs_its_engine_and_a_new_owner_goes_on_from_the_log() {
     let ttl = Duration::from_millis(500);
 
     // Instance A owns the room: its engine's records go to the log.
-    let a = store(&redis).await;
-    let fence_a = a.acquire(&sale(), "a", ttl).await.unwrap().unwrap();
-    let writer_a = LogWriter::start(a.clone(), sale(), fence_a.clone(), 0, LogPos::START);
-    let sink: Arc<dyn EventSink> = writer_a.clone();
-    let room_a = Room::create(room("sale", CAPACITY), clock.clone(), 42, Some(sink));
-    a.put_image(
-        &sale(),
-        &fence_a,
-        &encode_image(0, LogPos::START, &room_a.image(), &Applied::default()),
-    )
-    .await
-    .unwrap();
+    let FirstOwner {
+        store: _,
+        fence: fence_a,
+        writer: writer_a,
+        room: room_a,
+    } = first_owner(&redis, &clock, ttl).await;
 
     {
         let (room_a, clock) = (room_a.clone(), clock.clone());
@@ -403,23 +428,12 @@ async fn a_followers_replica_reaches_each_acknowledged_write_and_survives_a_trim
     let redis = RedisServer::start().await;
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
     let stop = CancellationToken::new();
-    let owner = store(&redis).await;
-    let fence = owner
-        .acquire(&sale(), "a", Duration::from_secs(30))
-        .await
-        .unwrap()
-        .unwrap();
-    let writer = LogWriter::start(owner.clone(), sale(), fence.clone(), 0, LogPos::START);
-    let sink: Arc<dyn EventSink> = writer.clone();
-    let room_a = Room::create(room("sale", CAPACITY), clock.clone(), 42, Some(sink));
-    owner
-        .put_image(
-            &sale(),
-            &fence,
-            &encode_image(0, LogPos::START, &room_a.image(), &Applied::default()),
-        )
-        .await
-        .unwrap();
+    let FirstOwner {
+        store: owner,
+        fence,
+        writer,
+        room: room_a,
+    } = first_owner(&redis, &clock, Duration::from_secs(30)).await;
 
     let follower = Follower::spawn(store(&redis).await, sale(), stop.clone());
     for i in 0..50u128 {
@@ -503,22 +517,12 @@ async fn a_command_in_flight_at_a_change_of_owner_is_applied_once() {
     let redis = RedisServer::start().await;
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
     let stop = CancellationToken::new();
-    let a = store(&redis).await;
-    let fence_a = a
-        .acquire(&sale(), "a", Duration::from_millis(500))
-        .await
-        .unwrap()
-        .unwrap();
-    let writer_a = LogWriter::start(a.clone(), sale(), fence_a.clone(), 0, LogPos::START);
-    let sink: Arc<dyn EventSink> = writer_a.clone();
-    let room_a = Room::create(room("sale", CAPACITY), clock.clone(), 42, Some(sink));
-    a.put_image(
-        &sale(),
-        &fence_a,
-        &encode_image(0, LogPos::START, &room_a.image(), &Applied::default()),
-    )
-    .await
-    .unwrap();
+    let FirstOwner {
+        store: a,
+        fence: _,
+        writer: writer_a,
+        room: room_a,
+    } = first_owner(&redis, &clock, Duration::from_millis(500)).await;
 
     // A command's body names the identity to join with; its answer is the
     // ticket.
