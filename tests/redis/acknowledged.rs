@@ -81,8 +81,9 @@ async fn instance(ha: &SentinelSet, wait: RedisWait) -> TestApp {
     spawn_with(config, backend).await
 }
 
-/// A join with an idempotency key: the number, or `None` when refused.
-async fn join_with_key(c: &reqwest::Client, base: &str, key: &str) -> Option<(StatusCode, Value)> {
+/// A join with an idempotency key (and no ticket): its status and body,
+/// or `None` unanswered.
+async fn keyed_join(c: &reqwest::Client, base: &str, key: &str) -> Option<(StatusCode, Value)> {
     let r = c
         .post(format!("{base}/api/rooms/sale/join"))
         .header("idempotency-key", key)
@@ -90,23 +91,22 @@ async fn join_with_key(c: &reqwest::Client, base: &str, key: &str) -> Option<(St
         .await
         .ok()?;
     let status = r.status();
-    let body: Value = r.json().await.ok()?;
-    matches!(
-        status,
-        StatusCode::CREATED | StatusCode::OK | StatusCode::CONFLICT
-    )
-    .then_some((status, body))
+    Some((status, r.json().await.unwrap_or_default()))
+}
+
+/// A join with an idempotency key: the number, or `None` when refused.
+async fn join_with_key(c: &reqwest::Client, base: &str, key: &str) -> Option<(StatusCode, Value)> {
+    keyed_join(c, base, key).await.filter(|(status, _)| {
+        matches!(
+            *status,
+            StatusCode::CREATED | StatusCode::OK | StatusCode::CONFLICT
+        )
+    })
 }
 
 /// The status a join with only the key gets, or `None` unanswered.
 async fn keyed_join_code(c: &reqwest::Client, base: &str, key: &str) -> Option<StatusCode> {
-    let r = c
-        .post(format!("{base}/api/rooms/sale/join"))
-        .header("idempotency-key", key)
-        .send()
-        .await
-        .ok()?;
-    Some(r.status())
+    keyed_join(c, base, key).await.map(|(status, _)| status)
 }
 
 async fn status_of(c: &reqwest::Client, base: &str, token: &str) -> Option<Value> {

@@ -262,8 +262,10 @@ async fn measure_join_rates_waiting_for_a_replica() {
 
 /// The Redis CPU an owner's log costs per join, as the Redis process
 /// reports it (`INFO cpu`), for batches of 1 to 128 join records appended
-/// by the fenced step from 48 connections at once. Each record is a real
-/// join record as the engine's journal encodes it. Run with
+/// by the fenced step from 48 connections at once, against a join of
+/// today's Redis backend (its join script, 48 callers at once) measured
+/// first in the same run. Each record is a real join record as the
+/// engine's journal encodes it. Run with
 /// `cargo test --release --test redis measure_log_appends -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore]
@@ -286,6 +288,47 @@ async fn measure_log_appends() {
         })
         .unwrap()
     };
+    {
+        let mut joins = room("sale", 100);
+        joins.join_limit_per_minute = 0;
+        let backend = Arc::new(
+            RedisBackend::connect(
+                RedisOptions::new(redis.url()),
+                vec![joins],
+                Arc::new(SystemClock),
+            )
+            .await
+            .unwrap(),
+        );
+        let before = redis_cpu(&redis).await;
+        let joined = Arc::new(AtomicU64::new(0));
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..CONNECTIONS {
+            let (backend, sale, joined) = (backend.clone(), sale.clone(), joined.clone());
+            tasks.push(tokio::spawn(async move {
+                while start.elapsed() < RUN {
+                    backend
+                        .join(&sale, narabu::backend::JoinRequest::anonymous())
+                        .await
+                        .unwrap();
+                    joined.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let secs = start.elapsed().as_secs_f64();
+        let cpu = redis_cpu(&redis).await - before;
+        let joins = joined.load(Ordering::Relaxed) as f64;
+        println!(
+            "join script (today's Redis backend): {:>9.0} joins/s, Redis CPU {:.2} µs per join",
+            joins / secs,
+            cpu * 1e6 / joins
+        );
+        backend.shutdown().await;
+    }
     for batch in [1usize, 8, 32, 128] {
         let _: () = redis::cmd("FLUSHALL")
             .query_async(&mut redis.client().await)

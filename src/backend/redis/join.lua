@@ -52,8 +52,7 @@ if identity ~= '' then
   local existing = redis.call('HGET', K('ids'), identity)
   if existing then
     local t = load_ticket(existing)
-    if ARGV[13] ~= '1' or (t and (t.state == WAITING or t.state == ADMITTED
-        or t.state == AWAY)) then
+    if ARGV[13] ~= '1' or (t and LIVE[t.state]) then
       return answer(t, false)
     end
   end

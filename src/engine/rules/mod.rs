@@ -99,6 +99,13 @@ pub fn lua_constants() -> String {
         .filter_map(|s| Some(format!("[{}] = 'c_{}'", s.code(), s.ended_counter()?)))
         .collect();
     let _ = writeln!(lua, "local ENDED_COUNTER = {{{}}}", ended.join(", "));
+    // The states in which a ticket still holds its place or permit.
+    let live: Vec<String> = TicketState::ALL
+        .iter()
+        .filter(|s| s.is_live())
+        .map(|s| format!("[{}] = true", s.code()))
+        .collect();
+    let _ = writeln!(lua, "local LIVE = {{{}}}", live.join(", "));
     let _ = writeln!(lua, "local MAX_LANES = {MAX_LANES}");
     lua.push_str(LANE_PICK_LUA);
     lua
@@ -118,6 +125,7 @@ mod tests {
         assert!(lua.contains("local MAX_TICKETS = 67104768\n"));
         assert!(lua.contains("local RESIZE_SHRINK = {from = {'hand', 'tray'}, to = 'debt'}\n"));
         assert!(lua.contains("[5] = 'c_leaves'"));
+        assert!(lua.contains("local LIVE = {[0] = true, "));
         assert!(lua.contains("local MODE_ADMITS = {queue = true, passthrough = true}\n"));
         assert!(lua.contains("local MODE_CLOSES = {sold_out = true}\n"));
     }
