@@ -12,7 +12,7 @@ use crate::engine::Patch;
 
 /// Changes to a room's access rules: `None`/`Absent` leaves a rule as it
 /// is; `Null` clears a key (retiring a previous key, say).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AccessPatch {
     pub challenge: Option<ChallengeMode>,
     pub pow_difficulty: Option<u8>,

@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::calls;
 use super::feed::{Placement, RoomFeed, TicketRead};
 use super::join_log::JoinLog;
 use super::journal::{self, Journal, JournalError, Record};
@@ -30,7 +31,7 @@ use super::{
 use crate::config::Durability;
 use crate::engine::rules::StockTaken;
 use crate::engine::{
-    Clock, Departure, DrawRecord, EventSink, JoinError, Joined, Room, RoomEvent, RoomId,
+    Clock, Departure, DrawRecord, EventSink, Room, RoomEvent, RoomId,
     RoomSettings, TickReport, TicketId, TicketState, TicketStatus,
 };
 use crate::sync::{read, write};
@@ -385,20 +386,10 @@ impl EmbeddedBackend {
             .ok_or_else(|| BackendError::NoSuchRoom(id.clone()))
     }
 
-    /// The room and the engine's ticket id, if the ticket is of this
-    /// incarnation (else its line was reset) and was ever issued.
+    /// The room and the engine's ticket id (see [`calls::ticket`]).
     fn ticket(&self, id: &RoomId, t: TicketRef) -> Result<(Arc<Room>, TicketId), BackendError> {
         let room = self.get(id)?;
-        let ticket = TicketId::try_from(t.id).map_err(|_| BackendError::NoSuchTicket)?;
-        // Not `ticket >= room.issued()`: the count lags a push that
-        // finished while an earlier slot is still being written, so a
-        // ticket just issued could read as unknown.
-        if t.epoch != room.epoch() {
-            return Err(BackendError::LineReset);
-        }
-        if room.state_of(ticket).is_none() {
-            return Err(BackendError::NoSuchTicket);
-        }
+        let ticket = calls::ticket(&room, t)?;
         Ok((room, ticket))
     }
 
@@ -424,22 +415,6 @@ impl EmbeddedBackend {
             is_new,
             status,
         })
-    }
-
-    fn room_snapshot(room: &Room) -> RoomSnapshot {
-        // The published view changes only on ticks and operators' actions;
-        // operators want the line's length as of now.
-        let mut view = room.view();
-        view.waiting = room.waiting_count();
-        view.admitted = room.admitted_count();
-        view.lanes = room.lane_views();
-        RoomSnapshot {
-            settings: room.settings(),
-            epoch: room.epoch(),
-            view,
-            stats: room.stats(),
-            ledger: room.ledger(),
-        }
     }
 }
 
@@ -516,76 +491,12 @@ impl Backend for EmbeddedBackend {
 
     async fn join(&self, id: &RoomId, request: JoinRequest) -> Result<JoinOutcome, BackendError> {
         let room = self.get(id)?;
-        // A ticket of a line that was reset is answered as such, like an
-        // ended one, unless a new ticket is asked for.
-        if let Some(held) = request.held
-            && held.epoch != room.epoch()
-            && !request.replace_ended
-        {
-            return Err(BackendError::LineReset);
-        }
-        if let Some(held) = request.held
-            && let Ok((_, ticket)) = self.ticket(id, held)
-        {
-            room.touch(ticket);
-            let state = room.state_of(ticket);
-            if state.is_some_and(TicketState::is_live) || !request.replace_ended {
-                return self.joined(&room, ticket, false, 0).await;
-            }
-        }
-        if room.is_closed() {
-            return Err(BackendError::Closed(id.clone()));
-        }
-        // Sold out comes before the access rules and the join limit, as in
-        // the Redis script: nobody gets in, so nobody need be told to slow
-        // down or to solve a challenge first.
-        if room.mode().closes() {
-            return Err(BackendError::SoldOut(id.clone()));
-        }
-        let known = request
-            .identity
-            .and_then(|i| room.ticket_bound(i, request.binding));
-        if known.is_none() && request.refuse_new {
-            return Err(BackendError::AccessDenied);
-        }
-        let limit = match (known, request.client) {
-            (None, Some(client)) => Some((client, room.settings().join_limit_per_minute)),
-            _ => None,
-        };
-        // A new ticket spends the join's proof-of-work nonce first, so a
-        // solution replayed at the same moment makes no second ticket.
-        let now = self.clock.now_ms();
-        let issue = || {
-            if known.is_none()
-                && let Some(spend) = request.nonce
-                && !self.spent.spend(spend.nonce, spend.until_ms, now)
-            {
-                return Err(BackendError::NonceSpent);
-            }
-            room.join_bound(request.identity, request.lane, request.binding)
-                .map_err(|e| match e {
-                    JoinError::Closed => BackendError::Closed(id.clone()),
-                    JoinError::Full => BackendError::Full(id.clone()),
-                    JoinError::SoldOut => BackendError::SoldOut(id.clone()),
-                })
-        };
-        let (joined, appended) = journal::recording(|| match limit {
-            Some((client, limit)) => self
-                .joins
-                .admit(id, client, limit, now, issue)
-                .map_err(|retry_after| BackendError::JoinLimited { limit, retry_after }),
-            None => Ok(issue()),
-        });
-        let Joined { ticket, is_new, .. } = joined??;
-        // A new join's record was appended on this thread before `join`
-        // returned; a repeated one may be another thread's, still on its
-        // way to disk, so that waits for everything appended so far.
-        let seq = match &self.journal {
-            Some(_) if is_new => appended,
-            Some(j) => j.appended(),
-            None => 0,
-        };
-        self.joined(&room, ticket, is_new, seq).await
+        let journal = self.journal.clone();
+        let done = calls::join(&room, &request, &self.joins, &self.spent, || {
+            journal.as_ref().map_or(0, |j| j.appended())
+        })?;
+        self.joined(&room, done.ticket, done.is_new, done.wait_for)
+            .await
     }
 
     async fn status(
@@ -605,16 +516,7 @@ impl Backend for EmbeddedBackend {
     }
 
     async fn renew(&self, id: &RoomId, tickets: &[TicketRef]) -> Result<Duration, BackendError> {
-        let room = self.get(id)?;
-        let epoch = room.epoch();
-        room.renew(
-            tickets
-                .iter()
-                .filter(|t| t.epoch == epoch)
-                .filter_map(|t| TicketId::try_from(t.id).ok())
-                .filter(|&t| room.state_of(t).is_some()),
-        );
-        Ok(room.settings().away_grace)
+        Ok(calls::renew(&*self.get(id)?, tickets))
     }
 
     async fn depart(
@@ -623,12 +525,7 @@ impl Backend for EmbeddedBackend {
         t: TicketRef,
         how: Ending,
     ) -> Result<Departure, BackendError> {
-        let (room, ticket) = self.ticket(id, t)?;
-        let (departure, appended) = journal::recording(|| match how {
-            Ending::Leave => room.leave(ticket),
-            Ending::Release => room.release(ticket),
-            Ending::Revoke => room.revoke(ticket),
-        });
+        let (departure, appended) = calls::depart(&*self.get(id)?, t, how)?;
         self.durable(appended).await?;
         Ok(departure)
     }
@@ -662,14 +559,14 @@ impl Backend for EmbeddedBackend {
 
     async fn list_rooms(&self) -> Result<Vec<RoomSnapshot>, BackendError> {
         let rooms: Vec<Arc<Room>> = self.read().values().map(|s| s.room.clone()).collect();
-        let mut out: Vec<RoomSnapshot> = rooms.iter().map(|r| Self::room_snapshot(r)).collect();
+        let mut out: Vec<RoomSnapshot> = rooms.iter().map(|r| calls::snapshot(r)).collect();
         out.sort_by(|a, b| a.settings.id.cmp(&b.settings.id));
         Ok(out)
     }
 
     async fn room(&self, id: &RoomId) -> Result<RoomSnapshot, BackendError> {
         let room = self.get(id)?;
-        Ok(Self::room_snapshot(&room))
+        Ok(calls::snapshot(&room))
     }
 
     async fn put_room(&self, settings: RoomSettings) -> Result<RoomSnapshot, BackendError> {
@@ -677,7 +574,7 @@ impl Backend for EmbeddedBackend {
         // a crash, like a visitor's join.
         let (room, appended) = journal::recording(|| self.create(settings));
         self.durable(appended).await?;
-        Ok(Self::room_snapshot(&room))
+        Ok(calls::snapshot(&room))
     }
 
     async fn patch_room(
@@ -691,7 +588,7 @@ impl Backend for EmbeddedBackend {
         }
         let ((), appended) = journal::recording(|| room.patch(&patch));
         self.durable(appended).await?;
-        Ok(Self::room_snapshot(&room))
+        Ok(calls::snapshot(&room))
     }
 
     async fn purchase(

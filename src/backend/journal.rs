@@ -170,6 +170,12 @@ pub fn recording<T>(change: impl FnOnce() -> T) -> (T, u64) {
     (out, LAST_APPENDED.with(std::cell::Cell::get))
 }
 
+/// Note that this thread just appended record `seq` to a room's records
+/// (the journal, or a room's log on its owner), for [`recording`].
+pub(crate) fn note_appended(seq: u64) {
+    LAST_APPENDED.with(|c| c.set(seq));
+}
+
 fn lock(m: &Mutex<Pending>) -> MutexGuard<'_, Pending> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -299,7 +305,7 @@ impl Journal {
         p.buf.extend_from_slice(&frame);
         p.last_seq += 1;
         let seq = p.last_seq;
-        LAST_APPENDED.with(|c| c.set(seq));
+        note_appended(seq);
         if p.writer_asleep {
             p.writer_asleep = false;
             self.shared.wake.notify_one();

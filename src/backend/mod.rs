@@ -18,10 +18,12 @@
 //! so ([`BackendError::LineReset`]) rather than taken for another.
 
 pub mod bus;
+mod calls;
 pub mod embedded;
 pub mod feed;
 pub mod join_log;
 pub mod journal;
+pub mod owned;
 pub mod owner;
 pub mod redis;
 pub mod room_log;
@@ -33,6 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
 pub use crate::engine::RoomPatch;
@@ -44,14 +47,14 @@ use crate::engine::{
 use feed::{Follow, RoomFeed, TicketRead};
 
 /// A ticket of one incarnation of a room.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TicketRef {
     pub epoch: u64,
     pub id: u64,
 }
 
 /// Everything a join needs, in one request.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct JoinRequest {
     /// The ticket the visitor already carries (verified): kept while live.
     pub held: Option<TicketRef>,
@@ -84,7 +87,7 @@ pub struct JoinRequest {
 }
 
 /// A proof-of-work nonce to remember until its challenge expires.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NonceSpend {
     pub nonce: [u8; 16],
     /// Unix ms.
@@ -123,7 +126,7 @@ pub struct JoinOutcome {
 }
 
 /// How a ticket is given up.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Ending {
     /// The visitor leaves the line, or gives its permit back.
     Leave,
@@ -143,7 +146,7 @@ pub struct RoomSnapshot {
     pub ledger: PermitLedger,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum BackendError {
     #[error("no room named {0}")]
     NoSuchRoom(RoomId),

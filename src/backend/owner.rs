@@ -34,6 +34,9 @@ pub struct OwnerOptions {
     pub lease: Duration,
     /// How often the owner stores the engine's image and trims the log.
     pub image_every: Duration,
+    /// Whether the owner runs the room's worker at the room's `tick` (off
+    /// in tests that drive ticks themselves on virtual time).
+    pub ticks: bool,
 }
 
 impl Default for OwnerOptions {
@@ -41,6 +44,7 @@ impl Default for OwnerOptions {
         Self {
             lease: Duration::from_secs(3),
             image_every: Duration::from_secs(30),
+            ticks: true,
         }
     }
 }
@@ -88,11 +92,16 @@ impl Contender {
             let mut renewed = Instant::now();
             let mut imaged = Instant::now();
             let mut ticked = Instant::now();
+            // The first try comes at once: a room nobody holds (a new one,
+            // or every instance starting together) gets an owner now.
+            let mut first = true;
             loop {
                 let period = match &owned {
+                    _ if first => Duration::ZERO,
                     Some(o) => renew_every.min(o.room.settings().tick),
                     None => options.lease / 4,
                 };
+                first = false;
                 tokio::select! {
                     () = stop.cancelled() => {
                         if let Some(o) = owned.take() {
@@ -146,7 +155,7 @@ impl Contender {
                     tx.send_replace(None);
                     continue;
                 }
-                if ticked.elapsed() >= o.room.settings().tick {
+                if options.ticks && !o.room.is_closed() && ticked.elapsed() >= o.room.settings().tick {
                     o.room.tick();
                     ticked = Instant::now();
                 }

@@ -223,6 +223,7 @@ impl LogWriter {
         p.last += 1;
         let n = p.last;
         drop(p);
+        super::journal::note_appended(n);
         self.wake.notify_one();
         n
     }
@@ -530,6 +531,11 @@ impl Follower {
         drop(guard);
         self.reached.send_replace(at);
         Ok(())
+    }
+
+    /// The log position the replica has reached, whenever it moves.
+    pub fn subscribe(&self) -> watch::Receiver<LogPos> {
+        self.reached.subscribe()
     }
 
     /// Read the replica as it is now (`None` before the room's image is

@@ -45,11 +45,11 @@ use crate::sync::{lock, read, write};
 /// refresh, retried request) gets the same ticket. The HTTP layer derives it
 /// from an `Idempotency-Key` or similar, hashed, so the engine stores 16
 /// bytes whatever the key's length.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Identity(pub u128);
 
 /// How long an identity keeps answering its ticket.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Binding {
     /// For good, ended or not: an origin-signed account holds one place,
     /// once, so an account whose ticket ended cannot queue again.
@@ -82,7 +82,7 @@ pub enum JoinError {
 }
 
 /// What became of a permit that was given back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Handoff {
     /// Went straight to the next waiting ticket.
     To(TicketId),
@@ -93,7 +93,7 @@ pub enum Handoff {
 }
 
 /// What `leave`, `release` or `revoke` did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Departure {
     /// Left the queue before admission.
     LeftQueue,

@@ -254,16 +254,40 @@ impl<T> Patch<T> {
     }
 }
 
+// In JSON a missing key is `Absent` (with `#[serde(default)]`) and `null`
+// is `Null`. A compact format (a change sent to a room's owner) has no
+// missing keys, so it carries all three as `Option<Option<T>>`.
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for Patch<T> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(Option::<T>::deserialize(d)?.map_or(Self::Null, Self::Value))
+        if d.is_human_readable() {
+            return Ok(Option::<T>::deserialize(d)?.map_or(Self::Null, Self::Value));
+        }
+        Ok(match Option::<Option<T>>::deserialize(d)? {
+            None => Self::Absent,
+            Some(None) => Self::Null,
+            Some(Some(v)) => Self::Value(v),
+        })
+    }
+}
+
+impl<T: Serialize> Serialize for Patch<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let nested = match self {
+            Self::Absent => None,
+            Self::Null => Some(None),
+            Self::Value(v) => Some(Some(v)),
+        };
+        if s.is_human_readable() {
+            return nested.flatten().serialize(s);
+        }
+        nested.serialize(s)
     }
 }
 
 /// An operator's change to a running room, already validated: each field
 /// left `None` stays as it is. Applied as one step, so two changes of
 /// different fields made at once both take effect.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RoomPatch {
     pub capacity: Option<u32>,
     pub paused: Option<bool>,

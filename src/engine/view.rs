@@ -199,7 +199,7 @@ impl PermitLedger {
 }
 
 /// What one tick did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TickReport {
     pub opened: bool,
     /// Permits the worker took from the tray into its empty hand.

@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use narabu::backend::Backend;
 use narabu::backend::embedded::EmbeddedBackend;
+use narabu::backend::owned::{OwnedBackend, OwnedOptions};
+use narabu::backend::owner::OwnerOptions;
+use narabu::backend::redis::store::RedisStore;
 use narabu::backend::redis::{RedisBackend, RedisOptions};
 use narabu::engine::{ManualClock, RoomSettings};
 
@@ -170,6 +173,8 @@ pub async fn wait_for_port(port: u16) {
 pub enum Kind {
     Embedded,
     Redis,
+    /// Rooms run by their owners, with Redis as each room's log and bus.
+    Owners,
 }
 
 /// A backend without workers on a manual clock, and what keeps it alive.
@@ -222,6 +227,32 @@ impl Harness {
                             .await
                             .unwrap();
                     backends.push(backend);
+                }
+                Self {
+                    backend: backends[0].clone(),
+                    backends,
+                    clock,
+                    _redis: Some(server),
+                }
+            }
+            Kind::Owners => {
+                let server = RedisServer::start().await;
+                let mut backends: Vec<Arc<dyn Backend>> = Vec::new();
+                for _ in 0..n {
+                    let store = RedisStore::open(&server.url()).await.unwrap();
+                    let options = OwnedOptions {
+                        owner: OwnerOptions {
+                            ticks: false,
+                            ..OwnerOptions::default()
+                        },
+                        ..OwnedOptions::default()
+                    };
+                    backends.push(OwnedBackend::start(
+                        Arc::new(store),
+                        rooms.clone(),
+                        Arc::new(clock.clone()),
+                        options,
+                    ));
                 }
                 Self {
                     backend: backends[0].clone(),

@@ -299,6 +299,7 @@ async fn an_owner_that_dies_is_replaced_within_its_lease_and_loses_nothing_ackno
     let options = OwnerOptions {
         lease: Duration::from_millis(1_000),
         image_every: Duration::from_millis(300),
+        ticks: true,
     };
     let stop = CancellationToken::new();
     let mut contentions = Vec::new();

@@ -16,7 +16,10 @@
 //! are sent with one pipeline per slice.
 //!
 //! A read that waits (`XREAD BLOCK`) runs on a connection of its own, so it
-//! never holds up the commands queued on the shared one.
+//! never holds up the commands queued on the shared one: one connection
+//! given at the start, or, with a [`Connector`], one from a pool that
+//! opens another whenever every pooled one is waiting (an instance reads
+//! each room's log, each owned room's commands and its replies at once).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -69,11 +72,38 @@ fn replies_key(instance: &str) -> String {
     format!("narabu:v{SCHEMA}:{{reply-{instance}}}")
 }
 
+impl RedisStore<redis::aio::MultiplexedConnection> {
+    /// The store on one Redis server (a `redis://` URL), schema checked.
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url).map_err(unavailable)?;
+        let conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(unavailable)?;
+        let connector: Connector<redis::aio::MultiplexedConnection> =
+            std::sync::Arc::new(move || {
+                let client = client.clone();
+                Box::pin(async move { client.get_multiplexed_async_connection().await })
+            });
+        let store = Self::pooled(conn, connector).await.map_err(unavailable)?;
+        store.check_schema().await?;
+        Ok(store)
+    }
+}
+
+/// Opens a connection for reads that wait.
+pub type Connector<C> = std::sync::Arc<
+    dyn Fn() -> futures_util::future::BoxFuture<'static, redis::RedisResult<C>> + Send + Sync,
+>;
+
 /// The store, over a shared connection for everything that does not wait
 /// and a connection of its own for reads that do.
 pub struct RedisStore<C> {
     conn: C,
     blocking: Mutex<C>,
+    /// Connections for reads that wait, when more can be opened.
+    pool: std::sync::Mutex<Vec<C>>,
+    connector: Option<Connector<C>>,
     acquire: Script,
     write: Script,
     extend: Script,
@@ -90,11 +120,22 @@ where
         Self {
             conn,
             blocking: Mutex::new(blocking),
+            pool: std::sync::Mutex::new(Vec::new()),
+            connector: None,
             acquire: Script::new(include_str!("store_acquire.lua")),
             write: Script::new(include_str!("store_append.lua")),
             extend: Script::new(include_str!("lease_extend.lua")),
             give_up: Script::new(include_str!("lease_release.lua")),
         }
+    }
+
+    /// A store whose reads that wait each take a pooled connection, opened
+    /// by `connector` when none is free: any number of readers wait at once.
+    pub async fn pooled(conn: C, connector: Connector<C>) -> redis::RedisResult<Self> {
+        let first = connector().await?;
+        let mut store = Self::new(conn, first);
+        store.connector = Some(connector);
+        Ok(store)
     }
 
     /// Refuse a Redis that holds another schema's rooms, naming what was
@@ -166,10 +207,35 @@ where
                 .unwrap_or(usize::MAX)
                 .max(1);
             let options = options.block(wait_ms);
-            let mut con = self.blocking.lock().await;
-            con.xread_options(&[key], &[&after], &options)
-                .await
-                .map_err(unavailable)?
+            match &self.connector {
+                None => {
+                    let mut con = self.blocking.lock().await;
+                    con.xread_options(&[key], &[&after], &options)
+                        .await
+                        .map_err(unavailable)?
+                }
+                Some(connect) => {
+                    let pooled = self
+                        .pool
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .pop();
+                    let mut con = match pooled {
+                        Some(con) => con,
+                        None => connect().await.map_err(unavailable)?,
+                    };
+                    let reply = con
+                        .xread_options(&[key], &[&after], &options)
+                        .await
+                        .map_err(unavailable)?;
+                    // A connection that failed is dropped, not pooled.
+                    self.pool
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(con);
+                    reply
+                }
+            }
         };
         Ok(reply
             .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect())

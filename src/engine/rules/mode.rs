@@ -102,7 +102,7 @@ impl std::fmt::Display for Mode {
 pub const STOCK_MAX: u64 = 1_000_000_000_000;
 
 /// What a reported purchase did to a room's stock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StockTaken {
     /// Units left after it (never below zero).
     pub left: u64,

@@ -1,0 +1,624 @@
+//! Rooms shared by several instances through a [`RoomStore`]: each room's
+//! owner runs the engine, the store holds the room's log and carries the
+//! other instances' changes to the owner.
+//!
+//! Every instance contends for each room it serves ([`Contender`]); the one
+//! holding the lease runs the engine and answers the room's commands. A
+//! change — a join, a departure, an operator's patch, a tick — is a
+//! [`Cmd`]: the owner applies it to its engine with the same calls the
+//! embedded backend makes ([`calls`]), notes it applied with its answer in
+//! the log, and answers once that is durable; another instance sends it
+//! over the bus ([`Asker`]) and answers its client with the owner's
+//! answer. A command keeps its id across retries, so a change of owner
+//! while it travels applies it once (the new owner finds the id in its
+//! replica) or not yet (it is sent again), never twice.
+//!
+//! Reads never leave the instance. Each instance follows each room's log
+//! into a replica ([`Follower`]) and keeps an engine restored from it,
+//! which statuses, the gate, the streams and operators read. After a
+//! change, the instance waits until its replica holds the change's place
+//! in the log before answering, so a visitor's next read shows at least
+//! what they were told.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::bus::{self, AskError, Asker};
+use super::calls;
+use super::feed::{Placement, RoomFeed, TicketRead};
+use super::join_log::JoinLog;
+use super::owner::{Contender, Owned, OwnerOptions};
+use super::room_log::{Follower, NotDurable};
+use super::spent::SpentNonces;
+use super::store::{Command, LogPos, RoomStore};
+use super::{
+    Backend, BackendError, Ending, JoinOutcome, JoinRequest, RoomPatch, RoomSnapshot, TicketRef,
+    TicketSignal,
+};
+use crate::engine::rules::StockTaken;
+use crate::engine::{
+    Clock, Departure, DrawRecord, Room, RoomId, RoomSettings, TickReport, TicketId, TicketStatus,
+};
+use crate::sync::{read, write};
+
+/// How an instance serves shared rooms.
+#[derive(Clone, Debug)]
+pub struct OwnedOptions {
+    pub owner: OwnerOptions,
+    /// How long a change may take, owner changes included, before its
+    /// client is told to try again.
+    pub answer_within: Duration,
+}
+
+impl Default for OwnedOptions {
+    fn default() -> Self {
+        Self {
+            owner: OwnerOptions::default(),
+            answer_within: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A change to a room, as sent to its owner.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+enum Cmd {
+    Join(JoinRequest),
+    Depart(TicketRef, Ending),
+    Renew(Vec<TicketRef>),
+    Touch(TicketRef),
+    Tick,
+    Patch(RoomPatch),
+    Purchase(u64),
+    Close,
+}
+
+/// What the owner answered a [`Cmd`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+enum Answer {
+    Joined { ticket: TicketRef, is_new: bool },
+    Departed(Departure),
+    Renewed(Duration),
+    Done,
+    Ticked(TickReport),
+    Purchased(Option<StockTaken>),
+}
+
+/// The owner's reply on the bus.
+#[derive(Debug, Serialize, Deserialize)]
+enum Wire {
+    /// Applied: the answer (a `Result<Answer, BackendError>`, as logged)
+    /// and where in the log it is durable.
+    Done { at: LogPos, answer: Vec<u8> },
+    /// Not applied by this owner (it lost the lease): ask again.
+    Retry,
+}
+
+/// The engine as of a place in the room's log, restored from the replica.
+#[derive(Clone)]
+struct View {
+    at: LogPos,
+    room: Arc<Room>,
+}
+
+/// One room on this instance.
+struct Slot {
+    owned: watch::Receiver<Option<Arc<Owned>>>,
+    view: watch::Sender<Option<View>>,
+    /// Counts the views published, for the room's streams.
+    changes: watch::Sender<u64>,
+    /// Fires on every new view: each stream of the room reads its ticket
+    /// again.
+    tickets: Arc<Notify>,
+    stop: CancellationToken,
+}
+
+pub struct OwnedBackend {
+    weak: std::sync::Weak<Self>,
+    store: Arc<dyn RoomStore>,
+    instance: String,
+    clock: Arc<dyn Clock>,
+    options: OwnedOptions,
+    asker: Arc<Asker>,
+    rooms: RwLock<HashMap<RoomId, Arc<Slot>>>,
+    /// The join limit's log and the spent proof-of-work nonces of the
+    /// rooms this instance owns (an owner change starts them afresh).
+    joins: JoinLog,
+    spent: SpentNonces,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl std::fmt::Debug for OwnedBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedBackend")
+            .field("instance", &self.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OwnedBackend {
+    /// Serve `rooms` through `store`: contend for each, follow each. Must be
+    /// called inside a Tokio runtime.
+    pub fn start(
+        store: Arc<dyn RoomStore>,
+        rooms: Vec<RoomSettings>,
+        clock: Arc<dyn Clock>,
+        options: OwnedOptions,
+    ) -> Arc<Self> {
+        let shutdown = CancellationToken::new();
+        let instance = format!("{:016x}", rand::random::<u64>());
+        let backend = Arc::new_cyclic(|weak| Self {
+            weak: weak.clone(),
+            asker: Asker::start(store.clone(), instance.clone(), shutdown.clone()),
+            store,
+            instance,
+            clock,
+            options,
+            rooms: RwLock::new(HashMap::new()),
+            joins: JoinLog::default(),
+            spent: SpentNonces::default(),
+            shutdown,
+            tasks: TaskTracker::new(),
+        });
+        for settings in rooms {
+            backend.serve_room(settings);
+        }
+        backend
+    }
+
+    /// Contend for the room, follow its log and keep its view.
+    fn serve_room(self: &Arc<Self>, settings: RoomSettings) -> Arc<Slot> {
+        let id = settings.id.clone();
+        let stop = self.shutdown.child_token();
+        let contention = Contender {
+            store: self.store.clone(),
+            room: id.clone(),
+            instance: self.instance.clone(),
+            settings,
+            epoch: rand::random(),
+            clock: self.clock.clone(),
+            options: self.options.owner.clone(),
+        }
+        .spawn(stop.clone());
+        let slot = Arc::new(Slot {
+            owned: contention.owned,
+            view: watch::channel(None).0,
+            changes: watch::channel(0).0,
+            tickets: Arc::new(Notify::new()),
+            stop: stop.clone(),
+        });
+        let follower = Follower::spawn(self.store.clone(), id.clone(), stop.clone());
+        self.tasks
+            .spawn(keep_view(follower, slot.clone(), self.clock.clone()));
+        self.tasks
+            .spawn(answer_commands(self.clone(), id.clone(), slot.clone()));
+        write(&self.rooms).insert(id, slot.clone());
+        slot
+    }
+
+    fn slot(&self, id: &RoomId) -> Result<Arc<Slot>, BackendError> {
+        read(&self.rooms)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| BackendError::NoSuchRoom(id.clone()))
+    }
+
+    /// The room's view once it holds the log up to `at`.
+    async fn view_at(&self, slot: &Slot, at: LogPos) -> Result<View, BackendError> {
+        let mut rx = slot.view.subscribe();
+        let seen = tokio::time::timeout(
+            self.options.answer_within,
+            rx.wait_for(|v| v.as_ref().is_some_and(|v| v.at >= at)),
+        )
+        .await;
+        match seen {
+            Ok(Ok(v)) => Ok(v.clone().expect("waited for a view")),
+            _ => Err(BackendError::Unavailable(
+                "this instance's copy of the room is behind its log".into(),
+            )),
+        }
+    }
+
+    /// The room's view as it is now.
+    async fn view(&self, id: &RoomId) -> Result<View, BackendError> {
+        self.view_at(&*self.slot(id)?, LogPos::START).await
+    }
+
+    /// Make a change: on this instance when it owns the room, else on the
+    /// owner; then wait until this instance's view holds it.
+    async fn command(&self, id: &RoomId, cmd: Cmd) -> Result<(Answer, View), BackendError> {
+        let slot = self.slot(id)?;
+        let body = postcard::to_allocvec(&cmd).expect("commands serialize");
+        let cmd_id = Asker::new_id();
+        let deadline = Instant::now() + self.options.answer_within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(BackendError::Unavailable(
+                    "the room's owner did not answer in time".into(),
+                ));
+            }
+            let owned = slot.owned.borrow().clone();
+            let wire = match owned {
+                Some(o) => {
+                    let (answer, n) = self.apply(&o, cmd_id, &body);
+                    durable(&o, n, answer, left).await
+                }
+                None => match self
+                    .asker
+                    .ask(id, cmd_id, body.clone(), left.min(ASK_WAIT))
+                    .await
+                {
+                    Ok(bytes) => postcard::from_bytes(&bytes).unwrap_or(Wire::Retry),
+                    Err(AskError::TimedOut) => Wire::Retry,
+                    Err(AskError::Store(e)) => {
+                        tracing::debug!(room = %id, error = %e, "command not sent");
+                        tokio::time::sleep(RETRY_PAUSE.min(left)).await;
+                        Wire::Retry
+                    }
+                },
+            };
+            let Wire::Done { at, answer } = wire else {
+                continue;
+            };
+            let answer: Result<Answer, BackendError> = postcard::from_bytes(&answer)
+                .map_err(|_| BackendError::Unavailable("the owner's answer cannot be read".into()))?;
+            let view = self.view_at(&slot, at).await?;
+            return Ok((answer?, view));
+        }
+    }
+
+    /// Apply one command on the owner, once: a command applied before
+    /// (asked again after a timeout, or by a previous owner) gets its
+    /// first answer. The answer as logged, and the record to wait for.
+    fn apply(&self, o: &Owned, id: u128, body: &[u8]) -> (Vec<u8>, u64) {
+        if let Some(answer) = o.writer.applied(id) {
+            return (answer, o.writer.appended());
+        }
+        let answer = match postcard::from_bytes::<Cmd>(body) {
+            Ok(cmd) => self.run(&o.room, cmd),
+            Err(_) => Err(BackendError::Unavailable(
+                "a command from another instance cannot be read".into(),
+            )),
+        };
+        let answer = postcard::to_allocvec(&answer).expect("answers serialize");
+        let n = o.writer.append_applied(id, answer.clone());
+        (answer, n)
+    }
+
+    /// A command's effect on the engine: the same calls the embedded
+    /// backend makes.
+    fn run(&self, room: &Room, cmd: Cmd) -> Result<Answer, BackendError> {
+        match cmd {
+            Cmd::Join(request) => {
+                let done = calls::join(room, &request, &self.joins, &self.spent, || 0)?;
+                Ok(Answer::Joined {
+                    ticket: TicketRef {
+                        epoch: room.epoch(),
+                        id: u64::from(done.ticket),
+                    },
+                    is_new: done.is_new,
+                })
+            }
+            Cmd::Depart(t, how) => calls::depart(room, t, how).map(|(d, _)| Answer::Departed(d)),
+            Cmd::Renew(tickets) => Ok(Answer::Renewed(calls::renew(room, &tickets))),
+            Cmd::Touch(t) => {
+                room.touch(calls::ticket(room, t)?);
+                Ok(Answer::Done)
+            }
+            Cmd::Tick => Ok(Answer::Ticked(room.tick())),
+            Cmd::Patch(patch) => {
+                if room.is_closed() {
+                    return Err(BackendError::Closed(room.id().clone()));
+                }
+                room.patch(&patch);
+                Ok(Answer::Done)
+            }
+            Cmd::Purchase(n) => Ok(Answer::Purchased(room.purchase(n))),
+            Cmd::Close => {
+                room.close();
+                Ok(Answer::Done)
+            }
+        }
+    }
+
+    fn ticket_in(view: &View, t: TicketRef) -> Result<TicketId, BackendError> {
+        calls::ticket(&view.room, t)
+    }
+}
+
+/// How long one ask waits before it is sent again (same id).
+const ASK_WAIT: Duration = Duration::from_secs(1);
+/// A pause before asking again after the store failed.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// Wait until record `n` is in the log: the reply to send.
+async fn durable(o: &Owned, n: u64, answer: Vec<u8>, within: Duration) -> Wire {
+    match o.writer.wait_durable(n, within).await {
+        Ok(at) => Wire::Done { at, answer },
+        Err(NotDurable::Fenced | NotDurable::TimedOut) => Wire::Retry,
+    }
+}
+
+/// Keep the room's view: an engine restored from the replica each time
+/// the replica moves (moves that come while one is restored are taken
+/// together).
+async fn keep_view(follower: Arc<Follower>, slot: Arc<Slot>, clock: Arc<dyn Clock>) {
+    let mut reached = follower.subscribe();
+    loop {
+        tokio::select! {
+            () = slot.stop.cancelled() => return,
+            r = reached.changed() => if r.is_err() { return },
+        }
+        let Some((at, image)) = follower.read(|r| r.map(|r| (r.at, r.image.clone()))) else {
+            continue;
+        };
+        let room = Room::restore(image, clock.clone(), None);
+        slot.view.send_replace(Some(View { at, room }));
+        slot.changes.send_modify(|n| *n += 1);
+        slot.tickets.notify_waiters();
+    }
+}
+
+/// While this instance owns the room, answer the commands sent to it.
+async fn answer_commands(backend: Arc<OwnedBackend>, id: RoomId, slot: Arc<Slot>) {
+    let mut owned = slot.owned.clone();
+    let stop = slot.stop.clone();
+    drop(slot);
+    loop {
+        let current = owned.borrow_and_update().clone();
+        let serving = current.map(|o| {
+            let until = stop.child_token();
+            let b = backend.clone();
+            let task = tokio::spawn(bus::serve(
+                backend.store.clone(),
+                id.clone(),
+                until.clone(),
+                move |commands: Vec<Command>| {
+                    let (b, o) = (b.clone(), o.clone());
+                    async move {
+                        let applied: Vec<(Vec<u8>, u64)> = commands
+                            .iter()
+                            .map(|c| b.apply(&o, c.id, &c.body))
+                            .collect();
+                        let last = applied.iter().map(|(_, n)| *n).max().unwrap_or(0);
+                        let at = o.writer.wait_durable(last, b.options.answer_within).await;
+                        applied
+                            .into_iter()
+                            .map(|(answer, _)| {
+                                let wire = match at {
+                                    Ok(at) => Wire::Done { at, answer },
+                                    Err(_) => Wire::Retry,
+                                };
+                                postcard::to_allocvec(&wire).expect("replies serialize")
+                            })
+                            .collect()
+                    }
+                },
+            ));
+            (until, task)
+        });
+        tokio::select! {
+            () = stop.cancelled() => return,
+            r = owned.changed() => if r.is_err() { return },
+        }
+        if let Some((until, task)) = serving {
+            until.cancel();
+            let _ = task.await;
+        }
+    }
+}
+
+/// A room's feed on this instance: its view and the count of views.
+struct ViewFeed(Arc<Slot>);
+
+impl ViewFeed {
+    fn room(&self) -> Option<Arc<Room>> {
+        self.0.view.borrow().as_ref().map(|v| v.room.clone())
+    }
+}
+
+impl RoomFeed for ViewFeed {
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.0.changes.subscribe()
+    }
+
+    fn room_facts(&self) -> crate::engine::rules::RoomFacts {
+        self.room().map(|r| r.facts()).unwrap_or_default()
+    }
+
+    fn ahead(&self, lane: u8, qi: u64) -> Option<u64> {
+        self.room()?.lane(lane)?.ahead(u32::try_from(qi).ok()?)
+    }
+
+    fn placement(&self, ticket: u64) -> Option<Placement> {
+        let (qi, initial_ahead) = self.room()?.placement(TicketId::try_from(ticket).ok()?)?;
+        Some(Placement {
+            qi: u64::from(qi),
+            initial_ahead: u64::from(initial_ahead),
+        })
+    }
+}
+
+#[async_trait]
+impl Backend for OwnedBackend {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    fn clock(&self) -> Arc<dyn Clock> {
+        self.clock.clone()
+    }
+
+    async fn ready(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    async fn epoch(&self, room: &RoomId) -> Result<u64, BackendError> {
+        Ok(self.view(room).await?.room.epoch())
+    }
+
+    async fn join(&self, room: &RoomId, request: JoinRequest) -> Result<JoinOutcome, BackendError> {
+        let (answer, view) = self.command(room, Cmd::Join(request)).await?;
+        let Answer::Joined { ticket, is_new } = answer else {
+            return Err(unexpected());
+        };
+        let status = view
+            .room
+            .status(Self::ticket_in(&view, ticket)?)
+            .ok_or(BackendError::NoSuchTicket)?;
+        Ok(JoinOutcome {
+            ticket,
+            is_new,
+            status,
+        })
+    }
+
+    async fn status(
+        &self,
+        room: &RoomId,
+        ticket: TicketRef,
+        touch: bool,
+    ) -> Result<TicketStatus, BackendError> {
+        let view = if touch {
+            self.command(room, Cmd::Touch(ticket)).await?.1
+        } else {
+            self.view(room).await?
+        };
+        let id = Self::ticket_in(&view, ticket)?;
+        view.room.status(id).ok_or(BackendError::NoSuchTicket)
+    }
+
+    async fn renew(&self, room: &RoomId, tickets: &[TicketRef]) -> Result<Duration, BackendError> {
+        match self.command(room, Cmd::Renew(tickets.to_vec())).await?.0 {
+            Answer::Renewed(grace) => Ok(grace),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn depart(
+        &self,
+        room: &RoomId,
+        ticket: TicketRef,
+        how: Ending,
+    ) -> Result<Departure, BackendError> {
+        match self.command(room, Cmd::Depart(ticket, how)).await?.0 {
+            Answer::Departed(d) => Ok(d),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn draw(&self, room: &RoomId) -> Result<Option<DrawRecord>, BackendError> {
+        Ok(self.view(room).await?.room.draw_record())
+    }
+
+    async fn tick(&self, room: &RoomId) -> Result<TickReport, BackendError> {
+        match self.command(room, Cmd::Tick).await?.0 {
+            Answer::Ticked(report) => Ok(report),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn feed(&self, room: &RoomId) -> Result<Arc<dyn RoomFeed>, BackendError> {
+        let slot = self.slot(room)?;
+        self.view_at(&slot, LogPos::START).await?;
+        Ok(Arc::new(ViewFeed(slot)))
+    }
+
+    async fn watch_ticket(
+        &self,
+        room: &RoomId,
+        ticket: TicketRef,
+    ) -> Result<TicketSignal, BackendError> {
+        let slot = self.slot(room)?;
+        let view = self.view_at(&slot, LogPos::START).await?;
+        Self::ticket_in(&view, ticket)?;
+        Ok(TicketSignal::new(slot.tickets.clone(), |_| {}))
+    }
+
+    async fn read_ticket(
+        &self,
+        room: &RoomId,
+        ticket: TicketRef,
+    ) -> Result<TicketRead, BackendError> {
+        let view = self.view(room).await?;
+        let (facts, ahead) = view
+            .room
+            .ticket_facts(Self::ticket_in(&view, ticket)?)
+            .ok_or(BackendError::NoSuchTicket)?;
+        Ok(TicketRead { facts, ahead })
+    }
+
+    async fn list_rooms(&self) -> Result<Vec<RoomSnapshot>, BackendError> {
+        let ids: Vec<RoomId> = read(&self.rooms).keys().cloned().collect();
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            out.push(calls::snapshot(&self.view(&id).await?.room));
+        }
+        out.sort_by(|a, b| a.settings.id.cmp(&b.settings.id));
+        Ok(out)
+    }
+
+    async fn room(&self, room: &RoomId) -> Result<RoomSnapshot, BackendError> {
+        Ok(calls::snapshot(&self.view(room).await?.room))
+    }
+
+    async fn put_room(&self, settings: RoomSettings) -> Result<RoomSnapshot, BackendError> {
+        let id = settings.id.clone();
+        if self.slot(&id).is_ok() {
+            // Replacing a running room needs its owner to start a new
+            // incarnation in the log; until then it is refused rather than
+            // half done.
+            return Err(BackendError::Unavailable(
+                "replacing a room is not supported on this deployment yet".into(),
+            ));
+        }
+        let me = self.weak.upgrade().ok_or_else(|| {
+            BackendError::Unavailable("this instance is shutting down".into())
+        })?;
+        let slot = me.serve_room(settings);
+        let view = self.view_at(&slot, LogPos::START).await?;
+        Ok(calls::snapshot(&view.room))
+    }
+
+    async fn patch_room(
+        &self,
+        room: &RoomId,
+        patch: RoomPatch,
+    ) -> Result<RoomSnapshot, BackendError> {
+        let (_, view) = self.command(room, Cmd::Patch(patch)).await?;
+        Ok(calls::snapshot(&view.room))
+    }
+
+    async fn purchase(
+        &self,
+        room: &RoomId,
+        purchased: u64,
+    ) -> Result<Option<StockTaken>, BackendError> {
+        match self.command(room, Cmd::Purchase(purchased)).await?.0 {
+            Answer::Purchased(taken) => Ok(taken),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn close_room(&self, room: &RoomId) -> Result<(), BackendError> {
+        self.command(room, Cmd::Close).await.map(|_| ())
+    }
+
+    async fn shutdown(&self) {
+        self.shutdown.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}
+
+fn unexpected() -> BackendError {
+    BackendError::Unavailable("the room's owner answered another question".into())
+}
