@@ -357,10 +357,15 @@ async fn keep_view(follower: Arc<Follower>, slot: Arc<Slot>, clock: Arc<dyn Cloc
             () = slot.stop.cancelled() => return,
             r = reached.changed() => if r.is_err() { return },
         }
-        let Some((at, image)) = follower.read(|r| r.map(|r| (r.at, r.image.clone()))) else {
+        let Some((at, image, tally)) =
+            follower.read(|r| r.map(|r| (r.at, r.image.clone(), r.tally.clone())))
+        else {
             continue;
         };
         let room = Room::restore(image, clock.clone(), None);
+        if let Some(tally) = &tally {
+            room.adopt(tally);
+        }
         slot.view.send_replace(Some(View { at, room }));
         slot.changes.send_modify(|n| *n += 1);
         slot.tickets.notify_waiters();

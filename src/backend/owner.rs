@@ -217,11 +217,18 @@ async fn take_over(
         Some(replica) => Room::restore(replica.image, clock.clone(), Some(sink)),
         None => {
             let engine = Room::create(settings.clone(), clock.clone(), epoch, Some(sink));
-            let first = encode_image(0, Default::default(), &engine.image(), &Default::default());
+            let first = encode_image(
+                0,
+                Default::default(),
+                &engine.image(),
+                &Default::default(),
+                None,
+            );
             store.put_image(room, &fence, &first).await?;
             engine
         }
     };
+    writer.tally_from(&engine);
     Ok(Arc::new(Owned {
         room: engine,
         writer,
@@ -240,7 +247,13 @@ async fn store_image(store: &dyn RoomStore, room: &RoomId, o: &Owned) -> Result<
         .put_image(
             room,
             &o.fence,
-            &encode_image(last, at, &image, &o.writer.applied_window()),
+            &encode_image(
+                last,
+                at,
+                &image,
+                &o.writer.applied_window(),
+                Some(&o.room.tally()),
+            ),
         )
         .await?;
     store.trim(room, at).await

@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 
 use super::store::{Entry, Fence, Image, LogPos, RoomStore, StoreError};
-use crate::engine::{EventRecord, EventSink, RoomEvent, RoomId, RoomImage};
+use crate::engine::{EventRecord, EventSink, Room, RoomEvent, RoomId, RoomImage, RoomTally};
 
 /// One record of a room's log.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -45,6 +45,8 @@ pub enum LogRecord {
     /// A command from another instance was applied, and this was its
     /// answer.
     Applied { id: u128, reply: Vec<u8> },
+    /// The owner's figures as the batch left (the last record of each).
+    Tally(Box<RoomTally>),
 }
 
 /// [`LogRecord`] as encoded without copying what it carries: serde
@@ -53,6 +55,7 @@ pub enum LogRecord {
 enum LogRecordRef<'a> {
     Event(&'a EventRecord),
     Applied { id: u128, reply: &'a [u8] },
+    Tally(&'a RoomTally),
 }
 
 /// The ids of the commands applied lately, with their answers: enough to
@@ -119,6 +122,9 @@ pub enum NotDurable {
 /// batches under its fence.
 pub struct LogWriter {
     pending: Mutex<Pending>,
+    /// The engine whose tally closes each batch, once it is built (the
+    /// engine is made with the writer as its sink).
+    tallied: std::sync::OnceLock<std::sync::Weak<Room>>,
     applied: Mutex<Applied>,
     wake: Arc<Notify>,
     progress: watch::Sender<Progress>,
@@ -159,6 +165,7 @@ impl LogWriter {
                 ..Pending::default()
             }),
             applied: Mutex::new(applied),
+            tallied: std::sync::OnceLock::new(),
             wake: Arc::new(Notify::new()),
             progress,
         });
@@ -182,7 +189,15 @@ impl LogWriter {
     /// store.
     pub fn append(&self, record: &EventRecord) -> u64 {
         // Encoded borrowed: the same bytes as `LogRecord::Event(record)`.
-        self.push(&LogRecordRef::Event(record))
+        let n = self.push(&LogRecordRef::Event(record));
+        super::journal::note_appended(n);
+        n
+    }
+
+    /// Close every batch with this engine's tally, so replicas show its
+    /// figures.
+    pub fn tally_from(&self, room: &Arc<Room>) {
+        let _ = self.tallied.set(Arc::downgrade(room));
     }
 
     /// Note that the command `id` was applied with this answer; its number.
@@ -190,6 +205,7 @@ impl LogWriter {
     /// answers the command again rather than applying it twice.
     pub fn append_applied(&self, id: u128, reply: Vec<u8>) -> u64 {
         let n = self.push(&LogRecordRef::Applied { id, reply: &reply });
+        super::journal::note_appended(n);
         self.applied
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -223,7 +239,6 @@ impl LogWriter {
         p.last += 1;
         let n = p.last;
         drop(p);
-        super::journal::note_appended(n);
         self.wake.notify_one();
         n
     }
@@ -278,6 +293,11 @@ async fn run(
     let mut backoff = Duration::from_millis(10);
     loop {
         let Some(w) = writer.upgrade() else { return };
+        if w.pending().count > 0
+            && let Some(room) = w.tallied.get().and_then(std::sync::Weak::upgrade)
+        {
+            w.push(&LogRecordRef::Tally(&room.tally()));
+        }
         let (bytes, count, last) = {
             let mut p = w.pending();
             (
@@ -350,6 +370,8 @@ pub struct Replica {
     pub applied: Applied,
     /// The number of the last record applied.
     pub last: u64,
+    /// The owner's figures as of the last batch applied.
+    pub tally: Option<RoomTally>,
     /// The log position of the last batch applied.
     pub at: LogPos,
 }
@@ -357,10 +379,16 @@ pub struct Replica {
 /// A room's image as stored: the number of the last record it holds
 /// (it may hold some after it too: replay is idempotent), and the log
 /// position after which the records it may lack begin.
-pub fn encode_image(last: u64, at: LogPos, image: &RoomImage, applied: &Applied) -> Image {
+pub fn encode_image(
+    last: u64,
+    at: LogPos,
+    image: &RoomImage,
+    applied: &Applied,
+    tally: Option<&RoomTally>,
+) -> Image {
     Image {
         at,
-        bytes: postcard::to_allocvec(&(last, image, applied)).expect("images serialize"),
+        bytes: postcard::to_allocvec(&(last, image, applied, tally)).expect("images serialize"),
     }
 }
 
@@ -371,6 +399,7 @@ impl Replica {
             image,
             applied: Applied::default(),
             last: 0,
+            tally: None,
             at: LogPos::START,
         }
     }
@@ -380,12 +409,14 @@ impl Replica {
         let Some(stored) = store.image(room).await? else {
             return Ok(None);
         };
-        let (last, image, applied): (u64, RoomImage, Applied) = postcard::from_bytes(&stored.bytes)
+        let (last, image, applied, tally): (u64, RoomImage, Applied, Option<RoomTally>) =
+            postcard::from_bytes(&stored.bytes)
             .map_err(|_| StoreError::Damaged(format!("the image of {room} cannot be read")))?;
         Ok(Some(Self {
             image,
             applied,
             last,
+            tally,
             at: stored.at,
         }))
     }
@@ -408,6 +439,7 @@ impl Replica {
                 match record {
                     LogRecord::Event(event) => self.image.apply(event.as_event()),
                     LogRecord::Applied { id, reply } => self.applied.insert(*id, reply.clone()),
+                    LogRecord::Tally(tally) => self.tally = Some((**tally).clone()),
                 }
                 self.last = n;
             }

@@ -51,6 +51,11 @@ pub enum RoomEvent<'a> {
     Settings(&'a RoomSettings),
     /// The room was closed.
     Closed,
+    /// The head passed a waiting ticket whose visitor was away: it keeps
+    /// its number, out of the line, until they come back.
+    Away { ticket: TicketId, at: u64 },
+    /// An away ticket's visitor came back: first in line again.
+    Back { ticket: TicketId, at: u64 },
 }
 
 /// Receives a room's events. Implementations must be quick and must not
@@ -92,6 +97,16 @@ pub enum EventRecord {
     /// rare (an operator's change).
     Settings(Box<RoomSettings>),
     Closed,
+    // Added after the others: a record's variant is its position, so
+    // journals written before presence was recorded still read.
+    Away {
+        ticket: TicketId,
+        at: u64,
+    },
+    Back {
+        ticket: TicketId,
+        at: u64,
+    },
 }
 
 impl From<RoomEvent<'_>> for EventRecord {
@@ -121,6 +136,8 @@ impl From<RoomEvent<'_>> for EventRecord {
             },
             RoomEvent::Settings(s) => Self::Settings(Box::new(s.clone())),
             RoomEvent::Closed => Self::Closed,
+            RoomEvent::Away { ticket, at } => Self::Away { ticket, at },
+            RoomEvent::Back { ticket, at } => Self::Back { ticket, at },
         }
     }
 }
@@ -159,6 +176,14 @@ impl EventRecord {
             Self::Opened { order, at } => RoomEvent::Opened { order, at: *at },
             Self::Settings(s) => RoomEvent::Settings(s),
             Self::Closed => RoomEvent::Closed,
+            Self::Away { ticket, at } => RoomEvent::Away {
+                ticket: *ticket,
+                at: *at,
+            },
+            Self::Back { ticket, at } => RoomEvent::Back {
+                ticket: *ticket,
+                at: *at,
+            },
         }
     }
 }

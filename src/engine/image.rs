@@ -94,7 +94,8 @@ pub struct RoomImage {
 fn rank(state: Option<TicketState>) -> u8 {
     match state {
         None => 0,
-        Some(TicketState::Waiting) => 1,
+        // Away is waiting out of the line: a ticket moves between the two.
+        Some(TicketState::Waiting | TicketState::Away) => 1,
         Some(TicketState::Admitted) => 2,
         Some(_) => 3,
     }
@@ -205,6 +206,20 @@ impl RoomImage {
             }
             RoomEvent::Settings(s) => self.settings = s.clone(),
             RoomEvent::Closed => self.closed = true,
+            // Between waiting and away only: an ended ticket stays ended.
+            RoomEvent::Away { ticket, .. } => {
+                let t = self.slot(ticket);
+                if t.state == Some(TicketState::Waiting) {
+                    t.state = Some(TicketState::Away);
+                }
+            }
+            RoomEvent::Back { ticket, at } => {
+                let t = self.slot(ticket);
+                if t.state == Some(TicketState::Away) {
+                    t.state = Some(TicketState::Waiting);
+                    t.last_seen = t.last_seen.max(at);
+                }
+            }
         }
     }
 
@@ -338,12 +353,7 @@ impl Room {
         let c = &self.counters;
         let (mut waiting, mut admitted) = (0u64, 0u64);
         for (id, t) in tickets.iter().enumerate() {
-            // Presence is not journalled: after a restart an away ticket
-            // waits again, and the head judges it afresh.
-            let state = match t.state.unwrap_or(TicketState::Left) {
-                TicketState::Away => TicketState::Waiting,
-                s => s,
-            };
+            let state = t.state.unwrap_or(TicketState::Left);
             let ticket = Ticket::restore(state, t);
             self.tickets.push(ticket);
             if let Some(identity) = t.identity {
@@ -358,7 +368,13 @@ impl Room {
                         | TicketState::Revoked
                 );
             let counter = match state {
-                TicketState::Waiting | TicketState::Away => {
+                // Out of the line until its visitor comes back; the worker
+                // abandons it if they stay quiet past `queue_idle`.
+                TicketState::Away => {
+                    self.skipped_log.push(id as TicketId);
+                    None
+                }
+                TicketState::Waiting => {
                     waiting += 1;
                     if let Some(line) = self.lines.get(usize::from(t.lane)) {
                         line.waiting.fetch_add(1, Ordering::Relaxed);

@@ -37,6 +37,7 @@ mod lottery;
 mod room;
 pub mod rules;
 mod settings;
+mod tally;
 mod ticket;
 mod view;
 mod worker;
@@ -64,5 +65,6 @@ pub use rules::{
 pub use settings::{
     InvalidRoomId, LaneSpec, Order, Patch, RoomId, RoomPatch, RoomSettings, UnknownLane,
 };
+pub use tally::RoomTally;
 pub use ticket::TicketId;
 pub use view::{LaneView, PermitLedger, RoomStats, RoomView, TickReport, WaitSnapshot};

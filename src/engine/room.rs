@@ -712,9 +712,10 @@ impl Room {
         self.line_of(t).waiting.fetch_sub(1, Ordering::AcqRel);
         self.counters.skips.fetch_add(1, Ordering::Relaxed);
         self.skipped_log.push(id);
+        let now = self.clock.now_ms();
+        self.emit(RoomEvent::Away { ticket: id, at: now });
         self.notify_ticket(id);
         // A sign of life that raced the skip may have missed it: look again.
-        let now = self.clock.now_ms();
         if self.hot.presence().at_head(t.last_seen(), now) == AtHead::Admit {
             self.come_back(id, t);
         }
@@ -732,6 +733,10 @@ impl Room {
         line.waiting.fetch_add(1, Ordering::AcqRel);
         self.counters.returns.fetch_add(1, Ordering::Relaxed);
         line.index.go_back(qi);
+        self.emit(RoomEvent::Back {
+            ticket: id,
+            at: self.clock.now_ms(),
+        });
         self.changes.mark();
         self.notify_ticket(id);
     }

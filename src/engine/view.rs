@@ -122,6 +122,14 @@ impl WaitHistogram {
         self.sum_ms.fetch_add(wait_ms, Ordering::Relaxed);
     }
 
+    /// Take another histogram's counts (a replica adopting its owner's).
+    pub(crate) fn set(&self, from: &WaitSnapshot) {
+        for (bucket, &count) in self.buckets.iter().zip(&from.counts) {
+            bucket.store(count, Ordering::Relaxed);
+        }
+        self.sum_ms.store(from.sum_ms, Ordering::Relaxed);
+    }
+
     pub(crate) fn snapshot(&self) -> WaitSnapshot {
         WaitSnapshot {
             counts: std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),
@@ -131,7 +139,7 @@ impl WaitHistogram {
 }
 
 /// A copy of the wait histogram.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WaitSnapshot {
     /// Count per bucket of `WAIT_BUCKETS_MS` (not cumulative).
     pub counts: [u64; WAIT_BUCKETS_MS.len()],

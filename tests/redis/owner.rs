@@ -55,7 +55,7 @@ async fn first_owner(redis: &RedisServer, clock: &Arc<ManualClock>, ttl: Duratio
         .put_image(
             &sale(),
             &fence,
-            &encode_image(0, LogPos::START, &room.image(), &Applied::default()),
+            &encode_image(0, LogPos::START, &room.image(), &Applied::default(), None),
         )
         .await
         .unwrap();
@@ -182,7 +182,13 @@ async fn the_owner_logs_its_engine_and_a_new_owner_goes_on_from_the_log() {
     b.put_image(
         &sale(),
         &fence_b,
-        &encode_image(replica.last, replica.at, &replica.image, &replica.applied),
+        &encode_image(
+            replica.last,
+            replica.at,
+            &replica.image,
+            &replica.applied,
+            None,
+        ),
     )
     .await
     .unwrap();
@@ -479,7 +485,7 @@ async fn a_followers_replica_reaches_each_acknowledged_write_and_survives_a_trim
         .put_image(
             &sale(),
             &fence,
-            &encode_image(last, at, &room_a.image(), &Applied::default()),
+            &encode_image(last, at, &room_a.image(), &Applied::default(), None),
         )
         .await
         .unwrap();
@@ -648,7 +654,7 @@ async fn a_command_in_flight_at_a_change_of_owner_is_applied_once() {
     b.put_image(
         &sale(),
         &fence_b,
-        &encode_image(last, at, &room_b.image(), &writer_b.applied_window()),
+        &encode_image(last, at, &room_b.image(), &writer_b.applied_window(), None),
     )
     .await
     .unwrap();
