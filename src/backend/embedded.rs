@@ -31,8 +31,8 @@ use super::{
 use crate::config::Durability;
 use crate::engine::rules::StockTaken;
 use crate::engine::{
-    Clock, Departure, DrawRecord, EventSink, Room, RoomEvent, RoomId,
-    RoomSettings, TickReport, TicketId, TicketState, TicketStatus,
+    Clock, Departure, DrawRecord, EventSink, Room, RoomEvent, RoomId, RoomSettings, TickReport,
+    TicketId, TicketState, TicketStatus,
 };
 use crate::sync::{read, write};
 

@@ -35,7 +35,7 @@ use super::calls;
 use super::feed::{Placement, RoomFeed, TicketRead};
 use super::join_log::JoinLog;
 use super::owner::{Contender, Owned, OwnerOptions};
-use super::room_log::{Follower, NotDurable};
+use super::room_log::{Follower, NotDurable, Replica};
 use super::spent::SpentNonces;
 use super::store::{Command, LogPos, RoomStore};
 use super::{
@@ -77,6 +77,8 @@ enum Cmd {
     Patch(RoomPatch),
     Purchase(u64),
     Close,
+    /// Replace the room with a new incarnation.
+    Put(RoomSettings),
 }
 
 /// What the owner answered a [`Cmd`].
@@ -110,6 +112,8 @@ struct View {
 /// One room on this instance.
 struct Slot {
     owned: watch::Receiver<Option<Arc<Owned>>>,
+    /// Follows the room's log into the replica the view is built from.
+    follower: std::sync::OnceLock<Arc<Follower>>,
     view: watch::Sender<Option<View>>,
     /// Counts the views published, for the room's streams.
     changes: watch::Sender<u64>,
@@ -189,14 +193,19 @@ impl OwnedBackend {
         .spawn(stop.clone());
         let slot = Arc::new(Slot {
             owned: contention.owned,
+            follower: std::sync::OnceLock::new(),
             view: watch::channel(None).0,
             changes: watch::channel(0).0,
             tickets: Arc::new(Notify::new()),
             stop: stop.clone(),
         });
-        let follower = Follower::spawn(self.store.clone(), id.clone(), stop.clone());
-        self.tasks
-            .spawn(keep_view(follower, slot.clone(), self.clock.clone()));
+        let (viewed, clock) = (Arc::downgrade(&slot), self.clock.clone());
+        let follower = Follower::observed(self.store.clone(), id.clone(), stop.clone(), move |r| {
+            if let Some(slot) = viewed.upgrade() {
+                keep_view(&slot, r, &clock);
+            }
+        });
+        let _ = slot.follower.set(follower);
         self.tasks
             .spawn(answer_commands(self.clone(), id.clone(), slot.clone()));
         write(&self.rooms).insert(id, slot.clone());
@@ -268,8 +277,10 @@ impl OwnedBackend {
             let Wire::Done { at, answer } = wire else {
                 continue;
             };
-            let answer: Result<Answer, BackendError> = postcard::from_bytes(&answer)
-                .map_err(|_| BackendError::Unavailable("the owner's answer cannot be read".into()))?;
+            let answer: Result<Answer, BackendError> =
+                postcard::from_bytes(&answer).map_err(|_| {
+                    BackendError::Unavailable("the owner's answer cannot be read".into())
+                })?;
             let view = self.view_at(&slot, at).await?;
             return Ok((answer?, view));
         }
@@ -283,7 +294,11 @@ impl OwnedBackend {
             return (answer, o.writer.appended());
         }
         let answer = match postcard::from_bytes::<Cmd>(body) {
-            Ok(cmd) => self.run(&o.room, cmd),
+            Ok(Cmd::Put(settings)) => {
+                o.replace(settings);
+                Ok(Answer::Done)
+            }
+            Ok(cmd) => self.run(&o.room(), cmd),
             Err(_) => Err(BackendError::Unavailable(
                 "a command from another instance cannot be read".into(),
             )),
@@ -326,14 +341,42 @@ impl OwnedBackend {
                 room.close();
                 Ok(Answer::Done)
             }
+            // Applied on the owner itself (see `apply`).
+            Cmd::Put(_) => Err(unexpected()),
         }
     }
 
     fn ticket_in(view: &View, t: TicketRef) -> Result<TicketId, BackendError> {
         calls::ticket(&view.room, t)
     }
+
+    /// The view that knows ticket `t`: a ticket issued through another
+    /// instance may be a moment ahead of this one's replica, so an unknown
+    /// ticket waits briefly for the replica to move before it is refused.
+    async fn view_with(
+        &self,
+        room: &RoomId,
+        t: TicketRef,
+    ) -> Result<(View, TicketId), BackendError> {
+        let slot = self.slot(room)?;
+        let mut moves = slot.view.subscribe();
+        let deadline = tokio::time::Instant::now() + UNKNOWN_TICKET_WAIT;
+        loop {
+            let view = self.view_at(&slot, LogPos::START).await?;
+            match Self::ticket_in(&view, t) {
+                Err(BackendError::NoSuchTicket)
+                    if tokio::time::timeout_at(deadline, moves.changed())
+                        .await
+                        .is_ok_and(|r| r.is_ok()) => {}
+                found => return found.map(|id| (view, id)),
+            }
+        }
+    }
 }
 
+/// How long a read of a ticket this instance's replica does not know yet
+/// waits for the replica to move.
+const UNKNOWN_TICKET_WAIT: Duration = Duration::from_millis(250);
 /// How long one ask waits before it is sent again (same id).
 const ASK_WAIT: Duration = Duration::from_secs(1);
 /// A pause before asking again after the store failed.
@@ -347,29 +390,27 @@ async fn durable(o: &Owned, n: u64, answer: Vec<u8>, within: Duration) -> Wire {
     }
 }
 
-/// Keep the room's view: an engine restored from the replica each time
-/// the replica moves (moves that come while one is restored are taken
-/// together).
-async fn keep_view(follower: Arc<Follower>, slot: Arc<Slot>, clock: Arc<dyn Clock>) {
-    let mut reached = follower.subscribe();
-    loop {
-        tokio::select! {
-            () = slot.stop.cancelled() => return,
-            r = reached.changed() => if r.is_err() { return },
-        }
-        let Some((at, image, tally)) =
-            follower.read(|r| r.map(|r| (r.at, r.image.clone(), r.tally.clone())))
-        else {
-            continue;
-        };
-        let room = Room::restore(image, clock.clone(), None);
-        if let Some(tally) = &tally {
-            room.adopt(tally);
-        }
-        slot.view.send_replace(Some(View { at, room }));
-        slot.changes.send_modify(|n| *n += 1);
-        slot.tickets.notify_waiters();
+/// Keep the room's view: an engine restored from the replica each time the
+/// replica moves, showing the owner's figures and every position this copy
+/// showed before.
+fn keep_view(slot: &Slot, replica: &Replica, clock: &Arc<dyn Clock>) {
+    let room = Room::restore(replica.image.clone(), clock.clone(), None);
+    if let Some(tally) = &replica.tally {
+        room.adopt(tally);
     }
+    let earlier = slot
+        .view
+        .borrow()
+        .as_ref()
+        .map(|v| v.room.clone())
+        .filter(|earlier| earlier.epoch() == room.epoch());
+    room.keep_shown(earlier.as_deref());
+    slot.view.send_replace(Some(View {
+        at: replica.at,
+        room,
+    }));
+    slot.changes.send_modify(|n| *n += 1);
+    slot.tickets.notify_waiters();
 }
 
 /// While this instance owns the room, answer the commands sent to it.
@@ -492,12 +533,10 @@ impl Backend for OwnedBackend {
         ticket: TicketRef,
         touch: bool,
     ) -> Result<TicketStatus, BackendError> {
-        let view = if touch {
-            self.command(room, Cmd::Touch(ticket)).await?.1
-        } else {
-            self.view(room).await?
-        };
-        let id = Self::ticket_in(&view, ticket)?;
+        if touch {
+            self.command(room, Cmd::Touch(ticket)).await?;
+        }
+        let (view, id) = self.view_with(room, ticket).await?;
         view.room.status(id).ok_or(BackendError::NoSuchTicket)
     }
 
@@ -542,10 +581,8 @@ impl Backend for OwnedBackend {
         room: &RoomId,
         ticket: TicketRef,
     ) -> Result<TicketSignal, BackendError> {
-        let slot = self.slot(room)?;
-        let view = self.view_at(&slot, LogPos::START).await?;
-        Self::ticket_in(&view, ticket)?;
-        Ok(TicketSignal::new(slot.tickets.clone(), |_| {}))
+        self.view_with(room, ticket).await?;
+        Ok(TicketSignal::new(self.slot(room)?.tickets.clone(), |_| {}))
     }
 
     async fn read_ticket(
@@ -553,10 +590,10 @@ impl Backend for OwnedBackend {
         room: &RoomId,
         ticket: TicketRef,
     ) -> Result<TicketRead, BackendError> {
-        let view = self.view(room).await?;
+        let (view, id) = self.view_with(room, ticket).await?;
         let (facts, ahead) = view
             .room
-            .ticket_facts(Self::ticket_in(&view, ticket)?)
+            .ticket_facts(id)
             .ok_or(BackendError::NoSuchTicket)?;
         Ok(TicketRead { facts, ahead })
     }
@@ -578,16 +615,13 @@ impl Backend for OwnedBackend {
     async fn put_room(&self, settings: RoomSettings) -> Result<RoomSnapshot, BackendError> {
         let id = settings.id.clone();
         if self.slot(&id).is_ok() {
-            // Replacing a running room needs its owner to start a new
-            // incarnation in the log; until then it is refused rather than
-            // half done.
-            return Err(BackendError::Unavailable(
-                "replacing a room is not supported on this deployment yet".into(),
-            ));
+            let (_, view) = self.command(&id, Cmd::Put(settings)).await?;
+            return Ok(calls::snapshot(&view.room));
         }
-        let me = self.weak.upgrade().ok_or_else(|| {
-            BackendError::Unavailable("this instance is shutting down".into())
-        })?;
+        let me = self
+            .weak
+            .upgrade()
+            .ok_or_else(|| BackendError::Unavailable("this instance is shutting down".into()))?;
         let slot = me.serve_room(settings);
         let view = self.view_at(&slot, LogPos::START).await?;
         Ok(calls::snapshot(&view.room))

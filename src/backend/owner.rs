@@ -51,9 +51,81 @@ impl Default for OwnerOptions {
 
 /// A room this instance owns: its engine and the writer of its log.
 pub struct Owned {
-    pub room: Arc<Room>,
+    room: std::sync::RwLock<Arc<Room>>,
     pub writer: Arc<LogWriter>,
     pub fence: Fence,
+    clock: Arc<dyn Clock>,
+    incarnation: Arc<std::sync::RwLock<u64>>,
+}
+
+impl Owned {
+    fn new(
+        writer: Arc<LogWriter>,
+        fence: Fence,
+        clock: Arc<dyn Clock>,
+        make: impl FnOnce(Arc<dyn EventSink>) -> Arc<Room>,
+    ) -> Self {
+        let incarnation = Arc::new(std::sync::RwLock::new(0));
+        let sink = Arc::new(IncarnationSink {
+            writer: writer.clone(),
+            mine: 0,
+            current: incarnation.clone(),
+        });
+        let room = make(sink);
+        writer.tally_from(&room);
+        Self {
+            room: std::sync::RwLock::new(room),
+            writer,
+            fence,
+            clock,
+            incarnation,
+        }
+    }
+
+    /// The engine of the room's current incarnation.
+    pub fn room(&self) -> Arc<Room> {
+        crate::sync::read(&self.room).clone()
+    }
+
+    /// Replace the room with a new incarnation (a new epoch: the old
+    /// tickets are void), as one record of the log. The old engine is
+    /// closed, and whatever it still does is kept out of the log, so no
+    /// replica applies the old line's changes to the new one.
+    pub fn replace(&self, settings: RoomSettings) -> Arc<Room> {
+        let mut current = crate::sync::write(&self.incarnation);
+        *current += 1;
+        let sink = Arc::new(IncarnationSink {
+            writer: self.writer.clone(),
+            mine: *current,
+            current: self.incarnation.clone(),
+        });
+        let room = Room::create(settings, self.clock.clone(), rand::random(), Some(sink));
+        self.writer.created(&room.image());
+        drop(current);
+        self.writer.tally_from(&room);
+        let old = std::mem::replace(&mut *crate::sync::write(&self.room), room.clone());
+        old.close();
+        room
+    }
+}
+
+/// An incarnation's sink: its events go to the log only while it is the
+/// room's current incarnation.
+struct IncarnationSink {
+    writer: Arc<LogWriter>,
+    mine: u64,
+    current: Arc<std::sync::RwLock<u64>>,
+}
+
+impl EventSink for IncarnationSink {
+    fn record(&self, event: crate::engine::RoomEvent<'_>) {
+        // Held while appending, so a replacement's record cannot come
+        // between the check and the append.
+        let current = crate::sync::read(&self.current);
+        if *current == self.mine {
+            self.writer.record(event);
+        }
+    }
 }
 
 /// An instance's claim on one room: everything it needs to run the room
@@ -98,7 +170,7 @@ impl Contender {
             loop {
                 let period = match &owned {
                     _ if first => Duration::ZERO,
-                    Some(o) => renew_every.min(o.room.settings().tick),
+                    Some(o) => renew_every.min(o.room().settings().tick),
                     None => options.lease / 4,
                 };
                 first = false;
@@ -155,8 +227,12 @@ impl Contender {
                     tx.send_replace(None);
                     continue;
                 }
-                if options.ticks && !o.room.is_closed() && ticked.elapsed() >= o.room.settings().tick {
-                    o.room.tick();
+                let engine = o.room();
+                if options.ticks
+                    && !engine.is_closed()
+                    && ticked.elapsed() >= engine.settings().tick
+                {
+                    engine.tick();
                     ticked = Instant::now();
                 }
                 if imaged.elapsed() >= options.image_every {
@@ -212,28 +288,22 @@ async fn take_over(
         at,
         applied,
     );
-    let sink: Arc<dyn EventSink> = writer.clone();
-    let engine = match replica {
+    let fresh = replica.is_none();
+    let owned = Owned::new(writer, fence.clone(), clock.clone(), |sink| match replica {
         Some(replica) => Room::restore(replica.image, clock.clone(), Some(sink)),
-        None => {
-            let engine = Room::create(settings.clone(), clock.clone(), epoch, Some(sink));
-            let first = encode_image(
-                0,
-                Default::default(),
-                &engine.image(),
-                &Default::default(),
-                None,
-            );
-            store.put_image(room, &fence, &first).await?;
-            engine
-        }
-    };
-    writer.tally_from(&engine);
-    Ok(Arc::new(Owned {
-        room: engine,
-        writer,
-        fence,
-    }))
+        None => Room::create(settings.clone(), clock.clone(), epoch, Some(sink)),
+    });
+    if fresh {
+        let first = encode_image(
+            0,
+            Default::default(),
+            &owned.room().image(),
+            &Default::default(),
+            None,
+        );
+        store.put_image(room, &fence, &first).await?;
+    }
+    Ok(Arc::new(owned))
 }
 
 /// Store the engine's image and trim the log it covers. The image is
@@ -242,7 +312,8 @@ async fn take_over(
 /// again harmlessly); only batches wholly before that point are trimmed.
 async fn store_image(store: &dyn RoomStore, room: &RoomId, o: &Owned) -> Result<(), StoreError> {
     let (last, at) = o.writer.durable_point();
-    let image = o.room.image();
+    let engine = o.room();
+    let image = engine.image();
     store
         .put_image(
             room,
@@ -252,7 +323,7 @@ async fn store_image(store: &dyn RoomStore, room: &RoomId, o: &Owned) -> Result<
                 at,
                 &image,
                 &o.writer.applied_window(),
-                Some(&o.room.tally()),
+                Some(&engine.tally()),
             ),
         )
         .await?;

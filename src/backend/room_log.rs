@@ -47,6 +47,8 @@ pub enum LogRecord {
     Applied { id: u128, reply: Vec<u8> },
     /// The owner's figures as the batch left (the last record of each).
     Tally(Box<RoomTally>),
+    /// The room was replaced by a new incarnation, as it starts.
+    Created(Box<RoomImage>),
 }
 
 /// [`LogRecord`] as encoded without copying what it carries: serde
@@ -56,6 +58,7 @@ enum LogRecordRef<'a> {
     Event(&'a EventRecord),
     Applied { id: u128, reply: &'a [u8] },
     Tally(&'a RoomTally),
+    Created(&'a RoomImage),
 }
 
 /// The ids of the commands applied lately, with their answers: enough to
@@ -124,7 +127,7 @@ pub struct LogWriter {
     pending: Mutex<Pending>,
     /// The engine whose tally closes each batch, once it is built (the
     /// engine is made with the writer as its sink).
-    tallied: std::sync::OnceLock<std::sync::Weak<Room>>,
+    tallied: Mutex<std::sync::Weak<Room>>,
     applied: Mutex<Applied>,
     wake: Arc<Notify>,
     progress: watch::Sender<Progress>,
@@ -165,7 +168,7 @@ impl LogWriter {
                 ..Pending::default()
             }),
             applied: Mutex::new(applied),
-            tallied: std::sync::OnceLock::new(),
+            tallied: Mutex::new(std::sync::Weak::new()),
             wake: Arc::new(Notify::new()),
             progress,
         });
@@ -197,7 +200,17 @@ impl LogWriter {
     /// Close every batch with this engine's tally, so replicas show its
     /// figures.
     pub fn tally_from(&self, room: &Arc<Room>) {
-        let _ = self.tallied.set(Arc::downgrade(room));
+        *self
+            .tallied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::downgrade(room);
+    }
+
+    /// Start the room again as this new incarnation; its number.
+    pub fn created(&self, image: &RoomImage) -> u64 {
+        let n = self.push(&LogRecordRef::Created(image));
+        super::journal::note_appended(n);
+        n
     }
 
     /// Note that the command `id` was applied with this answer; its number.
@@ -294,7 +307,11 @@ async fn run(
     loop {
         let Some(w) = writer.upgrade() else { return };
         if w.pending().count > 0
-            && let Some(room) = w.tallied.get().and_then(std::sync::Weak::upgrade)
+            && let Some(room) = w
+                .tallied
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .upgrade()
         {
             w.push(&LogRecordRef::Tally(&room.tally()));
         }
@@ -411,7 +428,7 @@ impl Replica {
         };
         let (last, image, applied, tally): (u64, RoomImage, Applied, Option<RoomTally>) =
             postcard::from_bytes(&stored.bytes)
-            .map_err(|_| StoreError::Damaged(format!("the image of {room} cannot be read")))?;
+                .map_err(|_| StoreError::Damaged(format!("the image of {room} cannot be read")))?;
         Ok(Some(Self {
             image,
             applied,
@@ -426,6 +443,15 @@ impl Replica {
     /// replica (a trimmed log), which only a newer image can mend.
     pub fn apply(&mut self, entry: &Entry) -> Result<(), StoreError> {
         let (first, records) = decode(entry)?;
+        self.apply_decoded(entry, first, &records)
+    }
+
+    fn apply_decoded(
+        &mut self,
+        entry: &Entry,
+        first: u64,
+        records: &[LogRecord],
+    ) -> Result<(), StoreError> {
         if first > self.last + 1 {
             return Err(StoreError::Damaged(format!(
                 "log entry {}: records {} to {} are missing",
@@ -434,12 +460,16 @@ impl Replica {
                 first - 1
             )));
         }
-        for (n, record) in (first..).zip(&records) {
+        for (n, record) in (first..).zip(records) {
             if n > self.last {
                 match record {
                     LogRecord::Event(event) => self.image.apply(event.as_event()),
                     LogRecord::Applied { id, reply } => self.applied.insert(*id, reply.clone()),
                     LogRecord::Tally(tally) => self.tally = Some((**tally).clone()),
+                    LogRecord::Created(image) => {
+                        self.image = (**image).clone();
+                        self.tally = None;
+                    }
                 }
                 self.last = n;
             }
@@ -475,6 +505,15 @@ impl Replica {
 pub struct Follower {
     replica: std::sync::RwLock<Option<Replica>>,
     reached: watch::Sender<LogPos>,
+    observe: Box<dyn Fn(&Replica) + Send + Sync>,
+}
+
+/// Whether a batch brings an away visitor back: they go ahead of the line,
+/// so those behind them would count one more ahead.
+fn brings_back(records: &[LogRecord]) -> bool {
+    records
+        .iter()
+        .any(|r| matches!(r, LogRecord::Event(EventRecord::Back { .. })))
 }
 
 impl Follower {
@@ -487,9 +526,24 @@ impl Follower {
         room: RoomId,
         stop: tokio_util::sync::CancellationToken,
     ) -> Arc<Self> {
+        Self::observed(store, room, stop, |_| {})
+    }
+
+    /// [`Self::spawn`], calling `observe` with the replica whenever it has
+    /// moved: after each read's batches, and also just before a batch that
+    /// brings an away visitor back, so whoever keeps positions from it sees
+    /// every place a ticket held before the line moved it back, however
+    /// many batches one read brings.
+    pub fn observed(
+        store: Arc<dyn RoomStore>,
+        room: RoomId,
+        stop: tokio_util::sync::CancellationToken,
+        observe: impl Fn(&Replica) + Send + Sync + 'static,
+    ) -> Arc<Self> {
         let follower = Arc::new(Self {
             replica: std::sync::RwLock::new(None),
             reached: watch::channel(LogPos::START).0,
+            observe: Box::new(observe),
         });
         let me = Arc::downgrade(&follower);
         tokio::spawn(async move {
@@ -535,11 +589,16 @@ impl Follower {
     }
 
     fn replace(&self, replica: Option<Replica>) {
-        let at = replica.as_ref().map(|r| r.at);
-        *self
+        let mut guard = self
             .replica
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = replica;
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *guard = replica;
+        let at = guard.as_ref().map(|r| {
+            (self.observe)(r);
+            r.at
+        });
+        drop(guard);
         if let Some(at) = at {
             self.reached.send_replace(at);
         }
@@ -556,9 +615,16 @@ impl Follower {
         let Some(replica) = guard.as_mut() else {
             return Ok(());
         };
+        let mut observed = true;
         for entry in entries {
-            replica.apply(entry)?;
+            let (first, records) = decode(entry)?;
+            if !observed && brings_back(&records) {
+                (self.observe)(replica);
+            }
+            replica.apply_decoded(entry, first, &records)?;
+            observed = false;
         }
+        (self.observe)(replica);
         let at = replica.at;
         drop(guard);
         self.reached.send_replace(at);

@@ -59,7 +59,17 @@ impl Fence {
 /// A place in a room's log, or in a command or reply stream: ordered, and
 /// [`LogPos::START`] before everything.
 #[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
 )]
 pub struct LogPos {
     pub ms: u64,

@@ -49,7 +49,9 @@ use crate::sync::{lock, read, write};
 pub struct Identity(pub u128);
 
 /// How long an identity keeps answering its ticket.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Binding {
     /// For good, ended or not: an origin-signed account holds one place,
     /// once, so an account whose ticket ended cannot queue again.
@@ -713,7 +715,10 @@ impl Room {
         self.counters.skips.fetch_add(1, Ordering::Relaxed);
         self.skipped_log.push(id);
         let now = self.clock.now_ms();
-        self.emit(RoomEvent::Away { ticket: id, at: now });
+        self.emit(RoomEvent::Away {
+            ticket: id,
+            at: now,
+        });
         self.notify_ticket(id);
         // A sign of life that raced the skip may have missed it: look again.
         if self.hot.presence().at_head(t.last_seen(), now) == AtHead::Admit {

@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use super::room::Room;
 use super::rules::AdmissionRate;
+use super::rules::TicketState;
+use super::ticket::TicketId;
 use super::view::WaitSnapshot;
 use crate::sync::lock;
 
@@ -69,5 +71,27 @@ impl Room {
             .fetch_max(tally.peak_admitted, Ordering::AcqRel);
         self.waits.set(&tally.waits);
         self.publish_locked(&w, self.clock.now_ms(), false);
+    }
+
+    /// A replica rebuilt from the log is the same room to its visitors, and
+    /// a position once shown never goes up: keep the positions an earlier
+    /// copy showed, and count every waiting ticket's place now as shown.
+    /// Every replica that follows the log then clamps alike, at each batch,
+    /// whichever instance a visitor asks (an away visitor coming back goes
+    /// ahead of the line, which would otherwise move those behind back).
+    pub fn keep_shown(&self, earlier: Option<&Room>) {
+        let n = self.tickets.count();
+        for i in 0..n {
+            let Some(t) = self.tickets.get(i) else {
+                continue;
+            };
+            if let Some(e) = earlier.and_then(|e| e.tickets.get(i)) {
+                t.report_position(e.shown_position());
+            }
+            if t.state() == TicketState::Waiting {
+                // Counting a place is what clamps it.
+                let _ = self.ticket_facts(i as TicketId);
+            }
+        }
     }
 }

@@ -345,7 +345,7 @@ async fn an_owner_that_dies_is_replaced_within_its_lease_and_loses_nothing_ackno
 
     let mut acknowledged = Vec::new();
     for i in 0..200u128 {
-        let joined = owner.room.join(Some(Identity(1_000 + i))).unwrap();
+        let joined = owner.room().join(Some(Identity(1_000 + i))).unwrap();
         owner
             .writer
             .wait_durable(owner.writer.appended(), WITHIN)
@@ -378,21 +378,21 @@ async fn an_owner_that_dies_is_replaced_within_its_lease_and_loses_nothing_ackno
     assert!(successor.fence.token > owner.fence.token);
 
     for (identity, ticket, number) in &acknowledged {
-        let now = successor.room.ticket_of(*identity);
+        let now = successor.room().ticket_of(*identity);
         assert_eq!(
             now,
             Some(*ticket),
             "acknowledged ticket of {identity:?} kept"
         );
         let place = successor
-            .room
+            .room()
             .placement(*ticket)
             .map(|(_, index)| u64::from(index) + 1);
         assert_eq!(place, *number, "and its number");
     }
     // The dead owner's engine is still in memory; nothing it does now is
     // acknowledged.
-    owner.room.join(Some(Identity(7))).unwrap();
+    owner.room().join(Some(Identity(7))).unwrap();
     assert_eq!(
         owner
             .writer
@@ -401,14 +401,14 @@ async fn an_owner_that_dies_is_replaced_within_its_lease_and_loses_nothing_ackno
         Err(NotDurable::Fenced)
     );
     // The successor goes on where the log ended.
-    let next = successor.room.join(Some(Identity(8))).unwrap();
+    let next = successor.room().join(Some(Identity(8))).unwrap();
     successor
         .writer
         .wait_durable(successor.writer.appended(), WITHIN)
         .await
         .unwrap();
     assert!(next.ticket as usize >= acknowledged.len());
-    assert_eq!(successor.room.ticket_of(Identity(7)), None);
+    assert_eq!(successor.room().ticket_of(Identity(7)), None);
 
     // The image was stored: a newcomer reads it and a short log.
     let reader = store(&redis).await;
@@ -419,7 +419,7 @@ async fn an_owner_that_dies_is_replaced_within_its_lease_and_loses_nothing_ackno
         .unwrap()
         .unwrap();
     newcomer.catch_up(reader.as_ref(), &sale()).await.unwrap();
-    assert_eq!(tickets(&newcomer.image), tickets(&successor.room.image()));
+    assert_eq!(tickets(&newcomer.image), tickets(&successor.room().image()));
     stop.cancel();
 }
 
