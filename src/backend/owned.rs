@@ -462,22 +462,38 @@ async fn answer_commands(backend: Arc<OwnedBackend>, id: RoomId, slot: Arc<Slot>
     }
 }
 
-/// A room's feed on this instance: its view and the count of views.
-struct ViewFeed(Arc<Slot>);
+/// A room's feed on this instance: its view and the count of views, for
+/// one incarnation of the room (a replaced room's streams are told it
+/// closed).
+struct ViewFeed {
+    slot: Arc<Slot>,
+    epoch: u64,
+}
 
 impl ViewFeed {
     fn room(&self) -> Option<Arc<Room>> {
-        self.0.view.borrow().as_ref().map(|v| v.room.clone())
+        self.slot
+            .view
+            .borrow()
+            .as_ref()
+            .map(|v| v.room.clone())
+            .filter(|r| r.epoch() == self.epoch)
     }
 }
 
 impl RoomFeed for ViewFeed {
     fn changes(&self) -> watch::Receiver<u64> {
-        self.0.changes.subscribe()
+        self.slot.changes.subscribe()
     }
 
     fn room_facts(&self) -> crate::engine::rules::RoomFacts {
-        self.room().map(|r| r.facts()).unwrap_or_default()
+        self.room().map_or_else(
+            || crate::engine::rules::RoomFacts {
+                closed: true,
+                ..Default::default()
+            },
+            |r| r.facts(),
+        )
     }
 
     fn ahead(&self, lane: u8, qi: u64) -> Option<u64> {
@@ -572,8 +588,8 @@ impl Backend for OwnedBackend {
 
     async fn feed(&self, room: &RoomId) -> Result<Arc<dyn RoomFeed>, BackendError> {
         let slot = self.slot(room)?;
-        self.view_at(&slot, LogPos::START).await?;
-        Ok(Arc::new(ViewFeed(slot)))
+        let epoch = self.view_at(&slot, LogPos::START).await?.room.epoch();
+        Ok(Arc::new(ViewFeed { slot, epoch }))
     }
 
     async fn watch_ticket(
