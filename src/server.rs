@@ -22,6 +22,8 @@ use tower::ServiceExt;
 use crate::access::ChallengeKeys;
 use crate::backend::Backend;
 use crate::backend::embedded::{EmbeddedBackend, Persistence};
+use crate::backend::owned::{OwnedBackend, OwnedOptions};
+use crate::backend::redis::store::RedisStore;
 use crate::backend::redis::{RedisBackend, RedisOptions};
 use crate::config::{self, Config};
 use crate::engine::SystemClock;
@@ -52,6 +54,17 @@ pub async fn backend(config: &Config) -> anyhow::Result<Arc<dyn Backend>> {
         )
         .await
         .context("loading the embedded state from the data directory")?),
+        config::Backend::Redis(target) if config.redis_engine == config::RedisEngine::Owners => {
+            let store = RedisStore::connect(target)
+                .await
+                .context("starting the Redis backend")?;
+            Ok(OwnedBackend::start(
+                Arc::new(store),
+                config.rooms.clone(),
+                Arc::new(SystemClock),
+                OwnedOptions::default(),
+            ))
+        }
         config::Backend::Redis(target) => {
             let options = RedisOptions {
                 wait: config.redis_wait,

@@ -91,6 +91,25 @@ impl RedisStore<redis::aio::MultiplexedConnection> {
     }
 }
 
+impl RedisStore<super::conn::Conn, super::conn::Blocking> {
+    /// The store on the deployment's Redis (one server, Sentinel's primary
+    /// of the moment, or a Cluster), schema checked; failing with a message
+    /// fit for an operator (never a URL, which may hold a password).
+    pub async fn connect(target: &crate::config::RedisTarget) -> anyhow::Result<Self> {
+        let (conn, _subscriptions) = super::conn::Conn::connect(target).await?;
+        let (opener, target) = (conn.clone(), target.clone());
+        let connector: Connector<super::conn::Blocking> = std::sync::Arc::new(move || {
+            let (opener, target) = (opener.clone(), target.clone());
+            Box::pin(async move { opener.blocking(&target).await })
+        });
+        let store = Self::pooled(conn, connector)
+            .await
+            .map_err(|e| anyhow::anyhow!(what_failed(&e)))?;
+        store.check_schema().await?;
+        Ok(store)
+    }
+}
+
 /// Opens a connection for reads that wait.
 pub type Connector<C> = std::sync::Arc<
     dyn Fn() -> futures_util::future::BoxFuture<'static, redis::RedisResult<C>> + Send + Sync,
@@ -98,25 +117,26 @@ pub type Connector<C> = std::sync::Arc<
 
 /// The store, over a shared connection for everything that does not wait
 /// and a connection of its own for reads that do.
-pub struct RedisStore<C> {
+pub struct RedisStore<C, B = C> {
     conn: C,
-    blocking: Mutex<C>,
+    blocking: Mutex<B>,
     /// Connections for reads that wait, when more can be opened.
-    pool: std::sync::Mutex<Vec<C>>,
-    connector: Option<Connector<C>>,
+    pool: std::sync::Mutex<Vec<B>>,
+    connector: Option<Connector<B>>,
     acquire: Script,
     write: Script,
     extend: Script,
     give_up: Script,
 }
 
-impl<C> RedisStore<C>
+impl<C, B> RedisStore<C, B>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
+    B: ConnectionLike + Send + Sync + 'static,
 {
     /// `blocking` must be a connection no one else uses: a waiting read
     /// holds it for up to its wait.
-    pub fn new(conn: C, blocking: C) -> Self {
+    pub fn new(conn: C, blocking: B) -> Self {
         Self {
             conn,
             blocking: Mutex::new(blocking),
@@ -131,7 +151,7 @@ where
 
     /// A store whose reads that wait each take a pooled connection, opened
     /// by `connector` when none is free: any number of readers wait at once.
-    pub async fn pooled(conn: C, connector: Connector<C>) -> redis::RedisResult<Self> {
+    pub async fn pooled(conn: C, connector: Connector<B>) -> redis::RedisResult<Self> {
         let first = connector().await?;
         let mut store = Self::new(conn, first);
         store.connector = Some(connector);
@@ -288,9 +308,10 @@ fn ttl_ms(ttl: Duration) -> u64 {
 }
 
 #[async_trait]
-impl<C> RoomStore for RedisStore<C>
+impl<C, B> RoomStore for RedisStore<C, B>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
+    B: ConnectionLike + Send + Sync + 'static,
 {
     async fn acquire(
         &self,
