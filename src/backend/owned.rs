@@ -44,7 +44,8 @@ use super::{
 };
 use crate::engine::rules::StockTaken;
 use crate::engine::{
-    Clock, Departure, DrawRecord, Room, RoomId, RoomSettings, TickReport, TicketId, TicketStatus,
+    Clock, Departure, DrawRecord, Room, RoomId, RoomSettings, TickReport, TicketId, TicketState,
+    TicketStatus,
 };
 use crate::sync::{read, write};
 
@@ -72,7 +73,9 @@ enum Cmd {
     Join(JoinRequest),
     Depart(TicketRef, Ending),
     Renew(Vec<TicketRef>),
-    Touch(TicketRef),
+    /// Signs of life (status polls, gate checks) gathered over a moment,
+    /// each with when it was seen.
+    Touch(Vec<(TicketRef, u64)>),
     Tick,
     Patch(RoomPatch),
     Purchase(u64),
@@ -135,6 +138,8 @@ pub struct OwnedBackend {
     /// rooms this instance owns (an owner change starts them afresh).
     joins: JoinLog,
     spent: SpentNonces,
+    /// Signs of life on their way to the owners, by room.
+    touches: std::sync::Mutex<HashMap<RoomId, Vec<(TicketRef, u64)>>>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
 }
@@ -168,6 +173,7 @@ impl OwnedBackend {
             rooms: RwLock::new(HashMap::new()),
             joins: JoinLog::default(),
             spent: SpentNonces::default(),
+            touches: std::sync::Mutex::new(HashMap::new()),
             shutdown,
             tasks: TaskTracker::new(),
         });
@@ -243,6 +249,11 @@ impl OwnedBackend {
     /// Make a change: on this instance when it owns the room, else on the
     /// owner; then wait until this instance's view holds it.
     async fn command(&self, id: &RoomId, cmd: Cmd) -> Result<(Answer, View), BackendError> {
+        self.send_touches(id).await?;
+        self.send(id, cmd).await
+    }
+
+    async fn send(&self, id: &RoomId, cmd: Cmd) -> Result<(Answer, View), BackendError> {
         let slot = self.slot(id)?;
         let body = postcard::to_allocvec(&cmd).expect("commands serialize");
         let cmd_id = Asker::new_id();
@@ -324,8 +335,12 @@ impl OwnedBackend {
             }
             Cmd::Depart(t, how) => calls::depart(room, t, how).map(|(d, _)| Answer::Departed(d)),
             Cmd::Renew(tickets) => Ok(Answer::Renewed(calls::renew(room, &tickets))),
-            Cmd::Touch(t) => {
-                room.touch(calls::ticket(room, t)?);
+            Cmd::Touch(tickets) => {
+                for (t, at) in tickets {
+                    if let Ok(id) = calls::ticket(room, t) {
+                        room.touch_at(id, at);
+                    }
+                }
                 Ok(Answer::Done)
             }
             Cmd::Tick => Ok(Answer::Ticked(room.tick())),
@@ -346,37 +361,71 @@ impl OwnedBackend {
         }
     }
 
+    /// Note a sign of life, sent with the others within [`TOUCH_EVERY`],
+    /// or before this instance's next change to the room, whichever comes
+    /// first (so the owner sees them in the order they happened).
+    fn touched(&self, room: &RoomId, ticket: TicketRef) {
+        let now = self.clock.now_ms();
+        let first = {
+            let mut touches = crate::sync::lock(&self.touches);
+            let first = touches.is_empty();
+            touches.entry(room.clone()).or_default().push((ticket, now));
+            first
+        };
+        if first && let Some(me) = self.weak.upgrade() {
+            self.tasks.spawn(async move {
+                tokio::time::sleep(TOUCH_EVERY).await;
+                let rooms: Vec<RoomId> = crate::sync::lock(&me.touches).keys().cloned().collect();
+                for room in rooms {
+                    if let Err(e) = me.send_touches(&room).await {
+                        tracing::debug!(room = %room, error = %e, "signs of life not sent");
+                    }
+                }
+            });
+        }
+    }
+
+    /// Send the signs of life gathered for `room`, if any.
+    async fn send_touches(&self, room: &RoomId) -> Result<(), BackendError> {
+        let Some(touches) = crate::sync::lock(&self.touches).remove(room) else {
+            return Ok(());
+        };
+        self.send(room, Cmd::Touch(touches)).await.map(|_| ())
+    }
+
     fn ticket_in(view: &View, t: TicketRef) -> Result<TicketId, BackendError> {
         calls::ticket(&view.room, t)
     }
 
-    /// The view that knows ticket `t`: a ticket issued through another
-    /// instance may be a moment ahead of this one's replica, so an unknown
-    /// ticket waits briefly for the replica to move before it is refused.
+    /// The view that knows ticket `t`. A ticket issued through another
+    /// instance may be a moment ahead of this one's replica: an unknown
+    /// ticket is looked for again once the replica has reached the end the
+    /// log has now, and refused only if it is still unknown then.
     async fn view_with(
         &self,
         room: &RoomId,
         t: TicketRef,
     ) -> Result<(View, TicketId), BackendError> {
         let slot = self.slot(room)?;
-        let mut moves = slot.view.subscribe();
-        let deadline = tokio::time::Instant::now() + UNKNOWN_TICKET_WAIT;
-        loop {
-            let view = self.view_at(&slot, LogPos::START).await?;
-            match Self::ticket_in(&view, t) {
-                Err(BackendError::NoSuchTicket)
-                    if tokio::time::timeout_at(deadline, moves.changed())
-                        .await
-                        .is_ok_and(|r| r.is_ok()) => {}
-                found => return found.map(|id| (view, id)),
-            }
+        let view = self.view_at(&slot, LogPos::START).await?;
+        match Self::ticket_in(&view, t) {
+            Err(BackendError::NoSuchTicket) => {}
+            found => return found.map(|id| (view, id)),
         }
+        let end = self.store.last(room).await.map_err(|e| {
+            BackendError::Unavailable(format!("the room's log cannot be read: {e}"))
+        })?;
+        if end.is_none_or(|end| end <= view.at) {
+            return Err(BackendError::NoSuchTicket);
+        }
+        let view = self.view_at(&slot, end.unwrap_or(view.at)).await?;
+        Self::ticket_in(&view, t).map(|id| (view, id))
     }
 }
 
-/// How long a read of a ticket this instance's replica does not know yet
-/// waits for the replica to move.
-const UNKNOWN_TICKET_WAIT: Duration = Duration::from_millis(250);
+/// How long signs of life gather before they travel to the owner: far
+/// below any presence or idle timeout.
+const TOUCH_EVERY: Duration = Duration::from_millis(250);
 /// How long one ask waits before it is sent again (same id).
 const ASK_WAIT: Duration = Duration::from_secs(1);
 /// A pause before asking again after the store failed.
@@ -549,10 +598,28 @@ impl Backend for OwnedBackend {
         ticket: TicketRef,
         touch: bool,
     ) -> Result<TicketStatus, BackendError> {
+        let (mut view, mut id) = self.view_with(room, ticket).await?;
         if touch {
-            self.command(room, Cmd::Touch(ticket)).await?;
+            // A sign of life that changes what the visitor is shown (an away
+            // visitor back in line, an admitted one arriving) is made before
+            // answering; the rest only keep a waiting ticket alive, and
+            // travel to the owner together a moment later.
+            let changes = match view.room.state_of(id) {
+                Some(TicketState::Away) => true,
+                Some(TicketState::Admitted) => view
+                    .room
+                    .ticket_facts(id)
+                    .is_some_and(|(facts, _)| !facts.arrived),
+                _ => false,
+            };
+            if changes {
+                let now = self.clock.now_ms();
+                self.command(room, Cmd::Touch(vec![(ticket, now)])).await?;
+                (view, id) = self.view_with(room, ticket).await?;
+            } else {
+                self.touched(room, ticket);
+            }
         }
-        let (view, id) = self.view_with(room, ticket).await?;
         view.room.status(id).ok_or(BackendError::NoSuchTicket)
     }
 

@@ -922,7 +922,12 @@ impl Room {
     /// Record activity: a gate check, a live stream, a status poll. An
     /// away ticket's visitor is back.
     pub fn touch(&self, id: TicketId) -> Option<TicketState> {
-        let now = self.clock.now_ms();
+        self.touch_at(id, self.clock.now_ms())
+    }
+
+    /// [`Self::touch`] for a sign of life seen at `now` (Unix ms) and
+    /// reported a moment later (by another instance).
+    pub fn touch_at(&self, id: TicketId, now: u64) -> Option<TicketState> {
         let t = self.ticket(id)?;
         let (state, arrived) = t.touch(now);
         if arrived {

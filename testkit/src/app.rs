@@ -52,6 +52,28 @@ pub async fn spawn_app(rooms: Vec<RoomSettings>) -> TestApp {
 /// [`spawn_app`] with a configuration of the test's own (its rooms are
 /// `rooms`), on whichever backend the suite runs on.
 pub async fn spawn_app_with(config: Config, rooms: Vec<RoomSettings>) -> TestApp {
+    if std::env::var("NARABU_TEST_BACKEND").as_deref() == Ok("owners") {
+        let server = RedisServer::start().await;
+        let store = narabu::backend::redis::store::RedisStore::open(&server.url())
+            .await
+            .unwrap();
+        let options = narabu::backend::owned::OwnedOptions {
+            owner: narabu::backend::owner::OwnerOptions {
+                ticks: false,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let backend = narabu::backend::owned::OwnedBackend::start(
+            Arc::new(store),
+            rooms,
+            Arc::new(SystemClock),
+            options,
+        );
+        let mut app = spawn_with(config, backend).await;
+        app._redis = Some(server);
+        return app;
+    }
     if std::env::var("NARABU_TEST_BACKEND").as_deref() == Ok("redis") {
         let server = RedisServer::start().await;
         let options = RedisOptions {
