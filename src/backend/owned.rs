@@ -35,7 +35,7 @@ use super::calls;
 use super::feed::{Placement, RoomFeed, TicketRead};
 use super::join_log::JoinLog;
 use super::owner::{Contender, Owned, OwnerOptions};
-use super::room_log::{Follower, NotDurable, Replica};
+use super::room_log::{Follower, Moved, NotDurable, Replica};
 use super::spent::SpentNonces;
 use super::store::{Command, LogPos, RoomStore};
 use super::{
@@ -123,6 +123,9 @@ struct Slot {
     /// Fires on every new view: each stream of the room reads its ticket
     /// again.
     tickets: Arc<Notify>,
+    /// When the view was last rebuilt, how long that took, and whether a
+    /// rebuild is due.
+    rebuilds: std::sync::Mutex<Rebuilds>,
     stop: CancellationToken,
 }
 
@@ -203,14 +206,24 @@ impl OwnedBackend {
             view: watch::channel(None).0,
             changes: watch::channel(0).0,
             tickets: Arc::new(Notify::new()),
+            rebuilds: std::sync::Mutex::new(Rebuilds {
+                last: Instant::now(),
+                took: Duration::ZERO,
+                due: false,
+            }),
             stop: stop.clone(),
         });
         let (viewed, clock) = (Arc::downgrade(&slot), self.clock.clone());
-        let follower = Follower::observed(self.store.clone(), id.clone(), stop.clone(), move |r| {
-            if let Some(slot) = viewed.upgrade() {
-                keep_view(&slot, r, &clock);
-            }
-        });
+        let follower = Follower::observed(
+            self.store.clone(),
+            id.clone(),
+            stop.clone(),
+            move |r, moved| {
+                if let Some(slot) = viewed.upgrade() {
+                    view_moved(&slot, r, moved, &clock);
+                }
+            },
+        );
         let _ = slot.follower.set(follower);
         self.tasks
             .spawn(answer_commands(self.clone(), id.clone(), slot.clone()));
@@ -439,10 +452,58 @@ async fn durable(o: &Owned, n: u64, answer: Vec<u8>, within: Duration) -> Wire {
     }
 }
 
-/// Keep the room's view: an engine restored from the replica each time the
-/// replica moves, showing the owner's figures and every position this copy
-/// showed before.
+struct Rebuilds {
+    last: Instant,
+    took: Duration,
+    due: bool,
+}
+
+/// The least time between two rebuilds of a view; at least twice what the
+/// last one took, so rebuilding a big room never takes more than half a
+/// core.
+const REBUILD_GAP: Duration = Duration::from_millis(5);
+
+/// The replica moved: rebuild the view now, or once the gap since the last
+/// rebuild has passed (the moves meanwhile are taken together). Before a
+/// visitor's return the view is rebuilt at once, so every place shown
+/// before it is kept.
+fn view_moved(slot: &Arc<Slot>, replica: &Replica, moved: Moved, clock: &Arc<dyn Clock>) {
+    let wait = {
+        let mut r = crate::sync::lock(&slot.rebuilds);
+        let gap = REBUILD_GAP.max(r.took * 2);
+        let since = r.last.elapsed();
+        if moved == Moved::BeforeReturn || since >= gap {
+            None
+        } else if r.due {
+            return;
+        } else {
+            r.due = true;
+            Some(gap - since)
+        }
+    };
+    let Some(wait) = wait else {
+        keep_view(slot, replica, clock);
+        return;
+    };
+    let (later, clock) = (Arc::downgrade(slot), clock.clone());
+    tokio::spawn(async move {
+        tokio::time::sleep(wait).await;
+        let Some(slot) = later.upgrade() else { return };
+        let Some(follower) = slot.follower.get().cloned() else {
+            return;
+        };
+        follower.read(|r| {
+            if let Some(r) = r {
+                keep_view(&slot, r, &clock);
+            }
+        });
+    });
+}
+
+/// Keep the room's view: an engine restored from the replica, showing the
+/// owner's figures and every position this copy showed before.
 fn keep_view(slot: &Slot, replica: &Replica, clock: &Arc<dyn Clock>) {
+    let started = Instant::now();
     let room = Room::restore(replica.image.clone(), clock.clone(), None);
     if let Some(tally) = &replica.tally {
         room.adopt(tally);
@@ -460,6 +521,12 @@ fn keep_view(slot: &Slot, replica: &Replica, clock: &Arc<dyn Clock>) {
     }));
     slot.changes.send_modify(|n| *n += 1);
     slot.tickets.notify_waiters();
+    let mut r = crate::sync::lock(&slot.rebuilds);
+    *r = Rebuilds {
+        last: Instant::now(),
+        took: started.elapsed(),
+        due: false,
+    };
 }
 
 /// While this instance owns the room, answer the commands sent to it.

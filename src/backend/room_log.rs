@@ -505,7 +505,17 @@ impl Replica {
 pub struct Follower {
     replica: std::sync::RwLock<Option<Replica>>,
     reached: watch::Sender<LogPos>,
-    observe: Box<dyn Fn(&Replica) + Send + Sync>,
+    observe: Box<dyn Fn(&Replica, Moved) + Send + Sync>,
+}
+
+/// Why a [`Follower`] shows its observer the replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Moved {
+    /// It has applied what one read of the log brought.
+    Read,
+    /// The next batch brings an away visitor back: every place a ticket
+    /// held until now is to be seen before the line moves it back.
+    BeforeReturn,
 }
 
 /// Whether a batch brings an away visitor back: they go ahead of the line,
@@ -526,7 +536,7 @@ impl Follower {
         room: RoomId,
         stop: tokio_util::sync::CancellationToken,
     ) -> Arc<Self> {
-        Self::observed(store, room, stop, |_| {})
+        Self::observed(store, room, stop, |_, _| {})
     }
 
     /// [`Self::spawn`], calling `observe` with the replica whenever it has
@@ -538,7 +548,7 @@ impl Follower {
         store: Arc<dyn RoomStore>,
         room: RoomId,
         stop: tokio_util::sync::CancellationToken,
-        observe: impl Fn(&Replica) + Send + Sync + 'static,
+        observe: impl Fn(&Replica, Moved) + Send + Sync + 'static,
     ) -> Arc<Self> {
         let follower = Arc::new(Self {
             replica: std::sync::RwLock::new(None),
@@ -595,7 +605,7 @@ impl Follower {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         *guard = replica;
         let at = guard.as_ref().map(|r| {
-            (self.observe)(r);
+            (self.observe)(r, Moved::Read);
             r.at
         });
         drop(guard);
@@ -619,12 +629,12 @@ impl Follower {
         for entry in entries {
             let (first, records) = decode(entry)?;
             if !observed && brings_back(&records) {
-                (self.observe)(replica);
+                (self.observe)(replica, Moved::BeforeReturn);
             }
             replica.apply_decoded(entry, first, &records)?;
             observed = false;
         }
-        (self.observe)(replica);
+        (self.observe)(replica, Moved::Read);
         let at = replica.at;
         drop(guard);
         self.reached.send_replace(at);
