@@ -231,6 +231,12 @@ impl OwnedBackend {
         slot
     }
 
+    /// Whether this instance owns the room now.
+    pub fn owns(&self, id: &RoomId) -> bool {
+        self.slot(id)
+            .is_ok_and(|slot| slot.owned.borrow().is_some())
+    }
+
     fn slot(&self, id: &RoomId) -> Result<Arc<Slot>, BackendError> {
         read(&self.rooms)
             .get(id)

@@ -16,6 +16,7 @@ mod instances;
 mod lanes;
 mod measure;
 mod owner;
+mod owners;
 mod reset;
 mod store;
 mod wait;
