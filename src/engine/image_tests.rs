@@ -351,3 +351,120 @@ fn an_image_taken_under_load_plus_the_events_after_it_is_the_final_room() {
     assert_same(&room, &restored);
     assert_eq!(room.issued(), 1600);
 }
+
+/// A replica following the records one at a time (as an instance that
+/// does not own the room does) after its first image.
+fn follow(first: RoomImage, records: &[EventRecord], clock: &ManualClock) -> Replayer {
+    let mut replica = Replayer::new(Room::restore(first, Arc::new(clock.clone()), None));
+    for r in records {
+        replica.apply(r);
+    }
+    replica
+}
+
+#[test]
+fn a_replica_following_the_records_is_the_same_room() {
+    let clock = ManualClock::new(T0);
+    let (room, rec, first) = recorded_room(settings(3), &clock);
+    let ids = busy_scenario(&room, &clock);
+    // Someone goes away and comes back, someone leaves while away.
+    clock.advance(Duration::from_secs(60 * 60));
+    room.renew(ids[10..].iter().copied());
+    room.release(ids[1]);
+    room.touch(ids[7]);
+    let replica = follow(first, &rec.since(0), &clock);
+    assert!(replica.is_settled());
+    replica.room().adopt(&room.tally());
+    assert_same(&room, replica.room());
+    assert_eq!(room.stats(), replica.room().stats());
+    assert_eq!(room.ledger(), replica.room().ledger());
+    // Everything but the last sign of life, which travels to the owner
+    // only (presence renewals and polls are not records).
+    let facts = |r: &Room, id| {
+        r.ticket_facts(id).map(|(mut f, ahead)| {
+            f.last_seen = 0;
+            (f, ahead)
+        })
+    };
+    for id in 0..room.issued() {
+        assert_eq!(facts(&room, id), facts(replica.room(), id), "ticket {id}");
+    }
+}
+
+#[test]
+fn a_replica_follows_lanes_and_a_lottery_opening() {
+    let clock = ManualClock::new(T0);
+    let mut s = settings(3);
+    s.opens_at = Some(T0 + 60_000);
+    s.order = Order::Lottery;
+    s.lanes = vec![
+        LaneSpec {
+            name: "members".into(),
+            weight: 1,
+        },
+        LaneSpec {
+            name: "general".into(),
+            weight: 2,
+        },
+    ];
+    s.default_lane = Some("general".into());
+    let (room, rec, first) = recorded_room(s, &clock);
+    let early: Vec<TicketId> = (0..12)
+        .map(|i| room.join_in(None, (i % 3 == 0) as u8 ^ 1).unwrap().ticket)
+        .collect();
+    room.leave(early[2]);
+    clock.advance(Duration::from_secs(61));
+    room.renew(early.iter().copied());
+    assert!(room.tick().opened);
+    for i in 0..9u8 {
+        room.join_in(Some(Identity(u128::from(i) + 7)), i % 2)
+            .unwrap();
+    }
+    room.leave(early[5]);
+    room.release(room.tick().admitted.first().copied().unwrap_or(early[0]));
+    room.set_capacity(5);
+    room.tick();
+    let replica = follow(first, &rec.since(0), &clock);
+    replica.room().adopt(&room.tally());
+    assert_same(&room, replica.room());
+    assert_eq!(room.lane_views(), replica.room().lane_views());
+    assert_eq!(room.draw_record(), replica.room().draw_record());
+    assert_eq!(room.settings(), replica.room().settings());
+}
+
+#[test]
+fn a_replica_of_a_room_many_threads_change_is_the_same_room() {
+    // The records of concurrent joins, admissions and departures come in
+    // whatever order the threads reported them.
+    let clock = ManualClock::new(T0);
+    let (room, rec, first) = recorded_room(settings(40), &clock);
+    std::thread::scope(|scope| {
+        for t in 0..4u128 {
+            let room = room.clone();
+            scope.spawn(move || {
+                for i in 0..300u128 {
+                    let j = room.join(Some(Identity(t * 10_000 + i))).unwrap();
+                    if i % 3 == 0 {
+                        room.leave(j.ticket);
+                    }
+                    if i % 50 == 0 {
+                        room.tick();
+                    }
+                }
+            });
+        }
+        let room = room.clone();
+        scope.spawn(move || {
+            for _ in 0..100 {
+                for id in room.tick().admitted {
+                    room.release(id);
+                }
+            }
+        });
+    });
+    let replica = follow(first, &rec.since(0), &clock);
+    assert!(replica.is_settled());
+    replica.room().adopt(&room.tally());
+    assert_same(&room, replica.room());
+    assert_eq!(room.stats(), replica.room().stats());
+}

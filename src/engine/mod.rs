@@ -34,6 +34,7 @@ mod event;
 mod image;
 mod lane;
 mod lottery;
+mod replay;
 mod room;
 pub mod rules;
 mod settings;
@@ -58,6 +59,7 @@ pub use event::{EventRecord, EventSink, RoomEvent};
 pub use image::{RoomImage, TicketImage};
 pub use lane::LaneIndex;
 pub use lottery::{DrawMismatch, DrawRecord, LotterySeed};
+pub use replay::Replayer;
 pub use room::{Binding, Departure, Handoff, Identity, JoinError, Joined, Room};
 pub use rules::{
     AdmissionRate, Eta, Status, StatusBody, TicketState, TicketStatus, WAIT_BUCKETS_MS,

@@ -139,7 +139,7 @@ impl HotSettings {
         }
     }
 
-    fn store_timeouts(&self, s: &RoomSettings) {
+    pub(crate) fn store_timeouts(&self, s: &RoomSettings) {
         self.queue_idle_ms
             .store(millis(s.queue_idle), Ordering::Release);
         self.away_grace_ms
@@ -221,7 +221,7 @@ pub struct Room {
     id: RoomId,
     epoch: u64,
     pub(crate) clock: Arc<dyn Clock>,
-    settings: RwLock<RoomSettings>,
+    pub(crate) settings: RwLock<RoomSettings>,
     pub(crate) hot: HotSettings,
 
     pub(crate) tickets: boxcar::Vec<Ticket>,
@@ -1274,7 +1274,7 @@ pub(crate) struct Line {
     pub(crate) queue: boxcar::Vec<TicketId>,
     pub(crate) index: LaneIndex,
     /// An operator may change it on a running room.
-    weight: AtomicU32,
+    pub(crate) weight: AtomicU32,
     pub(crate) admitted: AtomicU64,
     pub(crate) waiting: AtomicU64,
 }
