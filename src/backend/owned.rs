@@ -14,11 +14,16 @@
 //! replica) or not yet (it is sent again), never twice.
 //!
 //! Reads never leave the instance. Each instance follows each room's log
-//! into a replica ([`Follower`]) and keeps an engine restored from it,
-//! which statuses, the gate, the streams and operators read. After a
-//! change, the instance waits until its replica holds the change's place
-//! in the log before answering, so a visitor's next read shows at least
-//! what they were told.
+//! ([`Follower`]) and keeps a copy of the room by applying each record to
+//! the engine's own types ([`Replayer`]; restored from the image at first,
+//! or after falling behind a trimmed log), with the owner's figures for
+//! what no record carries (where the permits are, the counters: its tally
+//! closes every batch). Statuses, the gate, the streams and operators read
+//! that copy, with the engine's code. After a change, the instance waits
+//! until its copy holds the change's place in the log before answering, so
+//! a visitor's next read shows at least what they were told; a sign of
+//! life that changes nothing a visitor sees travels to the owner with the
+//! others a moment later.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -26,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -35,7 +40,7 @@ use super::calls;
 use super::feed::{Placement, RoomFeed, TicketRead};
 use super::join_log::JoinLog;
 use super::owner::{Contender, Owned, OwnerOptions};
-use super::room_log::{Follower, Moved, NotDurable, Replica};
+use super::room_log::{Follower, LogRecord, Moved, NotDurable, Replica};
 use super::spent::SpentNonces;
 use super::store::{Command, LogPos, RoomStore};
 use super::{
@@ -44,8 +49,8 @@ use super::{
 };
 use crate::engine::rules::StockTaken;
 use crate::engine::{
-    Clock, Departure, DrawRecord, Room, RoomId, RoomSettings, TickReport, TicketId, TicketState,
-    TicketStatus,
+    Clock, Departure, DrawRecord, Replayer, Room, RoomId, RoomSettings, TickReport, TicketId,
+    TicketState, TicketStatus,
 };
 use crate::sync::{read, write};
 
@@ -120,12 +125,9 @@ struct Slot {
     view: watch::Sender<Option<View>>,
     /// Counts the views published, for the room's streams.
     changes: watch::Sender<u64>,
-    /// Fires on every new view: each stream of the room reads its ticket
-    /// again.
-    tickets: Arc<Notify>,
-    /// When the view was last rebuilt, how long that took, and whether a
-    /// rebuild is due.
-    rebuilds: std::sync::Mutex<Rebuilds>,
+    /// The room's copy, kept by applying the log's records, and what
+    /// stops the tasks that serve its streams.
+    replay: std::sync::Mutex<Option<(Replayer, CancellationToken)>>,
     stop: CancellationToken,
 }
 
@@ -205,12 +207,7 @@ impl OwnedBackend {
             follower: std::sync::OnceLock::new(),
             view: watch::channel(None).0,
             changes: watch::channel(0).0,
-            tickets: Arc::new(Notify::new()),
-            rebuilds: std::sync::Mutex::new(Rebuilds {
-                last: Instant::now(),
-                took: Duration::ZERO,
-                due: false,
-            }),
+            replay: std::sync::Mutex::new(None),
             stop: stop.clone(),
         });
         let (viewed, clock) = (Arc::downgrade(&slot), self.clock.clone());
@@ -458,81 +455,85 @@ async fn durable(o: &Owned, n: u64, answer: Vec<u8>, within: Duration) -> Wire {
     }
 }
 
-struct Rebuilds {
-    last: Instant,
-    took: Duration,
-    due: bool,
-}
-
-/// The least time between two rebuilds of a view; at least twice what the
-/// last one took, so rebuilding a big room never takes more than half a
-/// core.
-const REBUILD_GAP: Duration = Duration::from_millis(5);
-
-/// The replica moved: rebuild the view now, or once the gap since the last
-/// rebuild has passed (the moves meanwhile are taken together). Before a
-/// visitor's return the view is rebuilt at once, so every place shown
-/// before it is kept.
-fn view_moved(slot: &Arc<Slot>, replica: &Replica, moved: Moved, clock: &Arc<dyn Clock>) {
-    let wait = {
-        let mut r = crate::sync::lock(&slot.rebuilds);
-        let gap = REBUILD_GAP.max(r.took * 2);
-        let since = r.last.elapsed();
-        if moved == Moved::BeforeReturn || since >= gap {
-            None
-        } else if r.due {
-            return;
-        } else {
-            r.due = true;
-            Some(gap - since)
+/// The replica moved: apply the batch's records to the room's copy (or
+/// start the copy again from the image), and publish the view as of the
+/// replica's place in the log.
+fn view_moved(slot: &Arc<Slot>, replica: &Replica, moved: Moved<'_>, clock: &Arc<dyn Clock>) {
+    let mut replay = crate::sync::lock(&slot.replay);
+    let records = match (moved, replay.is_some()) {
+        (Moved::Applied(records), true) => records,
+        _ => {
+            renew_copy(&mut replay, slot, replica, clock);
+            &[][..]
         }
     };
-    let Some(wait) = wait else {
-        keep_view(slot, replica, clock);
+    for record in records {
+        let Some((replayer, _)) = replay.as_mut() else {
+            break;
+        };
+        match record {
+            LogRecord::Event(event) => replayer.apply(event),
+            LogRecord::Tally(tally) => replayer.room().adopt(tally),
+            LogRecord::Created(_) => {
+                // A new incarnation: the replica holds its first image.
+                renew_copy(&mut replay, slot, replica, clock);
+                break;
+            }
+            LogRecord::Applied { .. } => {}
+        }
+    }
+    let Some(room) = replay.as_ref().map(|(r, _)| r.room().clone()) else {
         return;
     };
-    let (later, clock) = (Arc::downgrade(slot), clock.clone());
-    tokio::spawn(async move {
-        tokio::time::sleep(wait).await;
-        let Some(slot) = later.upgrade() else { return };
-        let Some(follower) = slot.follower.get().cloned() else {
-            return;
-        };
-        follower.read(|r| {
-            if let Some(r) = r {
-                keep_view(&slot, r, &clock);
-            }
-        });
-    });
-}
-
-/// Keep the room's view: an engine restored from the replica, showing the
-/// owner's figures and every position this copy showed before.
-fn keep_view(slot: &Slot, replica: &Replica, clock: &Arc<dyn Clock>) {
-    let started = Instant::now();
-    let room = Room::restore(replica.image.clone(), clock.clone(), None);
-    if let Some(tally) = &replica.tally {
-        room.adopt(tally);
-    }
-    let earlier = slot
-        .view
-        .borrow()
-        .as_ref()
-        .map(|v| v.room.clone())
-        .filter(|earlier| earlier.epoch() == room.epoch());
-    room.keep_shown(earlier.as_deref());
+    drop(replay);
     slot.view.send_replace(Some(View {
         at: replica.at,
         room,
     }));
+}
+
+/// Start the room's copy again from the replica's image. Its changes reach
+/// the room's streams through the slot, whichever copy is current; the
+/// previous copy's tasks stop.
+fn renew_copy(
+    replay: &mut Option<(Replayer, CancellationToken)>,
+    slot: &Arc<Slot>,
+    replica: &Replica,
+    clock: &Arc<dyn Clock>,
+) {
+    if let Some((_, stop)) = replay.take() {
+        stop.cancel();
+    }
+    let room = Room::restore(replica.image.clone(), clock.clone(), None);
+    if let Some(tally) = &replica.tally {
+        room.adopt(tally);
+    }
+    let stop = slot.stop.child_token();
+    // Marks become waves, as on an engine that decides.
+    let (waves, until) = (room.clone(), stop.clone());
+    tokio::spawn(async move {
+        tokio::select! {
+            () = until.cancelled() => {}
+            () = waves.changes().coalesce() => {}
+        }
+    });
+    let (slot_changes, until) = (slot.changes.clone(), stop.clone());
+    let mut seen = room.changes().subscribe();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = until.cancelled() => return,
+                r = seen.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    slot_changes.send_modify(|n| *n += 1);
+                }
+            }
+        }
+    });
     slot.changes.send_modify(|n| *n += 1);
-    slot.tickets.notify_waiters();
-    let mut r = crate::sync::lock(&slot.rebuilds);
-    *r = Rebuilds {
-        last: Instant::now(),
-        took: started.elapsed(),
-        due: false,
-    };
+    *replay = Some((Replayer::new(room), stop));
 }
 
 /// While this instance owns the room, answer the commands sent to it.
@@ -737,8 +738,12 @@ impl Backend for OwnedBackend {
         room: &RoomId,
         ticket: TicketRef,
     ) -> Result<TicketSignal, BackendError> {
-        self.view_with(room, ticket).await?;
-        Ok(TicketSignal::new(self.slot(room)?.tickets.clone(), |_| {}))
+        let (view, id) = self.view_with(room, ticket).await?;
+        let notify = view.room.ticket_notify(id);
+        let copy = view.room;
+        Ok(TicketSignal::new(notify, move |n| {
+            copy.forget_ticket_notify(id, n);
+        }))
     }
 
     async fn read_ticket(

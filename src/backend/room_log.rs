@@ -443,15 +443,17 @@ impl Replica {
     /// replica (a trimmed log), which only a newer image can mend.
     pub fn apply(&mut self, entry: &Entry) -> Result<(), StoreError> {
         let (first, records) = decode(entry)?;
-        self.apply_decoded(entry, first, &records)
+        self.apply_decoded(entry, first, &records).map(|_| ())
     }
 
+    /// [`Self::apply`] of a decoded batch; how many of its first records
+    /// were applied before.
     fn apply_decoded(
         &mut self,
         entry: &Entry,
         first: u64,
         records: &[LogRecord],
-    ) -> Result<(), StoreError> {
+    ) -> Result<usize, StoreError> {
         if first > self.last + 1 {
             return Err(StoreError::Damaged(format!(
                 "log entry {}: records {} to {} are missing",
@@ -460,6 +462,9 @@ impl Replica {
                 first - 1
             )));
         }
+        let seen = usize::try_from((self.last + 1).saturating_sub(first))
+            .unwrap_or(usize::MAX)
+            .min(records.len());
         for (n, record) in (first..).zip(records) {
             if n > self.last {
                 match record {
@@ -475,7 +480,7 @@ impl Replica {
             }
         }
         self.at = self.at.max(entry.pos);
-        Ok(())
+        Ok(seen)
     }
 
     /// Read and apply what the log holds after this replica, many batches
@@ -505,25 +510,21 @@ impl Replica {
 pub struct Follower {
     replica: std::sync::RwLock<Option<Replica>>,
     reached: watch::Sender<LogPos>,
-    observe: Box<dyn Fn(&Replica, Moved) + Send + Sync>,
+    observe: Box<Observer>,
 }
 
-/// Why a [`Follower`] shows its observer the replica.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Moved {
-    /// It has applied what one read of the log brought.
-    Read,
-    /// The next batch brings an away visitor back: every place a ticket
-    /// held until now is to be seen before the line moves it back.
-    BeforeReturn,
-}
+/// What a [`Follower`] calls each time its replica moves.
+type Observer = dyn Fn(&Replica, Moved<'_>) + Send + Sync;
 
-/// Whether a batch brings an away visitor back: they go ahead of the line,
-/// so those behind them would count one more ahead.
-fn brings_back(records: &[LogRecord]) -> bool {
-    records
-        .iter()
-        .any(|r| matches!(r, LogRecord::Event(EventRecord::Back { .. })))
+/// How a [`Follower`]'s replica moved, as its observer is told.
+#[derive(Clone, Copy, Debug)]
+pub enum Moved<'a> {
+    /// It starts again from a stored image (at first, or after falling
+    /// behind a trimmed log).
+    Loaded,
+    /// It applied one batch of the log: the records it had not applied
+    /// before, in order.
+    Applied(&'a [LogRecord]),
 }
 
 impl Follower {
@@ -536,19 +537,17 @@ impl Follower {
         room: RoomId,
         stop: tokio_util::sync::CancellationToken,
     ) -> Arc<Self> {
-        Self::observed(store, room, stop, |_, _| {})
+        Self::observed(store, room, stop, |_, _: Moved<'_>| {})
     }
 
-    /// [`Self::spawn`], calling `observe` with the replica whenever it has
-    /// moved: after each read's batches, and also just before a batch that
-    /// brings an away visitor back, so whoever keeps positions from it sees
-    /// every place a ticket held before the line moved it back, however
-    /// many batches one read brings.
+    /// [`Self::spawn`], calling `observe` with the replica each time it
+    /// moves (under the replica's lock, so the observer sees every batch,
+    /// in order, once).
     pub fn observed(
         store: Arc<dyn RoomStore>,
         room: RoomId,
         stop: tokio_util::sync::CancellationToken,
-        observe: impl Fn(&Replica, Moved) + Send + Sync + 'static,
+        observe: impl Fn(&Replica, Moved<'_>) + Send + Sync + 'static,
     ) -> Arc<Self> {
         let follower = Arc::new(Self {
             replica: std::sync::RwLock::new(None),
@@ -605,7 +604,7 @@ impl Follower {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         *guard = replica;
         let at = guard.as_ref().map(|r| {
-            (self.observe)(r, Moved::Read);
+            (self.observe)(r, Moved::Loaded);
             r.at
         });
         drop(guard);
@@ -625,16 +624,11 @@ impl Follower {
         let Some(replica) = guard.as_mut() else {
             return Ok(());
         };
-        let mut observed = true;
         for entry in entries {
             let (first, records) = decode(entry)?;
-            if !observed && brings_back(&records) {
-                (self.observe)(replica, Moved::BeforeReturn);
-            }
-            replica.apply_decoded(entry, first, &records)?;
-            observed = false;
+            let seen = replica.apply_decoded(entry, first, &records)?;
+            (self.observe)(replica, Moved::Applied(&records[seen..]));
         }
-        (self.observe)(replica, Moved::Read);
         let at = replica.at;
         drop(guard);
         self.reached.send_replace(at);

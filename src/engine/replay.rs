@@ -312,4 +312,3 @@ impl Room {
         self.changes().bump();
     }
 }
-

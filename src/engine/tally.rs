@@ -16,8 +16,6 @@ use serde::{Deserialize, Serialize};
 
 use super::room::Room;
 use super::rules::AdmissionRate;
-use super::rules::TicketState;
-use super::ticket::TicketId;
 use super::view::WaitSnapshot;
 use crate::sync::lock;
 
@@ -51,18 +49,24 @@ impl Room {
     }
 
     /// Show the owner's figures: for a replica that never decides. The
-    /// worker's hand is what the rest leaves of the permits, so the ledger
-    /// balances whatever moved between the tally and the tickets it came
-    /// with. The view is published again by the owner's rule, from the
+    /// worker's hand (and, if need be, the debt) is what the rest leaves of
+    /// the permits, so the ledger balances whatever moved between the tally
+    /// and the tickets it came with. The view is published again by the owner's rule, from the
     /// figures adopted.
     pub fn adopt(&self, tally: &RoomTally) {
         let c = &self.counters;
         let mut w = lock(&self.worker);
-        self.tray.store(tally.tray, Ordering::Release);
-        self.debt.store(tally.debt, Ordering::Release);
         let capacity = u64::from(self.hot.capacity.load(Ordering::Acquire));
         let admitted = self.admitted.load(Ordering::Acquire);
-        w.hand = (capacity + tally.debt).saturating_sub(tally.tray + admitted);
+        // A tally taken between an admission on borrowed permits and the
+        // debt it runs up shows less debt than the admissions imply: the
+        // admissions are what happened.
+        let debt = tally
+            .debt
+            .max((tally.tray + admitted).saturating_sub(capacity));
+        self.tray.store(tally.tray, Ordering::Release);
+        self.debt.store(debt, Ordering::Release);
+        w.hand = (capacity + debt).saturating_sub(tally.tray + admitted);
         w.rate = tally.rate;
         c.handoffs.store(tally.handoffs, Ordering::Relaxed);
         c.skips.store(tally.skips, Ordering::Relaxed);
@@ -71,27 +75,5 @@ impl Room {
             .fetch_max(tally.peak_admitted, Ordering::AcqRel);
         self.waits.set(&tally.waits);
         self.publish_locked(&w, self.clock.now_ms(), false);
-    }
-
-    /// A replica rebuilt from the log is the same room to its visitors, and
-    /// a position once shown never goes up: keep the positions an earlier
-    /// copy showed, and count every waiting ticket's place now as shown.
-    /// Every replica that follows the log then clamps alike, at each batch,
-    /// whichever instance a visitor asks (an away visitor coming back goes
-    /// ahead of the line, which would otherwise move those behind back).
-    pub fn keep_shown(&self, earlier: Option<&Room>) {
-        let n = self.tickets.count();
-        for i in 0..n {
-            let Some(t) = self.tickets.get(i) else {
-                continue;
-            };
-            if let Some(e) = earlier.and_then(|e| e.tickets.get(i)) {
-                t.report_position(e.shown_position());
-            }
-            if t.state() == TicketState::Waiting {
-                // Counting a place is what clamps it.
-                let _ = self.ticket_facts(i as TicketId);
-            }
-        }
     }
 }

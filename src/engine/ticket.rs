@@ -99,11 +99,6 @@ impl Ticket {
         self.initial_ahead.load(Ordering::Relaxed)
     }
 
-    /// The lowest position shown so far (`u32::MAX`: none yet).
-    pub(crate) fn shown_position(&self) -> u32 {
-        self.reported_position.load(Ordering::Acquire)
-    }
-
     /// Clamp a freshly computed position to never exceed one already shown.
     pub(crate) fn report_position(&self, computed: u32) -> u32 {
         let previous = self.reported_position.fetch_min(computed, Ordering::AcqRel);
