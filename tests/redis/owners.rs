@@ -179,3 +179,292 @@ async fn three_instances_share_one_line_and_an_owner_hands_it_over() {
         app.stop().await;
     }
 }
+
+/// A narabu process with `redis_engine = "owners"`, its log in its own
+/// directory; killed with SIGKILL on drop.
+struct Process {
+    child: std::process::Child,
+    base: String,
+    dir: tempfile::TempDir,
+}
+
+const SECRET: &str = "test-secret-test-secret-test-secret-0123";
+const ADMIN: &str = "admin-token-admin-token-admin-token-0123";
+
+impl Process {
+    fn start(redis: &RedisServer, capacity: u32) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = narabu_testkit::redis_server::free_port();
+        let config = dir.path().join("narabu.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"listen = "127.0.0.1:{port}"
+data_dir = "{data}"
+backend = "redis"
+redis_url = "{url}"
+redis_engine = "owners"
+secret = "{SECRET}"
+admin_token = "{ADMIN}"
+
+[[rooms]]
+id = "sale"
+capacity = {capacity}
+tick = "50ms"
+join_limit_per_minute = 0
+"#,
+                data = dir.path().display(),
+                url = redis.url()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.path().join("log")).unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_narabu"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env("NARABU_LOG", "info")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Self {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            dir,
+        }
+    }
+
+    /// Whether its log says it owns the room now.
+    fn owns(&self) -> bool {
+        let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
+        let owned = log.matches("owns the room now").count();
+        let lost = log.matches("no longer owns the room").count();
+        owned > lost
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// What the load saw: every acknowledged join, the first time each number
+/// was seen admitted, and the most admitted any instance showed at once.
+#[derive(Default)]
+struct Seen {
+    joined: Vec<(String, u64)>,
+    admitted: Vec<u64>,
+    most_admitted: u64,
+    last_join: Option<Instant>,
+    last_admission: Option<Instant>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_owner_loses_no_acknowledged_ticket_and_the_line_resumes() {
+    let redis = RedisServer::start().await;
+    let capacity = 3;
+    let mut processes: Vec<Process> = (0..3).map(|_| Process::start(&redis, capacity)).collect();
+    let client = reqwest::Client::new();
+    for p in &processes {
+        let up = async {
+            loop {
+                if client
+                    .get(format!("{}/healthz", p.base))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success())
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), up)
+            .await
+            .expect("the instance starts");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let owner = loop {
+        if let Some(i) = processes.iter().position(Process::owns) {
+            break i;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no instance owns the room: {:?}",
+            processes
+                .iter()
+                .map(|p| std::fs::read_to_string(p.dir.path().join("log")).unwrap_or_default())
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let bases: Vec<String> = processes.iter().map(|p| p.base.clone()).collect();
+    let seen = Arc::new(std::sync::Mutex::new(Seen::default()));
+    let killed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Visitors join on every instance in turn, and each admitted one
+    // leaves through another instance after a moment.
+    let load = {
+        let (seen, killed, stop, client) =
+            (seen.clone(), killed.clone(), stop.clone(), client.clone());
+        let (bases, owner) = (bases.clone(), owner);
+        tokio::spawn(async move {
+            let mut i = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                i += 1;
+                let live: Vec<&String> = bases
+                    .iter()
+                    .enumerate()
+                    .filter(|&(k, _)| {
+                        !(killed.load(std::sync::atomic::Ordering::Acquire) && k == owner)
+                    })
+                    .map(|(_, b)| b)
+                    .collect();
+                let base = live[i % live.len()];
+                if let Ok(r) = client
+                    .post(format!("{base}/api/rooms/sale/join"))
+                    .send()
+                    .await
+                    && r.status() == StatusCode::CREATED
+                {
+                    let body: Value = r.json().await.unwrap();
+                    let mut s = seen.lock().unwrap();
+                    s.joined.push((
+                        body["ticket"].as_str().unwrap().to_owned(),
+                        body["number"].as_u64().unwrap(),
+                    ));
+                    s.last_join = Some(Instant::now());
+                }
+                let tickets: Vec<(String, u64)> = {
+                    let s = seen.lock().unwrap();
+                    s.joined
+                        .iter()
+                        .filter(|(_, n)| !s.admitted.contains(n))
+                        .take(capacity as usize + 2)
+                        .cloned()
+                        .collect()
+                };
+                for (k, (token, number)) in tickets.into_iter().enumerate() {
+                    let base = live[(i + k) % live.len()];
+                    let Ok(r) = client
+                        .get(format!("{base}/api/rooms/sale/status"))
+                        .bearer_auth(&token)
+                        .send()
+                        .await
+                    else {
+                        continue;
+                    };
+                    if r.status() != StatusCode::OK {
+                        continue;
+                    }
+                    let body: Value = r.json().await.unwrap();
+                    if body["status"] == "admitted" {
+                        {
+                            let mut s = seen.lock().unwrap();
+                            s.admitted.push(number);
+                            s.last_admission = Some(Instant::now());
+                        }
+                        let other = live[(i + k + 1) % live.len()];
+                        let _ = client
+                            .post(format!("{other}/api/rooms/sale/leave"))
+                            .bearer_auth(&token)
+                            .send()
+                            .await;
+                    }
+                }
+                for base in &live {
+                    if let Ok(r) = client
+                        .get(format!("{base}/admin/rooms/sale"))
+                        .bearer_auth(ADMIN)
+                        .send()
+                        .await
+                        && r.status() == StatusCode::OK
+                    {
+                        let room: Value = r.json().await.unwrap();
+                        let admitted = room["admitted"].as_u64().unwrap_or(0);
+                        let mut s = seen.lock().unwrap();
+                        s.most_admitted = s.most_admitted.max(admitted);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = seen.lock().unwrap().joined.len();
+    assert!(before > 10, "the load runs before the kill: {before} joins");
+    killed.store(true, std::sync::atomic::Ordering::Release);
+    let at_kill = Instant::now();
+    processes[owner].kill();
+    // Joins and admissions resume on the others.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (join_back, admission_back) = loop {
+        let (j, a) = {
+            let s = seen.lock().unwrap();
+            (s.last_join, s.last_admission)
+        };
+        if let (Some(j), Some(a)) = (j, a)
+            && j > at_kill
+            && a > at_kill
+        {
+            break (j - at_kill, a - at_kill);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the line did not resume after the owner was killed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    println!(
+        "owner killed: joins answered again after {join_back:?}, the first admission after {admission_back:?} (lease 3 s)"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    load.await.unwrap();
+    let survivors: Vec<&String> = bases
+        .iter()
+        .enumerate()
+        .filter(|&(k, _)| k != owner)
+        .map(|(_, b)| b)
+        .collect();
+    let s = seen.lock().unwrap();
+    // No moment over capacity on any instance's copy.
+    assert!(
+        s.most_admitted <= u64::from(capacity),
+        "{} admitted at once",
+        s.most_admitted
+    );
+    // Every acknowledged ticket is still there, with its number.
+    for (k, (token, number)) in s.joined.iter().enumerate() {
+        let base = survivors[k % survivors.len()];
+        let r = client
+            .get(format!("{base}/api/rooms/sale/status"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "ticket {number} lost");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["number"].as_u64(), Some(*number), "{body}");
+    }
+    // Admitted in ticket order, give or take the tickets admitted together.
+    for (i, n) in s.admitted.iter().enumerate() {
+        let later_first = s.admitted[..i].iter().filter(|&&m| m > *n).count();
+        assert!(
+            later_first <= capacity as usize,
+            "{n} admitted after {later_first} later tickets: {:?}",
+            s.admitted
+        );
+    }
+    println!(
+        "{} tickets acknowledged ({before} before the kill), {} admitted, none lost",
+        s.joined.len(),
+        s.admitted.len()
+    );
+}
