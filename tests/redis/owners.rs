@@ -433,7 +433,7 @@ async fn killing_the_owner_loses_no_acknowledged_ticket_and_the_line_resumes() {
         .filter(|&(k, _)| k != owner)
         .map(|(_, b)| b)
         .collect();
-    let s = seen.lock().unwrap();
+    let s = std::mem::take(&mut *seen.lock().unwrap());
     // No moment over capacity on any instance's copy.
     assert!(
         s.most_admitted <= u64::from(capacity),
