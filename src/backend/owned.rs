@@ -183,14 +183,16 @@ impl OwnedBackend {
             tasks: TaskTracker::new(),
         });
         for settings in rooms {
-            backend.serve_room(settings);
+            backend.serve_room(settings.id.clone(), Some(settings));
         }
+        backend.tasks.spawn(share_rooms(Arc::downgrade(&backend)));
         backend
     }
 
-    /// Contend for the room, follow its log and keep its view.
-    fn serve_room(self: &Arc<Self>, settings: RoomSettings) -> Arc<Slot> {
-        let id = settings.id.clone();
+    /// Contend for the room, follow its log and keep its view. `settings`
+    /// make the room if nobody has yet; a room found in the store's list
+    /// has none.
+    fn serve_room(self: &Arc<Self>, id: RoomId, settings: Option<RoomSettings>) -> Arc<Slot> {
         let stop = self.shutdown.child_token();
         let contention = Contender {
             store: self.store.clone(),
@@ -536,6 +538,48 @@ fn renew_copy(
     *replay = Some((Replayer::new(room), stop));
 }
 
+/// How often an instance looks for rooms other instances made.
+const SHARE_EVERY: Duration = Duration::from_secs(1);
+
+/// Every instance serves every room: note the rooms this instance serves
+/// (once they exist) in the store's list, and serve those others noted.
+async fn share_rooms(backend: std::sync::Weak<OwnedBackend>) {
+    let mut noted: std::collections::HashSet<RoomId> = std::collections::HashSet::new();
+    loop {
+        let Some(b) = backend.upgrade() else { return };
+        let stop = b.shutdown.clone();
+        match b.store.rooms().await {
+            Ok(listed) => {
+                for id in listed {
+                    if b.slot(&id).is_err() {
+                        tracing::info!(room = %id, "serving a room another instance made");
+                        b.serve_room(id.clone(), None);
+                    }
+                    noted.insert(id);
+                }
+                let served: Vec<(RoomId, Arc<Slot>)> = read(&b.rooms)
+                    .iter()
+                    .map(|(id, slot)| (id.clone(), slot.clone()))
+                    .collect();
+                for (id, slot) in served {
+                    if !noted.contains(&id)
+                        && slot.view.borrow().is_some()
+                        && b.store.add_room(&id).await.is_ok()
+                    {
+                        noted.insert(id);
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "the list of rooms could not be read"),
+        }
+        drop(b);
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(SHARE_EVERY) => {}
+        }
+    }
+}
+
 /// While this instance owns the room, answer the commands sent to it.
 async fn answer_commands(backend: Arc<OwnedBackend>, id: RoomId, slot: Arc<Slot>) {
     let mut owned = slot.owned.clone();
@@ -783,7 +827,7 @@ impl Backend for OwnedBackend {
             .weak
             .upgrade()
             .ok_or_else(|| BackendError::Unavailable("this instance is shutting down".into()))?;
-        let slot = me.serve_room(settings);
+        let slot = me.serve_room(id.clone(), Some(settings));
         let view = self.view_at(&slot, LogPos::START).await?;
         Ok(calls::snapshot(&view.room))
     }

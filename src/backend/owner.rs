@@ -135,8 +135,10 @@ pub struct Contender {
     pub room: RoomId,
     /// This instance's name, as the lease records its holder.
     pub instance: String,
-    /// The room as created by whoever owns it first (no image yet).
-    pub settings: RoomSettings,
+    /// The room as created by whoever owns it first (no image yet); `None`
+    /// for a room this instance only found in the store's list of rooms,
+    /// which it takes over but never creates.
+    pub settings: Option<RoomSettings>,
     pub epoch: u64,
     pub clock: Arc<dyn Clock>,
     pub options: OwnerOptions,
@@ -262,7 +264,7 @@ async fn take_over(
     store: &Arc<dyn RoomStore>,
     room: &RoomId,
     fence: Fence,
-    settings: &RoomSettings,
+    settings: &Option<RoomSettings>,
     epoch: u64,
     clock: &Arc<dyn Clock>,
 ) -> Result<Arc<Owned>, StoreError> {
@@ -272,6 +274,14 @@ async fn take_over(
             Some(replica)
         }
         None => None,
+    };
+    let settings = match (&replica, settings) {
+        (None, None) => {
+            return Err(StoreError::Damaged(format!(
+                "the room {room} has no image to start from"
+            )));
+        }
+        (_, settings) => settings.clone(),
     };
     let (last, at) = replica
         .as_ref()
@@ -291,7 +301,12 @@ async fn take_over(
     let fresh = replica.is_none();
     let owned = Owned::new(writer, fence.clone(), clock.clone(), |sink| match replica {
         Some(replica) => Room::restore(replica.image, clock.clone(), Some(sink)),
-        None => Room::create(settings.clone(), clock.clone(), epoch, Some(sink)),
+        None => Room::create(
+            settings.expect("a room without an image has settings"),
+            clock.clone(),
+            epoch,
+            Some(sink),
+        ),
     });
     if fresh {
         let first = encode_image(

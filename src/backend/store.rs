@@ -154,6 +154,16 @@ pub enum StoreError {
 /// What a deployment with room owners asks of its shared store.
 #[async_trait]
 pub trait RoomStore: Send + Sync + 'static {
+    // ----- rooms ------------------------------------------------------------
+
+    /// Note that `room` exists (its first image is stored), so that every
+    /// instance serves it, also one started without it in its
+    /// configuration.
+    async fn add_room(&self, room: &RoomId) -> Result<(), StoreError>;
+
+    /// Every room noted so far.
+    async fn rooms(&self) -> Result<Vec<RoomId>, StoreError>;
+
     // ----- lease ------------------------------------------------------------
 
     /// Take the room's lease for `holder` if nobody holds it: a fence with

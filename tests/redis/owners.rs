@@ -468,3 +468,44 @@ async fn killing_the_owner_loses_no_acknowledged_ticket_and_the_line_resumes() {
         s.admitted.len()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_an_operator_makes_on_one_instance_is_served_by_every_instance() {
+    use narabu::backend::{Backend, JoinRequest};
+    let redis = RedisServer::start().await;
+    let (a, a_backend) = instance(&redis).await;
+    let (b, b_backend) = instance(&redis).await;
+    let mut extra = room("extra", 2);
+    extra.join_limit_per_minute = 0;
+    let made = a_backend.put_room(extra.clone()).await.unwrap();
+    let id = RoomId::new("extra").unwrap();
+    // The other instance serves it within a few of its looks at the list.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let seen = loop {
+        if let Ok(snapshot) = b_backend.room(&id).await {
+            break snapshot;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the other instance never served the room"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(seen.epoch, made.epoch, "the same incarnation");
+    assert_eq!(seen.settings.capacity, 2);
+    // A join there is answered by the room's one owner and shown on both.
+    let joined = b_backend.join(&id, JoinRequest::anonymous()).await.unwrap();
+    assert_eq!(joined.status.number, Some(1));
+    let on_a = a_backend.status(&id, joined.ticket, false).await.unwrap();
+    assert_eq!(on_a.number, Some(1));
+    assert_eq!(
+        [&a_backend, &b_backend]
+            .iter()
+            .filter(|backend| backend.owns(&id))
+            .count(),
+        1,
+        "one owner"
+    );
+    a.stop().await;
+    b.stop().await;
+}

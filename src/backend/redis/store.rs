@@ -41,6 +41,8 @@ use crate::engine::RoomId;
 pub const SCHEMA: u32 = 3;
 const SCHEMA_KEY: &str = "narabu:schema";
 const EARLIER_ROOMS_KEY: &str = "narabu:rooms";
+/// The rooms of this schema, by name.
+const ROOMS_KEY: &str = "narabu:v3:rooms";
 
 /// How many replies an instance's stream keeps, and for how long once its
 /// reader stops reading (a dead instance's replies go away by themselves).
@@ -361,6 +363,22 @@ where
             .await
             .map_err(unavailable)?;
         Ok(n == 1)
+    }
+
+    async fn add_room(&self, room: &RoomId) -> Result<(), StoreError> {
+        let mut con = self.conn.clone();
+        let _: u32 = con
+            .sadd(ROOMS_KEY, room.as_str())
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn rooms(&self) -> Result<Vec<RoomId>, StoreError> {
+        let mut con = self.conn.clone();
+        let names: Vec<String> = con.smembers(ROOMS_KEY).await.map_err(unavailable)?;
+        // A name that is not a room id was not written by Narabu.
+        Ok(names.iter().filter_map(|n| RoomId::new(n).ok()).collect())
     }
 
     async fn holder(&self, room: &RoomId) -> Result<Option<String>, StoreError> {
