@@ -193,9 +193,9 @@ fn the_lottery_draw_survives_before_and_after_opening() {
 /// A room with lanes, opened by a draw, then busy: restored from its image
 /// and replayed from its first, each ticket keeps its lane, number and
 /// place, and the lanes go on sharing permits the same way.
-#[test]
-fn lanes_survive_images_and_replay() {
-    let clock = ManualClock::new(T0);
+/// A room opening in a minute, with a members' lane (weight 1) and the
+/// general one (weight 2, the default).
+fn scheduled_with_lanes() -> RoomSettings {
     let mut s = settings(3);
     s.opens_at = Some(T0 + 60_000);
     s.lanes = vec![
@@ -209,10 +209,21 @@ fn lanes_survive_images_and_replay() {
         },
     ];
     s.default_lane = Some("general".into());
-    let (room, rec, first) = recorded_room(s, &clock);
-    let early: Vec<TicketId> = (0..12)
+    s
+}
+
+/// Twelve joins before the opening, every third in the members' lane.
+fn early_in_lanes(room: &Room) -> Vec<TicketId> {
+    (0..12)
         .map(|i| room.join_in(None, (i % 3 == 0) as u8 ^ 1).unwrap().ticket)
-        .collect();
+        .collect()
+}
+
+#[test]
+fn lanes_survive_images_and_replay() {
+    let clock = ManualClock::new(T0);
+    let (room, rec, first) = recorded_room(scheduled_with_lanes(), &clock);
+    let early = early_in_lanes(&room);
     clock.advance(Duration::from_secs(61));
     room.renew(early.iter().copied());
     assert!(room.tick().opened);
@@ -394,24 +405,10 @@ fn a_replica_following_the_records_is_the_same_room() {
 #[test]
 fn a_replica_follows_lanes_and_a_lottery_opening() {
     let clock = ManualClock::new(T0);
-    let mut s = settings(3);
-    s.opens_at = Some(T0 + 60_000);
+    let mut s = scheduled_with_lanes();
     s.order = Order::Lottery;
-    s.lanes = vec![
-        LaneSpec {
-            name: "members".into(),
-            weight: 1,
-        },
-        LaneSpec {
-            name: "general".into(),
-            weight: 2,
-        },
-    ];
-    s.default_lane = Some("general".into());
     let (room, rec, first) = recorded_room(s, &clock);
-    let early: Vec<TicketId> = (0..12)
-        .map(|i| room.join_in(None, (i % 3 == 0) as u8 ^ 1).unwrap().ticket)
-        .collect();
+    let early = early_in_lanes(&room);
     room.leave(early[2]);
     clock.advance(Duration::from_secs(61));
     room.renew(early.iter().copied());
