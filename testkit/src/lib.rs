@@ -3,8 +3,9 @@
 //! `redis-server` processes (`redis_server`) and replicated sets of them
 //! with Sentinel or as a Cluster (`redis_ha`), the shipped nginx, Caddy,
 //! HAProxy and Traefik configurations in front of a small origin
-//! (`proxy`), headless Chromium through chromedriver (`browser`), and a
-//! TCP relay that cuts connections on demand (`relay`).
+//! (`proxy`), headless Chromium through chromedriver (`browser`), a
+//! TCP relay that cuts connections on demand (`relay`), and Narabu as a
+//! process of its own (`process`).
 //!
 //! Every process a helper starts is killed when its handle drops, however
 //! the test ends. `scripts/test` installs the programs (redis-server,
@@ -13,6 +14,7 @@
 
 pub mod app;
 pub mod browser;
+pub mod process;
 pub mod proxy;
 pub mod redis_ha;
 pub mod redis_server;

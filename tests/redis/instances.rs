@@ -5,7 +5,6 @@
 //! killed with SIGKILL), and Redis itself goes away and comes back.
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +19,8 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use narabu_testkit::redis_server::{RedisServer, free_port};
+use narabu_testkit::process::NarabuProcess;
+use narabu_testkit::redis_server::RedisServer;
 use narabu_testkit::room;
 
 const SECRET: &str = "test-secret-test-secret-test-secret-0123";
@@ -337,21 +337,11 @@ async fn stock_runs_out_once_under_purchases_through_three_instances() {
 }
 
 /// A narabu process on Redis, killed with SIGKILL on drop.
-struct Process {
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Process {
-    fn start(redis: &RedisServer, port: u16) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("narabu.toml");
-        std::fs::write(
-            &config,
-            format!(
-                r#"listen = "127.0.0.1:{port}"
-data_dir = "{data}"
-backend = "redis"
+fn process(redis: &RedisServer) -> NarabuProcess {
+    NarabuProcess::start(
+        std::path::Path::new(env!("CARGO_BIN_EXE_narabu")),
+        &format!(
+            r#"backend = "redis"
 redis_url = "{url}"
 secret = "{SECRET}"
 
@@ -360,31 +350,9 @@ id = "sale"
 capacity = 1
 tick = "200ms"
 "#,
-                data = dir.path().display(),
-                url = redis.url()
-            ),
-        )
-        .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_narabu"))
-            .args(["serve", "--config"])
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        Self { child, _dir: dir }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        self.kill();
-    }
+            url = redis.url()
+        ),
+    )
 }
 
 async fn wait_until<F, Fut>(within: Duration, mut f: F) -> bool
@@ -407,7 +375,7 @@ async fn killing_the_worker_instance_hands_the_room_to_another() {
     let redis = RedisServer::start().await;
     let mut con = redis.client().await;
     let lease_key = "narabu:{sale}:lease";
-    let mut a = Process::start(&redis, free_port());
+    let mut a = process(&redis);
     let holder = {
         let con = con.clone();
         wait_until(Duration::from_secs(20), move || {

@@ -18,6 +18,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use narabu_testkit::app::{TestApp, Visitor, config, spawn_with};
+use narabu_testkit::process::NarabuProcess;
 use narabu_testkit::redis_server::RedisServer;
 use narabu_testkit::room;
 
@@ -180,28 +181,15 @@ async fn three_instances_share_one_line_and_an_owner_hands_it_over() {
     }
 }
 
-/// A narabu process with `redis_engine = "owners"`, its log in its own
-/// directory; killed with SIGKILL on drop.
-struct Process {
-    child: std::process::Child,
-    base: String,
-    dir: tempfile::TempDir,
-}
-
 const SECRET: &str = "test-secret-test-secret-test-secret-0123";
 const ADMIN: &str = "admin-token-admin-token-admin-token-0123";
 
-impl Process {
-    fn start(redis: &RedisServer, capacity: u32) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let port = narabu_testkit::redis_server::free_port();
-        let config = dir.path().join("narabu.toml");
-        std::fs::write(
-            &config,
-            format!(
-                r#"listen = "127.0.0.1:{port}"
-data_dir = "{data}"
-backend = "redis"
+/// A narabu process with `redis_engine = "owners"`.
+fn process(redis: &RedisServer, capacity: u32) -> NarabuProcess {
+    NarabuProcess::start(
+        std::path::Path::new(env!("CARGO_BIN_EXE_narabu")),
+        &format!(
+            r#"backend = "redis"
 redis_url = "{url}"
 redis_engine = "owners"
 secret = "{SECRET}"
@@ -213,45 +201,15 @@ capacity = {capacity}
 tick = "50ms"
 join_limit_per_minute = 0
 "#,
-                data = dir.path().display(),
-                url = redis.url()
-            ),
-        )
-        .unwrap();
-        let log = std::fs::File::create(dir.path().join("log")).unwrap();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_narabu"))
-            .args(["serve", "--config"])
-            .arg(&config)
-            .env("NARABU_LOG", "info")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        Self {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-            dir,
-        }
-    }
-
-    /// Whether its log says it owns the room now.
-    fn owns(&self) -> bool {
-        let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
-        let owned = log.matches("owns the room now").count();
-        let lost = log.matches("no longer owns the room").count();
-        owned > lost
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+            url = redis.url()
+        ),
+    )
 }
 
-impl Drop for Process {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// Whether a process's log says it owns the room now.
+fn owns(p: &NarabuProcess) -> bool {
+    let log = p.log();
+    log.matches("owns the room now").count() > log.matches("no longer owns the room").count()
 }
 
 /// What the load saw: every acknowledged join, the first time each number
@@ -261,15 +219,19 @@ struct Seen {
     joined: Vec<(String, u64)>,
     admitted: Vec<u64>,
     most_admitted: u64,
-    last_join: Option<Instant>,
-    last_admission: Option<Instant>,
+    /// When the owner was killed, and the highest number admitted by then.
+    killed_at: Option<(Instant, u64)>,
+    /// From the kill until a join sent after it was answered, and until a
+    /// ticket numbered past all admitted before it was admitted.
+    join_back: Option<Duration>,
+    admission_back: Option<Duration>,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_owner_loses_no_acknowledged_ticket_and_the_line_resumes() {
     let redis = RedisServer::start().await;
     let capacity = 3;
-    let mut processes: Vec<Process> = (0..3).map(|_| Process::start(&redis, capacity)).collect();
+    let mut processes: Vec<NarabuProcess> = (0..3).map(|_| process(&redis, capacity)).collect();
     let client = reqwest::Client::new();
     for p in &processes {
         let up = async {
@@ -291,16 +253,13 @@ async fn killing_the_owner_loses_no_acknowledged_ticket_and_the_line_resumes() {
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     let owner = loop {
-        if let Some(i) = processes.iter().position(Process::owns) {
+        if let Some(i) = processes.iter().position(owns) {
             break i;
         }
         assert!(
             Instant::now() < deadline,
             "no instance owns the room: {:?}",
-            processes
-                .iter()
-                .map(|p| std::fs::read_to_string(p.dir.path().join("log")).unwrap_or_default())
-                .collect::<Vec<_>>()
+            processes.iter().map(NarabuProcess::log).collect::<Vec<_>>()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
@@ -327,6 +286,7 @@ async fn killing_the_owner_loses_no_acknowledged_ticket_and_the_line_resumes() {
                     .map(|(_, b)| b)
                     .collect();
                 let base = live[i % live.len()];
+                let sent = Instant::now();
                 if let Ok(r) = client
                     .post(format!("{base}/api/rooms/sale/join"))
                     .send()
@@ -339,7 +299,12 @@ async fn killing_the_owner_loses_no_acknowledged_ticket_and_the_line_resumes() {
                         body["ticket"].as_str().unwrap().to_owned(),
                         body["number"].as_u64().unwrap(),
                     ));
-                    s.last_join = Some(Instant::now());
+                    if let Some((at, _)) = s.killed_at
+                        && sent > at
+                        && s.join_back.is_none()
+                    {
+                        s.join_back = Some(at.elapsed());
+                    }
                 }
                 let tickets: Vec<(String, u64)> = {
                     let s = seen.lock().unwrap();
@@ -368,7 +333,12 @@ async fn killing_the_owner_loses_no_acknowledged_ticket_and_the_line_resumes() {
                         {
                             let mut s = seen.lock().unwrap();
                             s.admitted.push(number);
-                            s.last_admission = Some(Instant::now());
+                            if let Some((at, highest)) = s.killed_at
+                                && number > highest
+                                && s.admission_back.is_none()
+                            {
+                                s.admission_back = Some(at.elapsed());
+                            }
                         }
                         let other = live[(i + k + 1) % live.len()];
                         let _ = client
@@ -400,20 +370,21 @@ async fn killing_the_owner_loses_no_acknowledged_ticket_and_the_line_resumes() {
     let before = seen.lock().unwrap().joined.len();
     assert!(before > 10, "the load runs before the kill: {before} joins");
     killed.store(true, std::sync::atomic::Ordering::Release);
-    let at_kill = Instant::now();
+    {
+        let mut s = seen.lock().unwrap();
+        let highest = s.admitted.iter().copied().max().unwrap_or(0);
+        s.killed_at = Some((Instant::now(), highest));
+    }
     processes[owner].kill();
     // Joins and admissions resume on the others.
     let deadline = Instant::now() + Duration::from_secs(20);
     let (join_back, admission_back) = loop {
-        let (j, a) = {
+        let back = {
             let s = seen.lock().unwrap();
-            (s.last_join, s.last_admission)
+            (s.join_back, s.admission_back)
         };
-        if let (Some(j), Some(a)) = (j, a)
-            && j > at_kill
-            && a > at_kill
-        {
-            break (j - at_kill, a - at_kill);
+        if let (Some(j), Some(a)) = back {
+            break (j, a);
         }
         assert!(
             Instant::now() < deadline,
