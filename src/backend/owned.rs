@@ -416,28 +416,56 @@ impl OwnedBackend {
     }
 
     /// The view that knows ticket `t`. A ticket issued through another
-    /// instance may be a moment ahead of this one's replica: an unknown
-    /// ticket is looked for again once the replica has reached the end the
-    /// log has now, and refused only if it is still unknown then.
+    /// instance may be a moment ahead of this one's copy: an unknown ticket
+    /// is looked for again once the copy has reached the end the log has
+    /// now, and one whose join is in but waits for an earlier ticket's
+    /// (reported a moment later by the owner) until that has come; it is
+    /// refused only if it is still unknown then.
     async fn view_with(
         &self,
         room: &RoomId,
         t: TicketRef,
     ) -> Result<(View, TicketId), BackendError> {
         let slot = self.slot(room)?;
-        let view = self.view_at(&slot, LogPos::START).await?;
-        match Self::ticket_in(&view, t) {
-            Err(BackendError::NoSuchTicket) => {}
-            found => return found.map(|id| (view, id)),
+        let mut moves = slot.view.subscribe();
+        let deadline = tokio::time::Instant::now() + self.options.answer_within;
+        let mut looked_at_end = false;
+        loop {
+            let view = self.view_at(&slot, LogPos::START).await?;
+            match Self::ticket_in(&view, t) {
+                Err(BackendError::NoSuchTicket) => {}
+                found => return found.map(|id| (view, id)),
+            }
+            let pending = TicketId::try_from(t.id).is_ok_and(|id| {
+                crate::sync::lock(&slot.replay)
+                    .as_ref()
+                    .is_some_and(|(r, _)| r.is_pending(id))
+            });
+            if pending {
+                if tokio::time::timeout_at(deadline, moves.changed())
+                    .await
+                    .is_err()
+                {
+                    return Err(BackendError::Unavailable(
+                        "this instance's copy of the room is behind its log".into(),
+                    ));
+                }
+                continue;
+            }
+            if looked_at_end {
+                return Err(BackendError::NoSuchTicket);
+            }
+            looked_at_end = true;
+            let end = self.store.last(room).await.map_err(|e| {
+                BackendError::Unavailable(format!("the room's log cannot be read: {e}"))
+            })?;
+            match end {
+                Some(end) if end > view.at => {
+                    self.view_at(&slot, end).await?;
+                }
+                _ => return Err(BackendError::NoSuchTicket),
+            }
         }
-        let end = self.store.last(room).await.map_err(|e| {
-            BackendError::Unavailable(format!("the room's log cannot be read: {e}"))
-        })?;
-        if end.is_none_or(|end| end <= view.at) {
-            return Err(BackendError::NoSuchTicket);
-        }
-        let view = self.view_at(&slot, end.unwrap_or(view.at)).await?;
-        Self::ticket_in(&view, t).map(|id| (view, id))
     }
 }
 
@@ -476,8 +504,11 @@ fn view_moved(slot: &Arc<Slot>, replica: &Replica, moved: Moved<'_>, clock: &Arc
         match record {
             LogRecord::Event(event) => replayer.apply(event),
             LogRecord::Tally(tally) => replayer.room().adopt(tally),
-            LogRecord::Created(_) => {
-                // A new incarnation: the replica holds its first image.
+            // A new incarnation, or a new owner that went on from the room
+            // as the log left it (a join its predecessor had not written
+            // whole is lost): the replica holds the room as it starts, and
+            // the copy starts again from it, as the new owner's engine did.
+            LogRecord::Created(_) | LogRecord::Owner { .. } => {
                 renew_copy(&mut replay, slot, replica, clock);
                 break;
             }
@@ -695,14 +726,12 @@ impl Backend for OwnedBackend {
     }
 
     async fn join(&self, room: &RoomId, request: JoinRequest) -> Result<JoinOutcome, BackendError> {
-        let (answer, view) = self.command(room, Cmd::Join(request)).await?;
+        let (answer, _) = self.command(room, Cmd::Join(request)).await?;
         let Answer::Joined { ticket, is_new } = answer else {
             return Err(unexpected());
         };
-        let status = view
-            .room
-            .status(Self::ticket_in(&view, ticket)?)
-            .ok_or(BackendError::NoSuchTicket)?;
+        let (view, id) = self.view_with(room, ticket).await?;
+        let status = view.room.status(id).ok_or(BackendError::NoSuchTicket)?;
         Ok(JoinOutcome {
             ticket,
             is_new,

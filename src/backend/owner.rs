@@ -308,6 +308,10 @@ async fn take_over(
             Some(sink),
         ),
     });
+    // Replicas that followed the last owner's records one by one start
+    // again from here, as this engine did: a join the last owner had not
+    // written whole is lost to both alike.
+    owned.writer.owner(fence.token);
     if fresh {
         let first = encode_image(
             0,

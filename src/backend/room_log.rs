@@ -49,6 +49,10 @@ pub enum LogRecord {
     Tally(Box<RoomTally>),
     /// The room was replaced by a new incarnation, as it starts.
     Created(Box<RoomImage>),
+    /// A new owner took the room over with this fencing token: whatever
+    /// the last owner had not yet written is lost, and the new owner goes
+    /// on from the room as the log and image left it.
+    Owner { token: u64 },
 }
 
 /// [`LogRecord`] as encoded without copying what it carries: serde
@@ -59,6 +63,7 @@ enum LogRecordRef<'a> {
     Applied { id: u128, reply: &'a [u8] },
     Tally(&'a RoomTally),
     Created(&'a RoomImage),
+    Owner { token: u64 },
 }
 
 /// The ids of the commands applied lately, with their answers: enough to
@@ -204,6 +209,11 @@ impl LogWriter {
             .tallied
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::downgrade(room);
+    }
+
+    /// Note that a new owner, with this fencing token, goes on from here.
+    pub fn owner(&self, token: u64) -> u64 {
+        self.push(&LogRecordRef::Owner { token })
     }
 
     /// Start the room again as this new incarnation; its number.
@@ -475,6 +485,7 @@ impl Replica {
                         self.image = (**image).clone();
                         self.tally = None;
                     }
+                    LogRecord::Owner { .. } => {}
                 }
                 self.last = n;
             }

@@ -62,6 +62,16 @@ impl Replayer {
         self.joins.is_empty() && self.early.is_empty() && self.places.iter().all(BTreeMap::is_empty)
     }
 
+    /// Whether a ticket's join has come but waits for a record reported
+    /// after it (the ticket is known in a moment).
+    pub fn is_pending(&self, ticket: TicketId) -> bool {
+        self.joins.contains_key(&ticket)
+            || self
+                .places
+                .iter()
+                .any(|p| p.values().any(|&(id, _)| id == ticket))
+    }
+
     /// Apply one record of the owner's engine.
     pub fn apply(&mut self, record: &EventRecord) {
         let ticket = match record {
