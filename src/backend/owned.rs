@@ -110,7 +110,7 @@ enum Wire {
     Retry,
 }
 
-/// The engine as of a place in the room's log, restored from the replica.
+/// This instance's copy of the room, as of a place in the room's log.
 #[derive(Clone)]
 struct View {
     at: LogPos,

@@ -25,7 +25,10 @@
 //! encoding, or the note that a command from another instance was applied,
 //! with its answer: commands carry ids, and a new owner that finds a
 //! command's id among the recent ones in its replica answers it again
-//! rather than applying it twice.
+//! rather than applying it twice. Besides, the owner's tally closes each
+//! batch (the figures no change carries: where the permits are, the
+//! counters), a replaced room starts with its new incarnation's image, and
+//! a new owner notes its takeover.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
