@@ -199,7 +199,6 @@ impl OwnedBackend {
             room: id.clone(),
             instance: self.instance.clone(),
             settings,
-            epoch: rand::random(),
             clock: self.clock.clone(),
             options: self.options.owner.clone(),
         }
@@ -581,6 +580,8 @@ async fn share_rooms(backend: std::sync::Weak<OwnedBackend>) {
         let stop = b.shutdown.clone();
         match b.store.rooms().await {
             Ok(listed) => {
+                // What the store lists now (it may have lost its data).
+                noted.clear();
                 for id in listed {
                     if b.slot(&id).is_err() {
                         tracing::info!(room = %id, "serving a room another instance made");

@@ -139,7 +139,6 @@ pub struct Contender {
     /// for a room this instance only found in the store's list of rooms,
     /// which it takes over but never creates.
     pub settings: Option<RoomSettings>,
-    pub epoch: u64,
     pub clock: Arc<dyn Clock>,
     pub options: OwnerOptions,
 }
@@ -157,7 +156,6 @@ impl Contender {
                 room,
                 instance,
                 settings,
-                epoch,
                 clock,
                 options,
             } = self;
@@ -193,9 +191,7 @@ impl Contender {
                 let Some(o) = owned.clone() else {
                     match store.acquire(&room, &instance, options.lease).await {
                         Ok(Some(fence)) => {
-                            match take_over(&store, &room, fence.clone(), &settings, epoch, &clock)
-                                .await
-                            {
+                            match take_over(&store, &room, fence.clone(), &settings, &clock).await {
                                 Ok(o) => {
                                     tracing::info!(room = %room, fence = fence.token, "this instance owns the room now");
                                     (renewed, imaged, ticked) =
@@ -265,7 +261,6 @@ async fn take_over(
     room: &RoomId,
     fence: Fence,
     settings: &Option<RoomSettings>,
-    epoch: u64,
     clock: &Arc<dyn Clock>,
 ) -> Result<Arc<Owned>, StoreError> {
     let replica = match Replica::load(store.as_ref(), room).await? {
@@ -301,10 +296,13 @@ async fn take_over(
     let fresh = replica.is_none();
     let owned = Owned::new(writer, fence.clone(), clock.clone(), |sink| match replica {
         Some(replica) => Room::restore(replica.image, clock.clone(), Some(sink)),
+        // A new line, whether the room is new or its state was lost: a new
+        // incarnation, so a ticket of a lost line is told so, not taken
+        // for another.
         None => Room::create(
             settings.expect("a room without an image has settings"),
             clock.clone(),
-            epoch,
+            rand::random(),
             Some(sink),
         ),
     });

@@ -475,6 +475,20 @@ impl Replica {
                 first - 1
             )));
         }
+        // A successor numbers its takeover after the last record; one
+        // numbered at or before it starts a log that began again (the
+        // store lost its data and a new line was made), which only the new
+        // image describes. (A batch appended twice after a lost reply comes
+        // here too, and costs only the reload.)
+        let restarted = (first..)
+            .zip(records)
+            .any(|(n, r)| n <= self.last && matches!(r, LogRecord::Owner { .. }));
+        if restarted {
+            return Err(StoreError::Damaged(format!(
+                "log entry {}: the room's log started again",
+                entry.pos
+            )));
+        }
         let seen = usize::try_from((self.last + 1).saturating_sub(first))
             .unwrap_or(usize::MAX)
             .min(records.len());

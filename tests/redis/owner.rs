@@ -315,7 +315,6 @@ async fn an_owner_that_dies_is_replaced_within_its_lease_and_loses_nothing_ackno
             room: sale(),
             instance: name.into(),
             settings: Some(room("sale", CAPACITY)),
-            epoch: 42,
             clock: Arc::new(SystemClock),
             options: options.clone(),
         };

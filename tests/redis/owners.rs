@@ -480,3 +480,53 @@ async fn a_room_an_operator_makes_on_one_instance_is_served_by_every_instance() 
     a.stop().await;
     b.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_lost_its_data_gets_a_new_line_on_every_instance() {
+    use narabu::backend::{Backend, BackendError, JoinRequest};
+    let redis = RedisServer::start().await;
+    let (a, a_backend) = instance(&redis).await;
+    let (b, b_backend) = instance(&redis).await;
+    let id = RoomId::new("sale").unwrap();
+    let old = a_backend
+        .join(&id, JoinRequest::anonymous())
+        .await
+        .unwrap()
+        .ticket;
+    // Both copies know the ticket.
+    b_backend.status(&id, old, false).await.unwrap();
+    // Redis loses everything (a restart without persistence).
+    let mut con = redis.client().await;
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut con).await.unwrap();
+    // The room's owner finds its fence gone and steps down; an instance
+    // takes the room again and makes a new line, which both serve.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let fresh = loop {
+        match b_backend.join(&id, JoinRequest::anonymous()).await {
+            Ok(j) if j.ticket.epoch != old.epoch => break j,
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "no new line after the data loss");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(fresh.status.number, Some(1), "the new line numbers from 1");
+    for backend in [&a_backend, &b_backend] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let known = backend.status(&id, fresh.ticket, false).await;
+            let lost = backend.status(&id, old, false).await;
+            if known.as_ref().is_ok_and(|s| s.number == Some(1))
+                && lost == Err(BackendError::LineReset)
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "a copy did not follow the new line: {known:?}, the old ticket {lost:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    a.stop().await;
+    b.stop().await;
+}
