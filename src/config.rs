@@ -636,12 +636,6 @@ impl FileConfig {
             BackendKind::Redis => {
                 let target = redis.target()?;
                 let wait = redis.wait(&target)?;
-                if self.redis_engine == Some(RedisEngine::Owners) && wait.is_on() {
-                    return Err(ConfigError::new(
-                        "redis_wait_replicas",
-                        "not yet supported with redis_engine = \"owners\"",
-                    ));
-                }
                 Ok((Backend::Redis(target), wait))
             }
         }

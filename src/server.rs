@@ -55,7 +55,7 @@ pub async fn backend(config: &Config) -> anyhow::Result<Arc<dyn Backend>> {
         .await
         .context("loading the embedded state from the data directory")?),
         config::Backend::Redis(target) if config.redis_engine == config::RedisEngine::Owners => {
-            let store = RedisStore::connect(target)
+            let store = RedisStore::connect(target, config.redis_wait)
                 .await
                 .context("starting the Redis backend")?;
             Ok(OwnedBackend::start(

@@ -108,6 +108,9 @@ enum Wire {
     Done { at: LogPos, answer: Vec<u8> },
     /// Not applied by this owner (it lost the lease): ask again.
     Retry,
+    /// Applied, but the log's replicas do not confirm it: not
+    /// acknowledged.
+    NotReplicated,
 }
 
 /// This instance's copy of the room, as of a place in the room's log.
@@ -302,8 +305,14 @@ impl OwnedBackend {
                     }
                 },
             };
-            let Wire::Done { at, answer } = wire else {
-                continue;
+            let (at, answer) = match wire {
+                Wire::Done { at, answer } => (at, answer),
+                Wire::NotReplicated => {
+                    return Err(BackendError::NotReplicated {
+                        retry_after: Duration::from_secs(1),
+                    });
+                }
+                Wire::Retry => continue,
             };
             let answer: Result<Answer, BackendError> =
                 postcard::from_bytes(&answer).map_err(|_| {
@@ -480,6 +489,7 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 async fn durable(o: &Owned, n: u64, answer: Vec<u8>, within: Duration) -> Wire {
     match o.writer.wait_durable(n, within).await {
         Ok(at) => Wire::Done { at, answer },
+        Err(NotDurable::NotReplicated) => Wire::NotReplicated,
         Err(NotDurable::Fenced | NotDurable::TimedOut) => Wire::Retry,
     }
 }
@@ -640,6 +650,7 @@ async fn answer_commands(backend: Arc<OwnedBackend>, id: RoomId, slot: Arc<Slot>
                             .map(|(answer, _)| {
                                 let wire = match at {
                                     Ok(at) => Wire::Done { at, answer },
+                                    Err(NotDurable::NotReplicated) => Wire::NotReplicated,
                                     Err(_) => Wire::Retry,
                                 };
                                 postcard::to_allocvec(&wire).expect("replies serialize")

@@ -108,6 +108,9 @@ struct Progress {
     at: LogPos,
     /// The lease passed to another owner: nothing more becomes durable.
     fenced: bool,
+    /// The last batch is in the log but its replicas have not confirmed
+    /// it: nothing is acknowledged until they do.
+    unconfirmed: bool,
 }
 
 #[derive(Default)]
@@ -127,6 +130,10 @@ pub enum NotDurable {
     /// land later, so the caller may not report it done.
     #[error("the room's log could not be written in time")]
     TimedOut,
+    /// The store's replicas do not confirm the log's batches (the change
+    /// is on the primary, but a failover could lose it).
+    #[error("the room's log is not confirmed by enough replicas")]
+    NotReplicated,
 }
 
 /// The owner's sink: buffers the engine's records and appends them in
@@ -169,6 +176,7 @@ impl LogWriter {
             durable: last,
             at,
             fenced: false,
+            unconfirmed: false,
         });
         let writer = Arc::new(Self {
             pending: Mutex::new(Pending {
@@ -279,9 +287,13 @@ impl LogWriter {
     /// change).
     pub async fn wait_durable(&self, n: u64, within: Duration) -> Result<LogPos, NotDurable> {
         let mut rx = self.progress.subscribe();
-        let reached = tokio::time::timeout(within, rx.wait_for(|p| p.durable >= n || p.fenced));
+        let reached = tokio::time::timeout(
+            within,
+            rx.wait_for(|p| p.durable >= n || p.fenced || p.unconfirmed),
+        );
         match reached.await {
             Ok(Ok(p)) if p.durable >= n => Ok(p.at),
+            Ok(Ok(p)) if p.unconfirmed && !p.fenced => Err(NotDurable::NotReplicated),
             Ok(_) => Err(NotDurable::Fenced),
             Err(_) => Err(NotDurable::TimedOut),
         }
@@ -353,6 +365,7 @@ async fn run(
                     w.progress.send_modify(|p| {
                         p.durable = last;
                         p.at = at;
+                        p.unconfirmed = false;
                     });
                     backoff = Duration::from_millis(10);
                     break;
@@ -361,6 +374,15 @@ async fn run(
                     w.progress.send_modify(|p| p.fenced = true);
                     tracing::info!(room = %room, "lost the room's lease; its log is another owner's now");
                     return;
+                }
+                Err(StoreError::NotReplicated) => {
+                    // The batch is in the log; appended again once replicas
+                    // are back (a replica passes over the records it has),
+                    // it is acknowledged when they confirm it.
+                    w.progress.send_modify(|p| p.unconfirmed = true);
+                    tracing::warn!(room = %room, "the room's log is not confirmed by enough replicas; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
                 Err(e) => {
                     // The batch is retried whole, in order, before anything

@@ -149,6 +149,11 @@ pub enum StoreError {
     /// no secrets.
     #[error("the waiting room's state store is unavailable: {0}")]
     Unavailable(String),
+    /// The batch is in the store, but not as many replicas as asked
+    /// confirmed it in time: it is not acknowledged, since a failover
+    /// could lose it.
+    #[error("the store's replicas did not confirm the write in time")]
+    NotReplicated,
 }
 
 /// What a deployment with room owners asks of its shared store.

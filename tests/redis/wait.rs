@@ -2,7 +2,9 @@
 //! 1` a join, a leave (and its hand-off) and a status read are answered
 //! only once the replica has them; with the replica gone they fail with
 //! 503, `Retry-After` and `not_replicated` instead of acknowledging what a
-//! failover could lose, and they work again once it is back.
+//! failover could lose, and they work again once it is back. On the
+//! owners' engine it is the room's log that waits: a change is answered
+//! once its batch is on the replica.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -99,6 +101,85 @@ async fn changes_wait_for_the_replica_and_fail_with_503_without_it() {
         .await
         .unwrap();
     assert_eq!(status.status(), StatusCode::SERVICE_UNAVAILABLE);
+
+    // It comes back and catches up: joins are answered again.
+    replica.launch(&[]).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = post_join(&app).await;
+        if r.status() == StatusCode::CREATED {
+            break;
+        }
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(Instant::now() < deadline, "joins did not come back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_owners_changes_wait_for_the_replica_and_fail_with_503_without_it() {
+    use narabu::backend::owned::{OwnedBackend, OwnedOptions};
+    use narabu::backend::owner::OwnerOptions;
+    use narabu::backend::redis::store::RedisStore;
+    use narabu::config::RedisEngine;
+
+    let primary = RedisServer::start_persistent().await;
+    let mut replica = RedisServer::start_replica_of(primary.port).await;
+    wait_in_sync(&replica, Duration::from_secs(30)).await;
+    replicated(&primary, "probe", 1).await;
+    let wait = RedisWait {
+        replicas: 1,
+        timeout: Duration::from_millis(200),
+    };
+    let store = RedisStore::connect(&primary.url().into(), wait)
+        .await
+        .unwrap();
+    let options = OwnedOptions {
+        owner: OwnerOptions {
+            ticks: false,
+            ..OwnerOptions::default()
+        },
+        ..OwnedOptions::default()
+    };
+    let backend = OwnedBackend::start(
+        Arc::new(store),
+        vec![sale()],
+        Arc::new(SystemClock),
+        options,
+    );
+    let config = Config {
+        backend: ConfigBackend::Redis(primary.url().into()),
+        rooms: vec![sale()],
+        redis_wait: wait,
+        redis_engine: RedisEngine::Owners,
+        ..config()
+    };
+    let app = spawn_with(config, backend).await;
+
+    // With the replica there, everything is answered as usual, and what
+    // was acknowledged is in the room's log on the replica.
+    let first = app.join("sale").await;
+    let second = app.join("sale").await;
+    app.tick("sale").await;
+    assert_eq!(app.status("sale", &first).await["status"], "admitted");
+    assert_eq!(app.leave("sale", &first).await, StatusCode::NO_CONTENT);
+    assert_eq!(app.status("sale", &second).await["status"], "admitted");
+    let mut on_replica = replica.client().await;
+    let batches: u64 = redis::cmd("XLEN")
+        .arg("narabu:v3:{sale}:log")
+        .query_async(&mut on_replica)
+        .await
+        .unwrap();
+    assert!(batches > 0, "the log is on the replica");
+
+    // The replica dies: no change is acknowledged any more.
+    replica.kill();
+    let refused = post_join(&app).await;
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(refused.headers().contains_key("retry-after"));
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"], "not_replicated", "{body}");
 
     // It comes back and catches up: joins are answered again.
     replica.launch(&[]).await;

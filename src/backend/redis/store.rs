@@ -97,7 +97,10 @@ impl RedisStore<super::conn::Conn, super::conn::Blocking> {
     /// The store on the deployment's Redis (one server, Sentinel's primary
     /// of the moment, or a Cluster), schema checked; failing with a message
     /// fit for an operator (never a URL, which may hold a password).
-    pub async fn connect(target: &crate::config::RedisTarget) -> anyhow::Result<Self> {
+    pub async fn connect(
+        target: &crate::config::RedisTarget,
+        wait: crate::config::RedisWait,
+    ) -> anyhow::Result<Self> {
         let (conn, _subscriptions) = super::conn::Conn::connect(target).await?;
         let (opener, target) = (conn.clone(), target.clone());
         let connector: Connector<super::conn::Blocking> = std::sync::Arc::new(move || {
@@ -106,9 +109,35 @@ impl RedisStore<super::conn::Conn, super::conn::Blocking> {
         });
         let store = Self::pooled(conn, connector)
             .await
-            .map_err(|e| anyhow::anyhow!(what_failed(&e)))?;
+            .map_err(|e| anyhow::anyhow!(what_failed(&e)))?
+            .waiting(wait);
         store.check_schema().await?;
         Ok(store)
+    }
+}
+
+/// A connection of one's own, for as long as it is held.
+enum Own<'a, B> {
+    Single(tokio::sync::MutexGuard<'a, B>),
+    Pooled(B),
+}
+
+impl<B> std::ops::Deref for Own<'_, B> {
+    type Target = B;
+    fn deref(&self) -> &B {
+        match self {
+            Self::Single(con) => con,
+            Self::Pooled(con) => con,
+        }
+    }
+}
+
+impl<B> std::ops::DerefMut for Own<'_, B> {
+    fn deref_mut(&mut self) -> &mut B {
+        match self {
+            Self::Single(con) => con,
+            Self::Pooled(con) => con,
+        }
     }
 }
 
@@ -125,6 +154,8 @@ pub struct RedisStore<C, B = C> {
     /// Connections for reads that wait, when more can be opened.
     pool: std::sync::Mutex<Vec<B>>,
     connector: Option<Connector<B>>,
+    /// Appends are acknowledged once this many replicas have them.
+    wait: crate::config::RedisWait,
     acquire: Script,
     write: Script,
     extend: Script,
@@ -144,6 +175,7 @@ where
             blocking: Mutex::new(blocking),
             pool: std::sync::Mutex::new(Vec::new()),
             connector: None,
+            wait: crate::config::RedisWait::OFF,
             acquire: Script::new(include_str!("store_acquire.lua")),
             write: Script::new(include_str!("store_append.lua")),
             extend: Script::new(include_str!("lease_extend.lua")),
@@ -158,6 +190,43 @@ where
         let mut store = Self::new(conn, first);
         store.connector = Some(connector);
         Ok(store)
+    }
+
+    /// Acknowledge an append only once `wait.replicas` replicas confirm it
+    /// (`WAIT`), on a connection of the append's own so the wait holds up
+    /// no other command.
+    pub fn waiting(mut self, wait: crate::config::RedisWait) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// A connection no one else uses: one from the pool (opened when none
+    /// is free), or the single one given at the start.
+    async fn own_connection(&self) -> Result<Own<'_, B>, StoreError> {
+        let Some(connect) = &self.connector else {
+            return Ok(Own::Single(self.blocking.lock().await));
+        };
+        let pooled = self
+            .pool
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop();
+        match pooled {
+            Some(con) => Ok(Own::Pooled(con)),
+            None => connect().await.map(Own::Pooled).map_err(unavailable),
+        }
+    }
+
+    /// Put a connection back in the pool, unless it failed.
+    fn give_back<T>(&self, con: Own<'_, B>, out: &Result<T, StoreError>) {
+        if let Own::Pooled(con) = con
+            && !matches!(out, Err(StoreError::Unavailable(_)))
+        {
+            self.pool
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(con);
+        }
     }
 
     /// Refuse a Redis that holds another schema's rooms, naming what was
@@ -229,35 +298,13 @@ where
                 .unwrap_or(usize::MAX)
                 .max(1);
             let options = options.block(wait_ms);
-            match &self.connector {
-                None => {
-                    let mut con = self.blocking.lock().await;
-                    con.xread_options(&[key], &[&after], &options)
-                        .await
-                        .map_err(unavailable)?
-                }
-                Some(connect) => {
-                    let pooled = self
-                        .pool
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .pop();
-                    let mut con = match pooled {
-                        Some(con) => con,
-                        None => connect().await.map_err(unavailable)?,
-                    };
-                    let reply = con
-                        .xread_options(&[key], &[&after], &options)
-                        .await
-                        .map_err(unavailable)?;
-                    // A connection that failed is dropped, not pooled.
-                    self.pool
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .push(con);
-                    reply
-                }
-            }
+            let mut con = self.own_connection().await?;
+            let reply = con
+                .xread_options(&[key], &[&after], &options)
+                .await
+                .map_err(unavailable);
+            self.give_back(con, &reply);
+            reply?
         };
         Ok(reply
             .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect())
@@ -393,17 +440,37 @@ where
         batch: &[u8],
     ) -> Result<LogPos, StoreError> {
         let k = Keys::new(room);
-        let mut con = self.conn.clone();
-        let id: String = self
-            .write
-            .key(&k.fence)
-            .key(&k.log)
-            .arg(fence.token)
-            .arg(batch)
-            .invoke_async(&mut con)
-            .await
-            .map_err(unavailable)?;
-        pos(&id)
+        let mut invocation = self.write.key(&k.fence);
+        invocation.key(&k.log).arg(fence.token).arg(batch);
+        if !self.wait.is_on() {
+            let mut con = self.conn.clone();
+            let id: String = invocation
+                .invoke_async(&mut con)
+                .await
+                .map_err(unavailable)?;
+            return pos(&id);
+        }
+        // WAIT counts the writes of the connection it is sent on.
+        let mut con = self.own_connection().await?;
+        let out = async {
+            let id: String = invocation
+                .invoke_async(&mut *con)
+                .await
+                .map_err(unavailable)?;
+            let confirmed: u32 = redis::cmd("WAIT")
+                .arg(self.wait.replicas)
+                .arg(u64::try_from(self.wait.timeout.as_millis()).unwrap_or(u64::MAX))
+                .query_async(&mut *con)
+                .await
+                .map_err(unavailable)?;
+            if confirmed < self.wait.replicas {
+                return Err(StoreError::NotReplicated);
+            }
+            Ok(id)
+        }
+        .await;
+        self.give_back(con, &out);
+        pos(&out?)
     }
 
     async fn read(
