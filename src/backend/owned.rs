@@ -128,6 +128,9 @@ struct Slot {
     view: watch::Sender<Option<View>>,
     /// Counts the views published, for the room's streams.
     changes: watch::Sender<u64>,
+    /// The epoch of the first copy this instance served (0: none yet): a
+    /// line this instance makes for another epoch replaces a lost one.
+    first_epoch: std::sync::atomic::AtomicU64,
     /// The room's copy, kept by applying the log's records, and what
     /// stops the tasks that serve its streams.
     replay: std::sync::Mutex<Option<(Replayer, CancellationToken)>>,
@@ -146,6 +149,8 @@ pub struct OwnedBackend {
     /// rooms this instance owns (an owner change starts them afresh).
     joins: JoinLog,
     spent: SpentNonces,
+    /// Lines this instance made again after the store lost them.
+    resets: tokio::sync::broadcast::Sender<super::LineReset>,
     /// Signs of life on their way to the owners, by room.
     touches: std::sync::Mutex<HashMap<RoomId, Vec<(TicketRef, u64)>>>,
     shutdown: CancellationToken,
@@ -182,6 +187,7 @@ impl OwnedBackend {
             joins: JoinLog::default(),
             spent: SpentNonces::default(),
             touches: std::sync::Mutex::new(HashMap::new()),
+            resets: tokio::sync::broadcast::channel(64).0,
             shutdown,
             tasks: TaskTracker::new(),
         });
@@ -211,6 +217,7 @@ impl OwnedBackend {
             follower: std::sync::OnceLock::new(),
             view: watch::channel(None).0,
             changes: watch::channel(0).0,
+            first_epoch: std::sync::atomic::AtomicU64::new(0),
             replay: std::sync::Mutex::new(None),
             stop: stop.clone(),
         });
@@ -528,6 +535,12 @@ fn view_moved(slot: &Arc<Slot>, replica: &Replica, moved: Moved<'_>, clock: &Arc
         return;
     };
     drop(replay);
+    let _ = slot.first_epoch.compare_exchange(
+        0,
+        room.epoch(),
+        std::sync::atomic::Ordering::AcqRel,
+        std::sync::atomic::Ordering::Acquire,
+    );
     slot.view.send_replace(Some(View {
         at: replica.at,
         room,
@@ -626,9 +639,26 @@ async fn share_rooms(backend: std::sync::Weak<OwnedBackend>) {
 async fn answer_commands(backend: Arc<OwnedBackend>, id: RoomId, slot: Arc<Slot>) {
     let mut owned = slot.owned.clone();
     let stop = slot.stop.clone();
+    let viewed = Arc::downgrade(&slot);
     drop(slot);
     loop {
         let current = owned.borrow_and_update().clone();
+        if let Some(o) = &current
+            && o.made
+            && let Some(slot) = viewed.upgrade()
+        {
+            // This instance made the line of a room it had served before:
+            // the store lost the room's state. Told once, by this instance.
+            let epoch = o.room().epoch();
+            let before = slot.first_epoch.load(std::sync::atomic::Ordering::Acquire);
+            if before != 0 && before != epoch {
+                tracing::warn!(room = %id, "the room's state was lost in Redis: it starts again as a new line");
+                let _ = backend.resets.send(super::LineReset {
+                    room: id.clone(),
+                    epoch,
+                });
+            }
+        }
         let serving = current.map(|o| {
             let until = stop.child_token();
             let b = backend.clone();
@@ -895,6 +925,10 @@ impl Backend for OwnedBackend {
 
     async fn close_room(&self, room: &RoomId) -> Result<(), BackendError> {
         self.command(room, Cmd::Close).await.map(|_| ())
+    }
+
+    fn line_resets(&self) -> Option<tokio::sync::broadcast::Receiver<super::LineReset>> {
+        Some(self.resets.subscribe())
     }
 
     async fn shutdown(&self) {

@@ -51,6 +51,9 @@ impl Default for OwnerOptions {
 
 /// A room this instance owns: its engine and the writer of its log.
 pub struct Owned {
+    /// This owner made the room's line (it found no image): a new room, or
+    /// one whose state the store lost.
+    pub made: bool,
     room: std::sync::RwLock<Arc<Room>>,
     pub writer: Arc<LogWriter>,
     pub fence: Fence,
@@ -74,6 +77,7 @@ impl Owned {
         let room = make(sink);
         writer.tally_from(&room);
         Self {
+            made: false,
             room: std::sync::RwLock::new(room),
             writer,
             fence,
@@ -294,7 +298,7 @@ async fn take_over(
         applied,
     );
     let fresh = replica.is_none();
-    let owned = Owned::new(writer, fence.clone(), clock.clone(), |sink| match replica {
+    let mut owned = Owned::new(writer, fence.clone(), clock.clone(), |sink| match replica {
         Some(replica) => Room::restore(replica.image, clock.clone(), Some(sink)),
         // A new line, whether the room is new or its state was lost: a new
         // incarnation, so a ticket of a lost line is told so, not taken
@@ -310,6 +314,7 @@ async fn take_over(
     // again from here, as this engine did: a join the last owner had not
     // written whole is lost to both alike.
     owned.writer.owner(fence.token);
+    owned.made = fresh;
     if fresh {
         let first = encode_image(
             0,

@@ -495,6 +495,10 @@ async fn a_redis_that_lost_its_data_gets_a_new_line_on_every_instance() {
         .ticket;
     // Both copies know the ticket.
     b_backend.status(&id, old, false).await.unwrap();
+    let mut resets = [
+        a_backend.line_resets().unwrap(),
+        b_backend.line_resets().unwrap(),
+    ];
     // Redis loses everything (a restart without persistence).
     let mut con = redis.client().await;
     let _: () = redis::cmd("FLUSHALL").query_async(&mut con).await.unwrap();
@@ -510,6 +514,17 @@ async fn a_redis_that_lost_its_data_gets_a_new_line_on_every_instance() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(fresh.status.number, Some(1), "the new line numbers from 1");
+    // The instance that made the new line tells the operators, once.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let told: Vec<_> = resets
+        .iter_mut()
+        .flat_map(|r| std::iter::from_fn(|| r.try_recv().ok()))
+        .collect();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(
+        (told[0].room.clone(), told[0].epoch),
+        (id.clone(), fresh.ticket.epoch)
+    );
     for backend in [&a_backend, &b_backend] {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
