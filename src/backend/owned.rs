@@ -494,10 +494,17 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// Wait until record `n` is in the log: the reply to send.
 async fn durable(o: &Owned, n: u64, answer: Vec<u8>, within: Duration) -> Wire {
-    match o.writer.wait_durable(n, within).await {
-        Ok(at) => Wire::Done { at, answer },
-        Err(NotDurable::NotReplicated) => Wire::NotReplicated,
-        Err(NotDurable::Fenced | NotDurable::TimedOut) => Wire::Retry,
+    Wire::after(o.writer.wait_durable(n, within).await, answer)
+}
+
+impl Wire {
+    /// The reply to a command whose records were waited for.
+    fn after(durable: Result<LogPos, NotDurable>, answer: Vec<u8>) -> Self {
+        match durable {
+            Ok(at) => Self::Done { at, answer },
+            Err(NotDurable::NotReplicated) => Self::NotReplicated,
+            Err(NotDurable::Fenced | NotDurable::TimedOut) => Self::Retry,
+        }
     }
 }
 
@@ -678,12 +685,8 @@ async fn answer_commands(backend: Arc<OwnedBackend>, id: RoomId, slot: Arc<Slot>
                         applied
                             .into_iter()
                             .map(|(answer, _)| {
-                                let wire = match at {
-                                    Ok(at) => Wire::Done { at, answer },
-                                    Err(NotDurable::NotReplicated) => Wire::NotReplicated,
-                                    Err(_) => Wire::Retry,
-                                };
-                                postcard::to_allocvec(&wire).expect("replies serialize")
+                                postcard::to_allocvec(&Wire::after(at.clone(), answer))
+                                    .expect("replies serialize")
                             })
                             .collect()
                     }

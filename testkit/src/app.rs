@@ -54,22 +54,14 @@ pub async fn spawn_app(rooms: Vec<RoomSettings>) -> TestApp {
 pub async fn spawn_app_with(config: Config, rooms: Vec<RoomSettings>) -> TestApp {
     if std::env::var("NARABU_TEST_BACKEND").as_deref() == Ok("owners") {
         let server = RedisServer::start().await;
-        let store = narabu::backend::redis::store::RedisStore::open(&server.url())
-            .await
-            .unwrap();
-        let options = narabu::backend::owned::OwnedOptions {
-            owner: narabu::backend::owner::OwnerOptions {
-                ticks: false,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let backend = narabu::backend::owned::OwnedBackend::start(
-            Arc::new(store),
+        let backend = crate::redis_server::owners_on(
+            &server,
             rooms,
             Arc::new(SystemClock),
-            options,
-        );
+            crate::redis_server::ticked_by_the_test(),
+            narabu::config::RedisWait::OFF,
+        )
+        .await;
         let mut app = spawn_with(config, backend).await;
         app._redis = Some(server);
         return app;

@@ -12,7 +12,8 @@ use narabu::backend::owned::{OwnedBackend, OwnedOptions};
 use narabu::backend::owner::OwnerOptions;
 use narabu::backend::redis::store::RedisStore;
 use narabu::backend::redis::{RedisBackend, RedisOptions};
-use narabu::engine::{ManualClock, RoomSettings};
+use narabu::config::RedisWait;
+use narabu::engine::{Clock, ManualClock, RoomSettings};
 
 pub struct RedisServer {
     pub port: u16,
@@ -168,6 +169,33 @@ pub async fn wait_for_port(port: u16) {
     panic!("redis-server on port {port} did not come up");
 }
 
+/// Rooms run by their owners on `redis` (the store opened and its schema
+/// checked), with `owner`'s lease and ticks, waiting for `wait` replicas.
+pub async fn owners_on(
+    redis: &RedisServer,
+    rooms: Vec<RoomSettings>,
+    clock: Arc<dyn Clock>,
+    owner: OwnerOptions,
+    wait: RedisWait,
+) -> Arc<OwnedBackend> {
+    let store = RedisStore::connect(&redis.url().into(), wait)
+        .await
+        .unwrap();
+    let options = OwnedOptions {
+        owner,
+        ..OwnedOptions::default()
+    };
+    OwnedBackend::start(Arc::new(store), rooms, clock, options)
+}
+
+/// An owner whose room ticks only when the test says so (virtual time).
+pub fn ticked_by_the_test() -> OwnerOptions {
+    OwnerOptions {
+        ticks: false,
+        ..OwnerOptions::default()
+    }
+}
+
 /// Which backend a conformance test body runs against.
 #[derive(Clone, Copy, Debug)]
 pub enum Kind {
@@ -239,20 +267,16 @@ impl Harness {
                 let server = RedisServer::start().await;
                 let mut backends: Vec<Arc<dyn Backend>> = Vec::new();
                 for _ in 0..n {
-                    let store = RedisStore::open(&server.url()).await.unwrap();
-                    let options = OwnedOptions {
-                        owner: OwnerOptions {
-                            ticks: false,
-                            ..OwnerOptions::default()
-                        },
-                        ..OwnedOptions::default()
-                    };
-                    backends.push(OwnedBackend::start(
-                        Arc::new(store),
-                        rooms.clone(),
-                        Arc::new(clock.clone()),
-                        options,
-                    ));
+                    backends.push(
+                        owners_on(
+                            &server,
+                            rooms.clone(),
+                            Arc::new(clock.clone()),
+                            ticked_by_the_test(),
+                            RedisWait::OFF,
+                        )
+                        .await,
+                    );
                 }
                 Self {
                     backend: backends[0].clone(),

@@ -9,17 +9,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use narabu::backend::owned::{OwnedBackend, OwnedOptions};
+use narabu::backend::owned::OwnedBackend;
 use narabu::backend::owner::OwnerOptions;
-use narabu::backend::redis::store::RedisStore;
-use narabu::config::{Backend as BackendConfig, RedisEngine};
+use narabu::config::{Backend as BackendConfig, RedisEngine, RedisWait};
 use narabu::engine::{RoomId, RoomSettings, SystemClock};
 use reqwest::StatusCode;
 use serde_json::Value;
 
 use narabu_testkit::app::{TestApp, Visitor, config, spawn_with};
 use narabu_testkit::process::NarabuProcess;
-use narabu_testkit::redis_server::RedisServer;
+use narabu_testkit::redis_server::{RedisServer, owners_on};
 use narabu_testkit::room;
 
 const LEASE: Duration = Duration::from_secs(1);
@@ -32,20 +31,18 @@ fn sale() -> RoomSettings {
 }
 
 async fn instance(redis: &RedisServer) -> (TestApp, Arc<OwnedBackend>) {
-    let store = RedisStore::open(&redis.url()).await.unwrap();
-    let options = OwnedOptions {
-        owner: OwnerOptions {
-            lease: LEASE,
-            ..OwnerOptions::default()
-        },
-        ..OwnedOptions::default()
+    let owner = OwnerOptions {
+        lease: LEASE,
+        ..OwnerOptions::default()
     };
-    let backend = OwnedBackend::start(
-        Arc::new(store),
+    let backend = owners_on(
+        redis,
         vec![sale()],
         Arc::new(SystemClock),
-        options,
-    );
+        owner,
+        RedisWait::OFF,
+    )
+    .await;
     let mut c = config();
     c.backend = BackendConfig::Redis(redis.url().into());
     c.redis_engine = RedisEngine::Owners;

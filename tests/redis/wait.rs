@@ -10,14 +10,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use narabu::backend::redis::{RedisBackend, RedisOptions};
-use narabu::config::{Backend as ConfigBackend, Config, RedisWait};
+use narabu::config::{Backend as ConfigBackend, Config, RedisEngine, RedisWait};
 use narabu::engine::{RoomSettings, SystemClock};
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use narabu_testkit::app::{TestApp, config, spawn_with};
+use narabu_testkit::app::{TestApp, Visitor, config, spawn_with};
 use narabu_testkit::redis_ha::{replicated, wait_in_sync};
-use narabu_testkit::redis_server::RedisServer;
+use narabu_testkit::redis_server::{RedisServer, owners_on, ticked_by_the_test};
 use narabu_testkit::room;
 
 fn sale() -> RoomSettings {
@@ -52,25 +52,65 @@ async fn post_join(app: &TestApp) -> reqwest::Response {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn changes_wait_for_the_replica_and_fail_with_503_without_it() {
+/// A primary with a replica in sync, and a wait for that one replica.
+async fn primary_and_replica() -> (RedisServer, RedisServer, RedisWait) {
     let primary = RedisServer::start_persistent().await;
-    let mut replica = RedisServer::start_replica_of(primary.port).await;
+    let replica = RedisServer::start_replica_of(primary.port).await;
     wait_in_sync(&replica, Duration::from_secs(30)).await;
     replicated(&primary, "probe", 1).await;
     let wait = RedisWait {
         replicas: 1,
         timeout: Duration::from_millis(200),
     };
-    let app = waiting_instance(&primary, wait).await;
+    (primary, replica, wait)
+}
 
-    // With the replica there, everything is answered as usual.
+/// With the replica there, everything is answered as usual: two join, the
+/// first is admitted and leaves, handing its permit to the second.
+async fn answered_as_usual(app: &TestApp) -> Visitor {
     let first = app.join("sale").await;
     let second = app.join("sale").await;
     app.tick("sale").await;
     assert_eq!(app.status("sale", &first).await["status"], "admitted");
     assert_eq!(app.leave("sale", &first).await, StatusCode::NO_CONTENT);
     assert_eq!(app.status("sale", &second).await["status"], "admitted");
+    second
+}
+
+/// The replica has died: a join is refused as not replicated.
+async fn refused_as_not_replicated(app: &TestApp) {
+    let refused = post_join(app).await;
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let retry: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry >= 1);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"], "not_replicated", "{body}");
+}
+
+/// The replica comes back and catches up: joins are answered again.
+async fn joins_come_back(app: &TestApp, replica: &mut RedisServer) {
+    replica.launch(&[]).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = post_join(app).await;
+        if r.status() == StatusCode::CREATED {
+            break;
+        }
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(Instant::now() < deadline, "joins did not come back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_wait_for_the_replica_and_fail_with_503_without_it() {
+    let (primary, mut replica, wait) = primary_and_replica().await;
+    let app = waiting_instance(&primary, wait).await;
+    let second = answered_as_usual(&app).await;
     // What was acknowledged is on the replica.
     let mut on_replica = replica.client().await;
     let issued: Option<String> = redis::cmd("HGET")
@@ -81,18 +121,9 @@ async fn changes_wait_for_the_replica_and_fail_with_503_without_it() {
         .unwrap();
     assert_eq!(issued.as_deref(), Some("2"));
 
-    // The replica dies: nothing is acknowledged any more.
+    // The replica dies: nothing is acknowledged any more, reads included.
     replica.kill();
-    let refused = post_join(&app).await;
-    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let retry: u64 = refused.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(retry >= 1);
-    let body: Value = refused.json().await.unwrap();
-    assert_eq!(body["error"], "not_replicated", "{body}");
+    refused_as_not_replicated(&app).await;
     let status = app
         .client
         .get(app.url("/api/rooms/sale/status"))
@@ -102,52 +133,21 @@ async fn changes_wait_for_the_replica_and_fail_with_503_without_it() {
         .unwrap();
     assert_eq!(status.status(), StatusCode::SERVICE_UNAVAILABLE);
 
-    // It comes back and catches up: joins are answered again.
-    replica.launch(&[]).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let r = post_join(&app).await;
-        if r.status() == StatusCode::CREATED {
-            break;
-        }
-        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert!(Instant::now() < deadline, "joins did not come back");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    joins_come_back(&app, &mut replica).await;
     app.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_owners_changes_wait_for_the_replica_and_fail_with_503_without_it() {
-    use narabu::backend::owned::{OwnedBackend, OwnedOptions};
-    use narabu::backend::owner::OwnerOptions;
-    use narabu::backend::redis::store::RedisStore;
-    use narabu::config::RedisEngine;
-
-    let primary = RedisServer::start_persistent().await;
-    let mut replica = RedisServer::start_replica_of(primary.port).await;
-    wait_in_sync(&replica, Duration::from_secs(30)).await;
-    replicated(&primary, "probe", 1).await;
-    let wait = RedisWait {
-        replicas: 1,
-        timeout: Duration::from_millis(200),
-    };
-    let store = RedisStore::connect(&primary.url().into(), wait)
-        .await
-        .unwrap();
-    let options = OwnedOptions {
-        owner: OwnerOptions {
-            ticks: false,
-            ..OwnerOptions::default()
-        },
-        ..OwnedOptions::default()
-    };
-    let backend = OwnedBackend::start(
-        Arc::new(store),
+    let (primary, mut replica, wait) = primary_and_replica().await;
+    let backend = owners_on(
+        &primary,
         vec![sale()],
         Arc::new(SystemClock),
-        options,
-    );
+        ticked_by_the_test(),
+        wait,
+    )
+    .await;
     let config = Config {
         backend: ConfigBackend::Redis(primary.url().into()),
         rooms: vec![sale()],
@@ -156,15 +156,8 @@ async fn on_owners_changes_wait_for_the_replica_and_fail_with_503_without_it() {
         ..config()
     };
     let app = spawn_with(config, backend).await;
-
-    // With the replica there, everything is answered as usual, and what
-    // was acknowledged is in the room's log on the replica.
-    let first = app.join("sale").await;
-    let second = app.join("sale").await;
-    app.tick("sale").await;
-    assert_eq!(app.status("sale", &first).await["status"], "admitted");
-    assert_eq!(app.leave("sale", &first).await, StatusCode::NO_CONTENT);
-    assert_eq!(app.status("sale", &second).await["status"], "admitted");
+    answered_as_usual(&app).await;
+    // What was acknowledged is in the room's log on the replica.
     let mut on_replica = replica.client().await;
     let batches: u64 = redis::cmd("XLEN")
         .arg("narabu:v3:{sale}:log")
@@ -175,23 +168,7 @@ async fn on_owners_changes_wait_for_the_replica_and_fail_with_503_without_it() {
 
     // The replica dies: no change is acknowledged any more.
     replica.kill();
-    let refused = post_join(&app).await;
-    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert!(refused.headers().contains_key("retry-after"));
-    let body: Value = refused.json().await.unwrap();
-    assert_eq!(body["error"], "not_replicated", "{body}");
-
-    // It comes back and catches up: joins are answered again.
-    replica.launch(&[]).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let r = post_join(&app).await;
-        if r.status() == StatusCode::CREATED {
-            break;
-        }
-        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert!(Instant::now() < deadline, "joins did not come back");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    refused_as_not_replicated(&app).await;
+    joins_come_back(&app, &mut replica).await;
     app.stop().await;
 }

@@ -74,25 +74,6 @@ fn replies_key(instance: &str) -> String {
     format!("narabu:v{SCHEMA}:{{reply-{instance}}}")
 }
 
-impl RedisStore<redis::aio::MultiplexedConnection> {
-    /// The store on one Redis server (a `redis://` URL), schema checked.
-    pub async fn open(url: &str) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url).map_err(unavailable)?;
-        let conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(unavailable)?;
-        let connector: Connector<redis::aio::MultiplexedConnection> =
-            std::sync::Arc::new(move || {
-                let client = client.clone();
-                Box::pin(async move { client.get_multiplexed_async_connection().await })
-            });
-        let store = Self::pooled(conn, connector).await.map_err(unavailable)?;
-        store.check_schema().await?;
-        Ok(store)
-    }
-}
-
 impl RedisStore<super::conn::Conn, super::conn::Blocking> {
     /// The store on the deployment's Redis (one server, Sentinel's primary
     /// of the moment, or a Cluster), schema checked; failing with a message
