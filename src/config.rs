@@ -125,17 +125,6 @@ pub enum Backend {
 /// How rooms on Redis are run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum RedisEngine {
-    /// Each room's state in Redis, changed by Redis scripts.
-    #[default]
-    Scripts,
-    /// Each room's owner runs the engine; Redis holds the room's log and
-    /// carries the other instances' changes to the owner.
-    Owners,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
 enum BackendKind {
     #[default]
     Embedded,
@@ -252,8 +241,6 @@ pub struct Config {
     /// When a change counts as acknowledged on Redis (off: once the
     /// primary has it).
     pub redis_wait: RedisWait,
-    /// How rooms on Redis are run.
-    pub redis_engine: RedisEngine,
     /// Open event streams per client address, a coarse net against one
     /// host opening thousands; high by default, because a carrier-grade
     /// NAT puts many visitors behind one address. 0 turns it off.
@@ -366,7 +353,6 @@ impl Default for Config {
             log_format: LogFormat::Plain,
             on_backend_error: OnBackendError::Closed,
             redis_wait: RedisWait::OFF,
-            redis_engine: RedisEngine::Scripts,
             max_streams_per_address: Self::DEFAULT_MAX_STREAMS_PER_ADDRESS,
             max_streams_per_ticket: Self::DEFAULT_MAX_STREAMS_PER_TICKET,
             public_url: None,
@@ -398,7 +384,6 @@ struct FileConfig {
     redis_wait_replicas: Option<u32>,
     #[serde(with = "room::opt_duration")]
     redis_wait_timeout: Option<std::time::Duration>,
-    redis_engine: Option<RedisEngine>,
     secret: Option<Secret>,
     previous_secret: Option<Secret>,
     admin_token: Option<Secret>,
@@ -592,7 +577,6 @@ impl FileConfig {
             log_format: self.log_format,
             on_backend_error: self.on_backend_error,
             redis_wait,
-            redis_engine: self.redis_engine.unwrap_or_default(),
             max_streams_per_address: self
                 .max_streams_per_address
                 .unwrap_or(defaults.max_streams_per_address),
@@ -622,10 +606,6 @@ impl FileConfig {
             // A Redis setting beside the embedded backend usually means a
             // forgotten `backend = "redis"`: instances would then each run
             // their own queue, which is unfair, so it is an error.
-            BackendKind::Embedded if self.redis_engine.is_some() => Err(ConfigError::new(
-                "redis_engine",
-                "set, but backend is \"embedded\" (add backend = \"redis\", or remove it)",
-            )),
             BackendKind::Embedded => match redis.first_set() {
                 Some(key) => Err(ConfigError::new(
                     key,

@@ -22,9 +22,7 @@ use tower::ServiceExt;
 use crate::access::ChallengeKeys;
 use crate::backend::Backend;
 use crate::backend::embedded::{EmbeddedBackend, Persistence};
-use crate::backend::owned::{OwnedBackend, OwnedOptions};
-use crate::backend::redis::store::RedisStore;
-use crate::backend::redis::{RedisBackend, RedisOptions};
+use crate::backend::redis::{self, RedisOptions};
 use crate::config::{self, Config};
 use crate::engine::SystemClock;
 use crate::http::access::AccessBook;
@@ -54,26 +52,19 @@ pub async fn backend(config: &Config) -> anyhow::Result<Arc<dyn Backend>> {
         )
         .await
         .context("loading the embedded state from the data directory")?),
-        config::Backend::Redis(target) if config.redis_engine == config::RedisEngine::Owners => {
-            let store = RedisStore::connect(target, config.redis_wait)
-                .await
-                .context("starting the Redis backend")?;
-            Ok(OwnedBackend::start(
-                Arc::new(store),
-                config.rooms.clone(),
-                Arc::new(SystemClock),
-                OwnedOptions::default(),
-            ))
-        }
         config::Backend::Redis(target) => {
             let options = RedisOptions {
                 wait: config.redis_wait,
                 ..RedisOptions::new(target.clone())
             };
-            let backend =
-                RedisBackend::connect(options, config.rooms.clone(), Arc::new(SystemClock))
-                    .await
-                    .context("starting the Redis backend")?;
+            // Boxed: the connection's future is deep enough that holding it
+            // inline overflows the compiler's layout depth in `main`.
+            let connecting = Box::pin(redis::connect(
+                options,
+                config.rooms.clone(),
+                Arc::new(SystemClock),
+            ));
+            let backend = connecting.await.context("starting the Redis backend")?;
             Ok(backend)
         }
     }

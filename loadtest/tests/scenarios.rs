@@ -183,7 +183,7 @@ async fn gate_and_joins_are_measured_against_the_baseline() {
 async fn joins_on_redis_report_redis_cost_per_join() {
     let redis = narabu_testkit::redis_server::RedisServer::start().await;
     let rooms = vec![room("joins", 8)];
-    let backend: Arc<dyn Backend> = narabu::backend::redis::RedisBackend::connect(
+    let backend: Arc<dyn Backend> = narabu::backend::redis::connect(
         narabu::backend::redis::RedisOptions::new(redis.url()),
         rooms.clone(),
         Arc::new(SystemClock),
@@ -254,7 +254,7 @@ async fn streams_in_process_time_fan_out_and_hand_offs() {
 async fn streams_on_redis_report_redis_cost_per_change() {
     let redis = narabu_testkit::redis_server::RedisServer::start().await;
     let rooms = vec![room("streams", 1)];
-    let backend: Arc<dyn Backend> = narabu::backend::redis::RedisBackend::connect(
+    let backend: Arc<dyn Backend> = narabu::backend::redis::connect(
         narabu::backend::redis::RedisOptions::new(redis.url()),
         rooms.clone(),
         Arc::new(SystemClock),

@@ -662,24 +662,3 @@ fn every_webhook_event_is_documented() {
         );
     }
 }
-
-#[test]
-fn redis_engine_is_scripts_by_default_and_owners_on_request() {
-    let base = "backend = \"redis\"\nredis_url = \"redis://a\"\n";
-    let secret = format!("secret = \"{SECRET_A}\"\n");
-    let c = parse(&format!("{base}{secret}")).unwrap();
-    assert_eq!(c.redis_engine, RedisEngine::Scripts);
-    let c = parse(&format!("{base}{secret}redis_engine = \"owners\"")).unwrap();
-    assert_eq!(c.redis_engine, RedisEngine::Owners);
-    assert!(
-        err(&format!("{base}{secret}redis_engine = \"lua\"")).contains("redis_engine"),
-        "an unknown engine is named"
-    );
-    let c = parse(&format!(
-        "{base}{secret}redis_engine = \"owners\"\nredis_wait_replicas = 1"
-    ))
-    .unwrap();
-    assert_eq!(c.redis_wait.replicas, 1);
-    let e = err("redis_engine = \"owners\"");
-    assert!(e.contains("redis_engine") && e.contains("embedded"), "{e}");
-}

@@ -3,8 +3,9 @@
 //! that nothing waited for a tick), plus small HTTP and SSE helpers.
 //!
 //! The backend is the embedded one, or with `NARABU_TEST_BACKEND=redis`
-//! the Redis backend on a redis-server of the test's own (`scripts/test`
-//! runs the suite both ways), so the service's tests hold for both.
+//! rooms run by their owners on a redis-server of the test's own
+//! (`scripts/test` runs the suite both ways), so the service's tests hold
+//! for both.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -15,7 +16,7 @@ use eventsource_stream::{Event, EventStreamError, Eventsource};
 use futures_util::{Stream, StreamExt};
 use narabu::backend::Backend;
 use narabu::backend::embedded::EmbeddedBackend;
-use narabu::backend::redis::{RedisBackend, RedisOptions};
+use narabu::backend::redis::RedisOptions;
 use narabu::config::{Backend as ConfigBackend, Config, OnBackendError, RedisTarget, Secret};
 use narabu::engine::{RoomId, RoomSettings, SystemClock};
 
@@ -52,7 +53,7 @@ pub async fn spawn_app(rooms: Vec<RoomSettings>) -> TestApp {
 /// [`spawn_app`] with a configuration of the test's own (its rooms are
 /// `rooms`), on whichever backend the suite runs on.
 pub async fn spawn_app_with(config: Config, rooms: Vec<RoomSettings>) -> TestApp {
-    if std::env::var("NARABU_TEST_BACKEND").as_deref() == Ok("owners") {
+    if std::env::var("NARABU_TEST_BACKEND").as_deref() == Ok("redis") {
         let server = RedisServer::start().await;
         let backend = crate::redis_server::owners_on(
             &server,
@@ -62,19 +63,6 @@ pub async fn spawn_app_with(config: Config, rooms: Vec<RoomSettings>) -> TestApp
             narabu::config::RedisWait::OFF,
         )
         .await;
-        let mut app = spawn_with(config, backend).await;
-        app._redis = Some(server);
-        return app;
-    }
-    if std::env::var("NARABU_TEST_BACKEND").as_deref() == Ok("redis") {
-        let server = RedisServer::start().await;
-        let options = RedisOptions {
-            run_workers: false,
-            ..RedisOptions::new(server.url())
-        };
-        let backend = RedisBackend::connect(options, rooms, Arc::new(SystemClock))
-            .await
-            .unwrap();
         let mut app = spawn_with(config, backend).await;
         app._redis = Some(server);
         return app;
@@ -95,7 +83,7 @@ pub async fn spawn_on_redis(
         lease,
         ..RedisOptions::new(target.clone())
     };
-    let backend = RedisBackend::connect(options, rooms.clone(), Arc::new(SystemClock))
+    let backend = narabu::backend::redis::connect(options, rooms.clone(), Arc::new(SystemClock))
         .await
         .unwrap();
     let config = Config {

@@ -11,7 +11,6 @@ use narabu::backend::embedded::EmbeddedBackend;
 use narabu::backend::owned::{OwnedBackend, OwnedOptions};
 use narabu::backend::owner::OwnerOptions;
 use narabu::backend::redis::store::RedisStore;
-use narabu::backend::redis::{RedisBackend, RedisOptions};
 use narabu::config::RedisWait;
 use narabu::engine::{Clock, ManualClock, RoomSettings};
 
@@ -200,9 +199,8 @@ pub fn ticked_by_the_test() -> OwnerOptions {
 #[derive(Clone, Copy, Debug)]
 pub enum Kind {
     Embedded,
-    Redis,
     /// Rooms run by their owners, with Redis as each room's log and bus.
-    Owners,
+    Redis,
 }
 
 /// A backend without workers on a manual clock, and what keeps it alive.
@@ -243,27 +241,6 @@ impl Harness {
                 }
             }
             Kind::Redis => {
-                let server = RedisServer::start().await;
-                let mut backends: Vec<Arc<dyn Backend>> = Vec::new();
-                for _ in 0..n {
-                    let options = RedisOptions {
-                        run_workers: false,
-                        ..RedisOptions::new(server.url())
-                    };
-                    let backend =
-                        RedisBackend::connect(options, rooms.clone(), Arc::new(clock.clone()))
-                            .await
-                            .unwrap();
-                    backends.push(backend);
-                }
-                Self {
-                    backend: backends[0].clone(),
-                    backends,
-                    clock,
-                    _redis: Some(server),
-                }
-            }
-            Kind::Owners => {
                 let server = RedisServer::start().await;
                 let mut backends: Vec<Arc<dyn Backend>> = Vec::new();
                 for _ in 0..n {

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use narabu::backend::redis::{RedisBackend, RedisOptions};
+use narabu::backend::redis::RedisOptions;
 use narabu::config::{Backend as ConfigBackend, Config, RedisWait};
 use narabu::engine::{RoomId, RoomSettings, SystemClock};
 use reqwest::StatusCode;
@@ -69,7 +69,7 @@ async fn instance(ha: &SentinelSet, wait: RedisWait) -> TestApp {
         wait,
         ..RedisOptions::new(ha.target())
     };
-    let backend = RedisBackend::connect(options, vec![sale()], Arc::new(SystemClock))
+    let backend = narabu::backend::redis::connect(options, vec![sale()], Arc::new(SystemClock))
         .await
         .unwrap();
     let config = Config {

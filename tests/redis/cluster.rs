@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use narabu::backend::redis::{RedisBackend, RedisOptions};
+use narabu::backend::redis::RedisOptions;
 use narabu::backend::{Backend, JoinRequest};
 use narabu::engine::{Departure, Handoff, RoomId, SystemClock, TicketState};
 
@@ -31,7 +31,7 @@ async fn rooms_spread_over_a_three_master_cluster_admit_and_hand_off() {
         lease: Duration::from_secs(2),
         ..RedisOptions::new(cluster.target())
     };
-    let backend = RedisBackend::connect(options, rooms, Arc::new(SystemClock))
+    let backend = narabu::backend::redis::connect(options, rooms, Arc::new(SystemClock))
         .await
         .unwrap();
 

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use narabu::backend::redis::{RedisBackend, RedisOptions};
+use narabu::backend::redis::RedisOptions;
 use narabu::config::{OnBackendError, RedisTarget, SentinelTarget};
 use narabu::engine::{RoomSettings, SystemClock};
 use reqwest::StatusCode;
@@ -210,7 +210,7 @@ async fn without_a_primary_requests_fail_fast_the_gate_follows_its_setting_and_a
         (not_sentinels, "no sentinel answered as a sentinel"),
     ] {
         let options = RedisOptions::new(RedisTarget::Sentinel(target));
-        let e = RedisBackend::connect(options, rooms.clone(), Arc::new(SystemClock))
+        let e = narabu::backend::redis::connect(options, rooms.clone(), Arc::new(SystemClock))
             .await
             .expect_err("a start that cannot find the primary fails");
         assert!(e.to_string().contains(want), "{e}");

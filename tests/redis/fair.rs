@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use narabu::access::{ChallengeMode, EnqueueMode, SharedKey};
-use narabu::backend::redis::{RedisBackend, RedisOptions};
+use narabu::backend::redis::RedisOptions;
 use narabu::engine::{RoomId, RoomSettings, SystemClock};
 use narabu_testkit::app::{ADMIN_TOKEN, TestApp, config, spawn_with};
 use narabu_testkit::redis_server::RedisServer;
@@ -22,7 +22,7 @@ async fn instance(redis: &RedisServer, rooms: Vec<RoomSettings>) -> TestApp {
         run_workers: false,
         ..RedisOptions::new(redis.url())
     };
-    let backend = RedisBackend::connect(options, rooms, Arc::new(SystemClock))
+    let backend = narabu::backend::redis::connect(options, rooms, Arc::new(SystemClock))
         .await
         .unwrap();
     spawn_with(config(), backend).await

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use eventsource_stream::Eventsource;
 use futures_util::{Stream, StreamExt};
 use narabu::backend::Backend;
-use narabu::backend::redis::{RedisBackend, RedisOptions};
+use narabu::backend::redis::RedisOptions;
 use narabu::config::{Backend as BackendConfig, Config, OnBackendError, Secret};
 use narabu::engine::{RoomId, RoomSettings, SystemClock};
 use redis::AsyncCommands;
@@ -28,7 +28,7 @@ const ADMIN: &str = "admin-token-admin-token-admin-token-0123";
 
 struct Instance {
     base: String,
-    backend: Arc<RedisBackend>,
+    backend: Arc<narabu::backend::owned::OwnedBackend>,
     stop: Option<oneshot::Sender<()>>,
     server: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
@@ -48,9 +48,10 @@ impl Instance {
             lease,
             ..RedisOptions::new(redis.url())
         };
-        let backend = RedisBackend::connect(options, rooms.clone(), Arc::new(SystemClock))
-            .await
-            .unwrap();
+        let backend =
+            narabu::backend::redis::connect(options, rooms.clone(), Arc::new(SystemClock))
+                .await
+                .unwrap();
         let config = Config {
             secret: Some(Secret::new(SECRET)),
             admin_token: Some(Secret::new(ADMIN)),

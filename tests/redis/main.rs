@@ -11,7 +11,7 @@
 mod acknowledged;
 mod cluster;
 mod conformance;
-mod double_worker;
+mod double_owner;
 mod failover;
 mod fair;
 mod follow;

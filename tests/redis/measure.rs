@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use narabu::backend::Backend;
 use narabu::backend::embedded::EmbeddedBackend;
-use narabu::backend::redis::{RedisBackend, RedisOptions};
+use narabu::backend::redis::RedisOptions;
 use narabu::config::{Config, Secret};
 use narabu::engine::SystemClock;
 
@@ -92,7 +92,7 @@ async fn measure_join_rates() {
     let redis = RedisServer::start().await;
     let mut urls = Vec::new();
     for _ in 0..3 {
-        let b = RedisBackend::connect(
+        let b = narabu::backend::redis::connect(
             RedisOptions::new(redis.url()),
             vec![sale.clone()],
             Arc::new(SystemClock),
@@ -139,7 +139,7 @@ async fn measure_purchases_under_contention() {
             ..RedisOptions::new(redis.url())
         };
         backends.push(
-            RedisBackend::connect(options, vec![sale.clone()], Arc::new(SystemClock))
+            narabu::backend::redis::connect(options, vec![sale.clone()], Arc::new(SystemClock))
                 .await
                 .unwrap(),
         );
@@ -241,7 +241,7 @@ async fn measure_join_rates_waiting_for_a_replica() {
             run_workers: false,
             ..RedisOptions::new(primary.url())
         };
-        let b = RedisBackend::connect(options, vec![sale.clone()], Arc::new(SystemClock))
+        let b = narabu::backend::redis::connect(options, vec![sale.clone()], Arc::new(SystemClock))
             .await
             .unwrap();
         rates.push((replicas, backend_rate(b.clone()).await));
@@ -292,7 +292,7 @@ async fn measure_log_appends() {
         let mut joins = room("sale", 100);
         joins.join_limit_per_minute = 0;
         let backend = Arc::new(
-            RedisBackend::connect(
+            narabu::backend::redis::connect(
                 RedisOptions::new(redis.url()),
                 vec![joins],
                 Arc::new(SystemClock),

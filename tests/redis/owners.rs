@@ -1,4 +1,4 @@
-//! Three instances on one Redis with `redis_engine = "owners"`, over HTTP:
+//! Three instances on one Redis, their rooms run by their owners, over HTTP:
 //! one instance owns the room and runs its engine, the others send it
 //! their visitors' changes and read their own replicas. Visitors spread
 //! over the instances are admitted in ticket order, never more than
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use narabu::backend::owned::OwnedBackend;
 use narabu::backend::owner::OwnerOptions;
-use narabu::config::{Backend as BackendConfig, RedisEngine, RedisWait};
+use narabu::config::{Backend as BackendConfig, RedisWait};
 use narabu::engine::{RoomId, RoomSettings, SystemClock};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -45,7 +45,6 @@ async fn instance(redis: &RedisServer) -> (TestApp, Arc<OwnedBackend>) {
     .await;
     let mut c = config();
     c.backend = BackendConfig::Redis(redis.url().into());
-    c.redis_engine = RedisEngine::Owners;
     c.rooms = vec![sale()];
     (spawn_with(c, backend.clone()).await, backend)
 }
@@ -181,14 +180,13 @@ async fn three_instances_share_one_line_and_an_owner_hands_it_over() {
 const SECRET: &str = "test-secret-test-secret-test-secret-0123";
 const ADMIN: &str = "admin-token-admin-token-admin-token-0123";
 
-/// A narabu process with `redis_engine = "owners"`.
+/// A narabu process on Redis.
 fn process(redis: &RedisServer, capacity: u32) -> NarabuProcess {
     NarabuProcess::start(
         std::path::Path::new(env!("CARGO_BIN_EXE_narabu")),
         &format!(
             r#"backend = "redis"
 redis_url = "{url}"
-redis_engine = "owners"
 secret = "{SECRET}"
 admin_token = "{ADMIN}"
 

@@ -17,7 +17,7 @@ use axum::extract::State;
 use axum::http::StatusCode as AxumStatus;
 use axum::routing::post;
 use futures_util::StreamExt;
-use narabu::backend::redis::{RedisBackend, RedisOptions};
+use narabu::backend::redis::RedisOptions;
 use narabu::config::{Backend as ConfigBackend, Config, Secret, WebhookConfig};
 use narabu::engine::{RoomSettings, SystemClock};
 use narabu::webhooks::signing::SigningKey;
@@ -61,7 +61,7 @@ async fn instance(redis: &RedisServer, hook: &str) -> TestApp {
         lease: Duration::from_secs(1),
         ..RedisOptions::new(redis.url())
     };
-    let backend = RedisBackend::connect(options, vec![sale()], Arc::new(SystemClock))
+    let backend = narabu::backend::redis::connect(options, vec![sale()], Arc::new(SystemClock))
         .await
         .unwrap();
     let config = Config {

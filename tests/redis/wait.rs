@@ -9,8 +9,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use narabu::backend::redis::{RedisBackend, RedisOptions};
-use narabu::config::{Backend as ConfigBackend, Config, RedisEngine, RedisWait};
+use narabu::backend::redis::RedisOptions;
+use narabu::config::{Backend as ConfigBackend, Config, RedisWait};
 use narabu::engine::{RoomSettings, SystemClock};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -32,7 +32,7 @@ pub async fn waiting_instance(redis: &RedisServer, wait: RedisWait) -> TestApp {
         run_workers: false,
         ..RedisOptions::new(redis.url())
     };
-    let backend = RedisBackend::connect(options, vec![sale()], Arc::new(SystemClock))
+    let backend = narabu::backend::redis::connect(options, vec![sale()], Arc::new(SystemClock))
         .await
         .unwrap();
     let config = Config {
@@ -152,7 +152,6 @@ async fn on_owners_changes_wait_for_the_replica_and_fail_with_503_without_it() {
         backend: ConfigBackend::Redis(primary.url().into()),
         rooms: vec![sale()],
         redis_wait: wait,
-        redis_engine: RedisEngine::Owners,
         ..config()
     };
     let app = spawn_with(config, backend).await;

@@ -2,27 +2,21 @@
 //! primary (at a fixed address, or the one Redis Sentinel names:
 //! `primary.rs`, which opens a new connection when Redis is back or has
 //! failed over) or a Redis Cluster (the async cluster client, which routes
-//! each script by its first key, the room's hash-tagged meta key, and
+//! each command by its first key, which carries the room's hash tag, and
 //! learns the new owner of a slot after a failover). Both are cheap to
 //! clone per call.
 //!
-//! `Blocking` is a connection of a follower's own, for its blocking reads
-//! of a room's change log. `Subscriptions` is the other half: where the
-//! pub/sub subscriber
-//! connects, again after each loss. A Cluster propagates PUBLISH to every
-//! node, so any reachable node will do; otherwise it is the primary of the
-//! moment.
+//! `Blocking` is a connection of a reader's own, for its blocking reads of
+//! a room's log, commands or replies.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis::AsyncConnectionConfig;
-use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
-use tokio::sync::watch;
 
 use super::primary::Primary;
 use crate::backend::BackendError;
@@ -42,7 +36,7 @@ pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 impl Conn {
     /// Connect to the target, failing with a message fit for an operator
     /// (never a URL, which may hold a password) when it cannot be reached.
-    pub async fn connect(target: &RedisTarget) -> anyhow::Result<(Self, Subscriptions)> {
+    pub async fn connect(target: &RedisTarget) -> anyhow::Result<Self> {
         let unreachable = |e: RedisError| anyhow::anyhow!(unavailable(&e));
         let primary = match target {
             RedisTarget::Single { url } => Primary::fixed(url).await.map_err(unreachable)?,
@@ -60,77 +54,10 @@ impl Conn {
                     .build()
                     .map_err(unreachable)?;
                 let connection = client.get_async_connection().await.map_err(unreachable)?;
-                let clients = nodes
-                    .iter()
-                    .map(|n| redis::Client::open(n.as_str()))
-                    .collect::<RedisResult<Vec<_>>>()
-                    .map_err(unreachable)?;
-                let subscriptions = Subscriptions::Cluster {
-                    nodes: clients,
-                    next: AtomicUsize::new(0),
-                };
-                return Ok((Self::Cluster(connection), subscriptions));
+                return Ok(Self::Cluster(connection));
             }
         };
-        Ok((
-            Self::Primary(primary.clone()),
-            Subscriptions::Primary(primary),
-        ))
-    }
-}
-
-/// Where the pub/sub subscriber connects.
-pub enum Subscriptions {
-    Primary(Arc<Primary>),
-    /// The seed nodes, tried in turn from the last one that answered.
-    Cluster {
-        nodes: Vec<redis::Client>,
-        next: AtomicUsize,
-    },
-}
-
-impl Subscriptions {
-    /// A pub/sub connection to a node that hears every PUBLISH.
-    pub async fn connect(&self) -> RedisResult<PubSub> {
-        let within = |client: redis::Client| async move {
-            tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub())
-                .await
-                .unwrap_or_else(|_| {
-                    Err(RedisError::from(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "no answer in time",
-                    )))
-                })
-        };
-        match self {
-            Self::Primary(primary) => within(primary.client().await?).await,
-            Self::Cluster { nodes, next } => {
-                let start = next.load(Ordering::Relaxed);
-                let mut last = None;
-                for k in 0..nodes.len() {
-                    let i = (start + k) % nodes.len();
-                    match within(nodes[i].clone()).await {
-                        Ok(pubsub) => {
-                            // Come back to this node first next time.
-                            next.store(i, Ordering::Relaxed);
-                            return Ok(pubsub);
-                        }
-                        Err(e) => last = Some(e),
-                    }
-                }
-                Err(last.expect("a cluster has at least one node"))
-            }
-        }
-    }
-
-    /// Changes when the node to subscribe to has changed (a Sentinel
-    /// failover), so that the subscriber moves even if its old connection
-    /// stays open; `None` where there is nothing to watch.
-    pub fn switches(&self) -> Option<watch::Receiver<u64>> {
-        match self {
-            Self::Primary(primary) => Some(primary.switches()),
-            Self::Cluster { .. } => None,
-        }
+        Ok(Self::Primary(primary))
     }
 }
 

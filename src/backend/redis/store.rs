@@ -82,7 +82,10 @@ impl RedisStore<super::conn::Conn, super::conn::Blocking> {
         target: &crate::config::RedisTarget,
         wait: crate::config::RedisWait,
     ) -> anyhow::Result<Self> {
-        let (conn, _subscriptions) = super::conn::Conn::connect(target).await?;
+        let conn = super::conn::Conn::connect(target).await?;
+        if wait.is_on() {
+            check_replicas(&conn, wait).await;
+        }
         let (opener, target) = (conn.clone(), target.clone());
         let connector: Connector<super::conn::Blocking> = std::sync::Arc::new(move || {
             let (opener, target) = (opener.clone(), target.clone());
@@ -94,6 +97,37 @@ impl RedisStore<super::conn::Conn, super::conn::Blocking> {
             .waiting(wait);
         store.check_schema().await?;
         Ok(store)
+    }
+}
+
+/// At start: say plainly when the primary has fewer replicas than every
+/// change will wait for (a replica may still be on its way, so this is not
+/// fatal; until it comes, changes fail with 503).
+async fn check_replicas(conn: &super::conn::Conn, wait: crate::config::RedisWait) {
+    let info: redis::RedisResult<String> = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut conn.clone())
+        .await;
+    let connected = info.ok().and_then(|text| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("connected_slaves:"))
+            .and_then(|n| n.trim().parse::<u32>().ok())
+    });
+    match connected {
+        Some(n) if n >= wait.replicas => {
+            tracing::info!(
+                replicas = n,
+                wait_for = wait.replicas,
+                "changes wait for redis replicas"
+            );
+        }
+        Some(n) => tracing::warn!(
+            replicas = n,
+            wait_for = wait.replicas,
+            "the redis primary has fewer replicas than redis_wait_replicas: joins and \
+             admissions fail with 503 until enough are connected"
+        ),
+        None => tracing::warn!("could not read the redis primary's replicas (INFO replication)"),
     }
 }
 

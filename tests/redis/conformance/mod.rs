@@ -81,10 +81,6 @@ macro_rules! conformance {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() { super::$name(narabu_testkit::redis_server::Kind::Redis).await })*
         }
-        mod owners {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(narabu_testkit::redis_server::Kind::Owners).await })*
-        }
     };
 }
 
