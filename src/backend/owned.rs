@@ -111,6 +111,8 @@ enum Wire {
     /// Applied, but the log's replicas do not confirm it: not
     /// acknowledged.
     NotReplicated,
+    /// Applied, but the owner cannot reach the log: not acknowledged.
+    Unreachable,
 }
 
 /// This instance's copy of the room, as of a place in the room's log.
@@ -254,6 +256,12 @@ impl OwnedBackend {
 
     /// The room's view once it holds the log up to `at`.
     async fn view_at(&self, slot: &Slot, at: LogPos) -> Result<View, BackendError> {
+        // A copy this instance cannot keep up to date may be missing what
+        // the owner did since (a ticket revoked, a pass released): no
+        // answer is given from it, and the gate follows its setting.
+        if slot.follower.get().is_some_and(|f| !f.in_touch()) {
+            return Err(unreachable());
+        }
         let mut rx = slot.view.subscribe();
         let seen = tokio::time::timeout(
             self.options.answer_within,
@@ -305,10 +313,11 @@ impl OwnedBackend {
                 {
                     Ok(bytes) => postcard::from_bytes(&bytes).unwrap_or(Wire::Retry),
                     Err(AskError::TimedOut) => Wire::Retry,
+                    // Redis cannot be reached (a failover, an outage): the
+                    // client is told at once, not after the whole wait.
                     Err(AskError::Store(e)) => {
                         tracing::debug!(room = %id, error = %e, "command not sent");
-                        tokio::time::sleep(RETRY_PAUSE.min(left)).await;
-                        Wire::Retry
+                        Wire::Unreachable
                     }
                 },
             };
@@ -319,6 +328,7 @@ impl OwnedBackend {
                         retry_after: Duration::from_secs(1),
                     });
                 }
+                Wire::Unreachable => return Err(unreachable()),
                 Wire::Retry => continue,
             };
             let answer: Result<Answer, BackendError> =
@@ -489,8 +499,6 @@ impl OwnedBackend {
 const TOUCH_EVERY: Duration = Duration::from_millis(250);
 /// How long one ask waits before it is sent again (same id).
 const ASK_WAIT: Duration = Duration::from_secs(1);
-/// A pause before asking again after the store failed.
-const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// Wait until record `n` is in the log: the reply to send.
 async fn durable(o: &Owned, n: u64, answer: Vec<u8>, within: Duration) -> Wire {
@@ -503,6 +511,7 @@ impl Wire {
         match durable {
             Ok(at) => Self::Done { at, answer },
             Err(NotDurable::NotReplicated) => Self::NotReplicated,
+            Err(NotDurable::Unreachable) => Self::Unreachable,
             Err(NotDurable::Fenced | NotDurable::TimedOut) => Self::Retry,
         }
     }
@@ -563,12 +572,13 @@ fn renew_copy(
     replica: &Replica,
     clock: &Arc<dyn Clock>,
 ) {
-    if let Some((_, stop)) = replay.take() {
-        stop.cancel();
-    }
     let room = Room::restore(replica.image.clone(), clock.clone(), None);
     if let Some(tally) = &replica.tally {
         room.adopt(tally);
+    }
+    if let Some((before, stop)) = replay.take() {
+        stop.cancel();
+        room.take_watchers(before.room());
     }
     let stop = slot.stop.child_token();
     // Marks become waves, as on an engine that decides.
@@ -762,8 +772,16 @@ impl Backend for OwnedBackend {
         self.clock.clone()
     }
 
+    /// Ready while every room's log can be read.
     async fn ready(&self) -> Result<(), BackendError> {
-        Ok(())
+        let rooms: Vec<Arc<Slot>> = read(&self.rooms).values().cloned().collect();
+        match rooms
+            .iter()
+            .all(|slot| slot.follower.get().is_none_or(|f| f.in_touch()))
+        {
+            true => Ok(()),
+            false => Err(unreachable()),
+        }
     }
 
     async fn epoch(&self, room: &RoomId) -> Result<u64, BackendError> {
@@ -858,9 +876,14 @@ impl Backend for OwnedBackend {
     ) -> Result<TicketSignal, BackendError> {
         let (view, id) = self.view_with(room, ticket).await?;
         let notify = view.room.ticket_notify(id);
-        let copy = view.room;
+        // Forgotten on the copy of the moment: the one it was taken from
+        // may have been replaced since, handing its watchers on.
+        let slot = std::sync::Arc::downgrade(&self.slot(room)?);
         Ok(TicketSignal::new(notify, move |n| {
-            copy.forget_ticket_notify(id, n);
+            let copy = slot.upgrade().and_then(|s| s.view.borrow().clone());
+            if let Some(view) = copy {
+                view.room.forget_ticket_notify(id, n);
+            }
         }))
     }
 
@@ -939,6 +962,10 @@ impl Backend for OwnedBackend {
         self.tasks.close();
         self.tasks.wait().await;
     }
+}
+
+fn unreachable() -> BackendError {
+    BackendError::Unavailable("Redis cannot be reached".into())
 }
 
 fn unexpected() -> BackendError {

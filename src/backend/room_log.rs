@@ -111,6 +111,9 @@ struct Progress {
     /// The last batch is in the log but its replicas have not confirmed
     /// it: nothing is acknowledged until they do.
     unconfirmed: bool,
+    /// The last try to append failed because the store could not be
+    /// reached: changes are refused at once until an append succeeds.
+    unreachable: bool,
 }
 
 #[derive(Default)]
@@ -134,6 +137,10 @@ pub enum NotDurable {
     /// is on the primary, but a failover could lose it).
     #[error("the room's log is not confirmed by enough replicas")]
     NotReplicated,
+    /// The store cannot be reached: the change is held until it can, and
+    /// may land then, but nobody is told it did.
+    #[error("the room's log cannot be reached")]
+    Unreachable,
 }
 
 /// The owner's sink: buffers the engine's records and appends them in
@@ -177,6 +184,7 @@ impl LogWriter {
             at,
             fenced: false,
             unconfirmed: false,
+            unreachable: false,
         });
         let writer = Arc::new(Self {
             pending: Mutex::new(Pending {
@@ -289,11 +297,12 @@ impl LogWriter {
         let mut rx = self.progress.subscribe();
         let reached = tokio::time::timeout(
             within,
-            rx.wait_for(|p| p.durable >= n || p.fenced || p.unconfirmed),
+            rx.wait_for(|p| p.durable >= n || p.fenced || p.unconfirmed || p.unreachable),
         );
         match reached.await {
             Ok(Ok(p)) if p.durable >= n => Ok(p.at),
             Ok(Ok(p)) if p.unconfirmed && !p.fenced => Err(NotDurable::NotReplicated),
+            Ok(Ok(p)) if p.unreachable && !p.fenced => Err(NotDurable::Unreachable),
             Ok(_) => Err(NotDurable::Fenced),
             Err(_) => Err(NotDurable::TimedOut),
         }
@@ -331,17 +340,38 @@ async fn run(
     let mut backoff = Duration::from_millis(10);
     loop {
         let Some(w) = writer.upgrade() else { return };
-        if w.pending().count > 0
-            && let Some(room) = w
-                .tallied
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .upgrade()
-        {
-            w.push(&LogRecordRef::Tally(&room.tally()));
-        }
+        let tallied = w
+            .tallied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .upgrade();
         let (bytes, count, last) = {
             let mut p = w.pending();
+            // The tally closing a batch must be at least as new as every
+            // record before it, or a copy would end on figures older than
+            // its records (a permit shown both in hand and admitted). The
+            // engine reports a change just after making it, so a record
+            // may come in while the tally is taken: take it again then.
+            // (A tally newer than a record still to come is mended by the
+            // batch that brings the record, with its own tally.)
+            if p.count > 0
+                && let Some(room) = &tallied
+            {
+                for tries in 1..=TALLY_TRIES {
+                    let before = p.last;
+                    drop(p);
+                    let tally = room.tally();
+                    p = w.pending();
+                    if p.last == before || tries == TALLY_TRIES {
+                        let bytes = std::mem::take(&mut p.bytes);
+                        p.bytes = postcard::to_extend(&LogRecordRef::Tally(&tally), bytes)
+                            .expect("records always serialize");
+                        p.count += 1;
+                        p.last += 1;
+                        break;
+                    }
+                }
+            }
             (
                 std::mem::take(&mut p.bytes),
                 std::mem::take(&mut p.count),
@@ -366,6 +396,7 @@ async fn run(
                         p.durable = last;
                         p.at = at;
                         p.unconfirmed = false;
+                        p.unreachable = false;
                     });
                     backoff = Duration::from_millis(10);
                     break;
@@ -387,6 +418,8 @@ async fn run(
                 Err(e) => {
                     // The batch is retried whole, in order, before anything
                     // buffered after it: the log never holds a gap.
+                    w.progress
+                        .send_if_modified(|p| !std::mem::replace(&mut p.unreachable, true));
                     tracing::warn!(room = %room, error = %e, "the room's log could not be written; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
@@ -395,6 +428,11 @@ async fn run(
         }
     }
 }
+
+/// How many times a batch's tally is taken while records keep coming in;
+/// the last one closes the batch whatever came in (the next batch's tally
+/// mends it).
+const TALLY_TRIES: usize = 8;
 
 /// A batch's records, with the number of the first.
 pub fn decode(entry: &Entry) -> Result<(u64, Vec<LogRecord>), StoreError> {
@@ -561,6 +599,9 @@ pub struct Follower {
     replica: std::sync::RwLock<Option<Replica>>,
     reached: watch::Sender<LogPos>,
     observe: Box<Observer>,
+    /// Whether the last read of the store succeeded: while it does not,
+    /// the replica may be missing what others have written.
+    in_touch: std::sync::atomic::AtomicBool,
 }
 
 /// What a [`Follower`] calls each time its replica moves.
@@ -603,6 +644,7 @@ impl Follower {
             replica: std::sync::RwLock::new(None),
             reached: watch::channel(LogPos::START).0,
             observe: Box::new(observe),
+            in_touch: std::sync::atomic::AtomicBool::new(true),
         });
         let me = Arc::downgrade(&follower);
         tokio::spawn(async move {
@@ -623,6 +665,11 @@ impl Follower {
                         Err(e) => Err(e),
                     },
                 };
+                let reached_store =
+                    !matches!(&step, Err(e) if !matches!(e, StoreError::Damaged(_)));
+                follower
+                    .in_touch
+                    .store(reached_store, std::sync::atomic::Ordering::Relaxed);
                 let pause = match step {
                     Ok(()) if at.is_some() => continue,
                     // No image yet: the room is being created.
@@ -683,6 +730,13 @@ impl Follower {
         drop(guard);
         self.reached.send_replace(at);
         Ok(())
+    }
+
+    /// Whether the store answered the last read: when it did not, the
+    /// replica may lack changes written since (by an owner that can still
+    /// reach it), so it is no ground for an answer.
+    pub fn in_touch(&self) -> bool {
+        self.in_touch.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The log position the replica has reached, whenever it moves.

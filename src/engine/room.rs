@@ -967,6 +967,17 @@ impl Room {
             .remove_if(&id, |_, n| Arc::strong_count(n) == 1);
     }
 
+    /// Take over the ticket watchers of the room this one replaces (a copy
+    /// started again from an image), so that a stream waiting on the old
+    /// copy hears the ticket's next change from this one; each is woken
+    /// once, since what it waits for may have happened in between.
+    pub fn take_watchers(&self, from: &Room) {
+        for entry in from.waiters.iter() {
+            self.waiters.insert(*entry.key(), entry.value().clone());
+            entry.value().notify_waiters();
+        }
+    }
+
     pub(crate) fn notify_ticket(&self, id: TicketId) {
         if let Some(n) = self.waiters.get(&id) {
             n.notify_waiters();

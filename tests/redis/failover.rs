@@ -166,8 +166,8 @@ async fn sentinel_failover_keeps_every_replicated_ticket_and_the_line_moving() {
     assert_eq!(line(&b, "sale", &tickets).await, before);
 
     // The line moves: a leave on instance a hands the permit to the next
-    // visitor, whose stream on instance b hears it over pub/sub, now from
-    // the new primary.
+    // visitor, whose stream on instance b hears it from b's copy of the
+    // room, which follows the log on the new primary.
     let left = Instant::now();
     assert_eq!(a.leave("sale", &tickets[0]).await, StatusCode::NO_CONTENT);
     until_admitted(&mut stream, Duration::from_secs(10)).await;
@@ -180,7 +180,8 @@ async fn sentinel_failover_keeps_every_replicated_ticket_and_the_line_moving() {
     assert_eq!(admitted, 2, "capacity held: {now:?}");
     assert_eq!(now[2].1, "admitted");
     assert!(now[3..].iter().all(|(_, s)| s == "waiting"), "{now:?}");
-    // Instance b takes joins too (scripts loaded again on the new primary).
+    // Instance b takes joins too (the store's scripts loaded again on the
+    // new primary).
     assert_eq!(b.join("sale").await.number, 12);
     a.stop().await;
     b.stop().await;

@@ -375,7 +375,7 @@ where
 async fn killing_the_worker_instance_hands_the_room_to_another() {
     let redis = RedisServer::start().await;
     let mut con = redis.client().await;
-    let lease_key = "narabu:{sale}:lease";
+    let lease_key = "narabu:v3:{sale}:lease";
     let mut a = process(&redis);
     let holder = {
         let con = con.clone();
@@ -413,7 +413,7 @@ async fn killing_the_worker_instance_hands_the_room_to_another() {
         .patch_room(&RoomId::new("sale").unwrap(), patch)
         .await
         .unwrap();
-    // Within one lease (5 s) plus a tick, with room for a slow machine.
+    // Within one lease (3 s) plus a tick, with room for a slow machine.
     assert!(
         wait_until(Duration::from_secs(30), || async {
             status(&c, &b.base, "sale", &second).await == "admitted"

@@ -1,10 +1,8 @@
 //! Acknowledged means replicated, when asked: with `redis_wait_replicas =
-//! 1` a join, a leave (and its hand-off) and a status read are answered
-//! only once the replica has them; with the replica gone they fail with
-//! 503, `Retry-After` and `not_replicated` instead of acknowledging what a
-//! failover could lose, and they work again once it is back. On the
-//! owners' engine it is the room's log that waits: a change is answered
-//! once its batch is on the replica.
+//! 1` a join and a leave (and its hand-off) are answered only once the
+//! room's log on the replica has them; with the replica gone they fail
+//! with 503, `Retry-After` and `not_replicated` instead of acknowledging
+//! what a failover could lose, and they work again once it is back.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +15,7 @@ use serde_json::Value;
 
 use narabu_testkit::app::{TestApp, Visitor, config, spawn_with};
 use narabu_testkit::redis_ha::{replicated, wait_in_sync};
-use narabu_testkit::redis_server::{RedisServer, owners_on, ticked_by_the_test};
+use narabu_testkit::redis_server::RedisServer;
 use narabu_testkit::room;
 
 fn sale() -> RoomSettings {
@@ -110,51 +108,6 @@ async fn joins_come_back(app: &TestApp, replica: &mut RedisServer) {
 async fn changes_wait_for_the_replica_and_fail_with_503_without_it() {
     let (primary, mut replica, wait) = primary_and_replica().await;
     let app = waiting_instance(&primary, wait).await;
-    let second = answered_as_usual(&app).await;
-    // What was acknowledged is on the replica.
-    let mut on_replica = replica.client().await;
-    let issued: Option<String> = redis::cmd("HGET")
-        .arg("narabu:{sale}:room")
-        .arg("issued")
-        .query_async(&mut on_replica)
-        .await
-        .unwrap();
-    assert_eq!(issued.as_deref(), Some("2"));
-
-    // The replica dies: nothing is acknowledged any more, reads included.
-    replica.kill();
-    refused_as_not_replicated(&app).await;
-    let status = app
-        .client
-        .get(app.url("/api/rooms/sale/status"))
-        .bearer_auth(&second.token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(status.status(), StatusCode::SERVICE_UNAVAILABLE);
-
-    joins_come_back(&app, &mut replica).await;
-    app.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_owners_changes_wait_for_the_replica_and_fail_with_503_without_it() {
-    let (primary, mut replica, wait) = primary_and_replica().await;
-    let backend = owners_on(
-        &primary,
-        vec![sale()],
-        Arc::new(SystemClock),
-        ticked_by_the_test(),
-        wait,
-    )
-    .await;
-    let config = Config {
-        backend: ConfigBackend::Redis(primary.url().into()),
-        rooms: vec![sale()],
-        redis_wait: wait,
-        ..config()
-    };
-    let app = spawn_with(config, backend).await;
     answered_as_usual(&app).await;
     // What was acknowledged is in the room's log on the replica.
     let mut on_replica = replica.client().await;

@@ -75,22 +75,6 @@ pub fn resize(old: u32, new: u32) -> Transfer {
     }
 }
 
-impl Plan {
-    /// The plan as a Lua table, for the Redis scripts.
-    pub fn to_lua(&self) -> String {
-        let from: Vec<String> = self
-            .take_from
-            .iter()
-            .map(|c| format!("'{}'", c.field()))
-            .collect();
-        format!(
-            "{{from = {{{}}}, to = '{}'}}",
-            from.join(", "),
-            self.rest_to.field()
-        )
-    }
-}
-
 impl Transfer {
     /// The transfer on plain numbers (`hand`, `tray`, `debt`), for tests and
     /// for stores that hold all three under one lock.

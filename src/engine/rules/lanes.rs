@@ -14,9 +14,7 @@
 //! holds its share again.
 //!
 //! The rule needs only each lane's admitted count and whether anyone waits
-//! in it, so both stores apply it inside their atomic admission step: the
-//! embedded engine with these functions, the Redis scripts with the same
-//! comparison over the counts they keep ([`LANE_PICK_LUA`], generated here).
+//! in it, so the engine applies it inside its atomic admission step.
 
 /// One lane as the rule sees it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -143,16 +141,6 @@ impl LaneLoads {
         f64::from(self.weight[lane].max(1)) / busy as f64
     }
 }
-
-/// The same comparison for the Redis scripts, over the admitted counts and
-/// weights they keep per lane (`la<lane>` in the room's hash, weights as
-/// the room stores them): `lane_before(a_adm, a_w, b_adm, b_w)`. Integer
-/// products stay exact in Lua's doubles for any count below 2^53 / 1000.
-pub const LANE_PICK_LUA: &str = "\
-local function lane_before(a_adm, a_w, b_adm, b_w)
-  return (a_adm + 1) * math.max(b_w, 1) < (b_adm + 1) * math.max(a_w, 1)
-end
-";
 
 #[cfg(test)]
 mod tests {

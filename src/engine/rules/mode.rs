@@ -17,10 +17,9 @@
 //! A room may also know its `stock`: units left to sell. Purchases the
 //! origin reports are taken off it, never below zero ([`take_stock`]), and
 //! the report that takes the last unit turns the room `sold_out`, once:
-//! each store takes a report in one atomic step (the engine under its
-//! worker lock, Redis in `purchase.lua`, which the conformance suite holds
-//! to this rule), so of reports racing on several instances exactly one
-//! sees the room turn.
+//! the engine takes a report in one atomic step under its worker lock (on
+//! Redis, on the room's owner), so of reports racing on several instances
+//! exactly one sees the room turn.
 
 use serde::{Deserialize, Serialize};
 

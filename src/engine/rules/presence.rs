@@ -10,9 +10,7 @@
 //! line (everyone still waiting there joined after it). Quiet past
 //! `queue_idle`, it is abandoned.
 //!
-//! Both stores call [`at_head`] with the ticket's last sign of life; the
-//! Redis scripts are handed the cutoffs it implies ([`away_cutoff`] and
-//! `quiet_cutoff`) and compare, nothing more.
+//! The engine calls [`at_head`] with the ticket's last sign of life.
 
 use std::time::Duration;
 
