@@ -259,7 +259,11 @@ impl OwnedBackend {
         // A copy this instance cannot keep up to date may be missing what
         // the owner did since (a ticket revoked, a pass released): no
         // answer is given from it, and the gate follows its setting.
-        if slot.follower.get().is_some_and(|f| !f.in_touch()) {
+        // A connection lost for a moment is opened again at once: a read
+        // waits that long, not for an outage.
+        if let Some(follower) = slot.follower.get()
+            && !follower.back_in_touch(BACK_IN_TOUCH).await
+        {
             return Err(unreachable());
         }
         let mut rx = slot.view.subscribe();
@@ -497,6 +501,9 @@ impl OwnedBackend {
 /// How long signs of life gather before they travel to the owner: far
 /// below any presence or idle timeout.
 const TOUCH_EVERY: Duration = Duration::from_millis(250);
+/// How long a read waits for this instance to read a room's log again
+/// before it says Redis cannot be reached.
+const BACK_IN_TOUCH: Duration = Duration::from_millis(500);
 /// How long one ask waits before it is sent again (same id).
 const ASK_WAIT: Duration = Duration::from_secs(1);
 

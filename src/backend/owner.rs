@@ -298,6 +298,7 @@ async fn take_over(
         applied,
     );
     let fresh = replica.is_none();
+    let tally = replica.as_ref().and_then(|r| r.tally.clone());
     let mut owned = Owned::new(writer, fence.clone(), clock.clone(), |sink| match replica {
         Some(replica) => Room::restore(replica.image, clock.clone(), Some(sink)),
         // A new line, whether the room is new or its state was lost: a new
@@ -313,6 +314,18 @@ async fn take_over(
     // Replicas that followed the last owner's records one by one start
     // again from here, as this engine did: a join the last owner had not
     // written whole is lost to both alike.
+    // Where the permits are (hand, tray, debt) and the counters no record
+    // carries: as the last owner's tally left them, so the room goes on
+    // exactly where it was.
+    if let Some(tally) = &tally {
+        owned.room().adopt(tally);
+    }
+    // Signs of life reach the owner, not the log: whoever was waiting,
+    // away or admitted counts as seen now, so no one is skipped, abandoned
+    // or expired because the room changed hands.
+    if !fresh {
+        owned.room().presume_seen(clock.now_ms());
+    }
     owned.writer.owner(fence.token);
     owned.made = fresh;
     if fresh {

@@ -292,14 +292,26 @@ impl LogWriter {
 
     /// Wait until every record up to `n` is in the log; the position of
     /// the batch that holds it (a replica that reached it shows the
-    /// change).
+    /// change). A store that cannot be reached fails the wait once it has
+    /// stayed so for [`UNREACHABLE_GRACE`] (a connection cut once is opened
+    /// again at once, and the batch goes through).
     pub async fn wait_durable(&self, n: u64, within: Duration) -> Result<LogPos, NotDurable> {
         let mut rx = self.progress.subscribe();
-        let reached = tokio::time::timeout(
-            within,
-            rx.wait_for(|p| p.durable >= n || p.fenced || p.unconfirmed || p.unreachable),
-        );
-        match reached.await {
+        let grace = within.min(UNREACHABLE_GRACE);
+        let settled = |p: &Progress| p.durable >= n || p.fenced || p.unconfirmed;
+        let first = tokio::time::timeout(grace, rx.wait_for(settled))
+            .await
+            .map(|reached| reached.map(|p| *p));
+        let reached = match first {
+            Ok(reached) => Ok(reached),
+            Err(_) if rx.borrow().unreachable => return Err(NotDurable::Unreachable),
+            Err(_) => {
+                tokio::time::timeout(within - grace, rx.wait_for(|p| settled(p) || p.unreachable))
+                    .await
+                    .map(|reached| reached.map(|p| *p))
+            }
+        };
+        match reached {
             Ok(Ok(p)) if p.durable >= n => Ok(p.at),
             Ok(Ok(p)) if p.unconfirmed && !p.fenced => Err(NotDurable::NotReplicated),
             Ok(Ok(p)) if p.unreachable && !p.fenced => Err(NotDurable::Unreachable),
@@ -428,6 +440,10 @@ async fn run(
         }
     }
 }
+
+/// How long a change waits for a store that cannot be reached before it
+/// is refused.
+const UNREACHABLE_GRACE: Duration = Duration::from_millis(500);
 
 /// How many times a batch's tally is taken while records keep coming in;
 /// the last one closes the batch whatever came in (the next batch's tally
@@ -601,7 +617,7 @@ pub struct Follower {
     observe: Box<Observer>,
     /// Whether the last read of the store succeeded: while it does not,
     /// the replica may be missing what others have written.
-    in_touch: std::sync::atomic::AtomicBool,
+    in_touch: watch::Sender<bool>,
 }
 
 /// What a [`Follower`] calls each time its replica moves.
@@ -644,10 +660,11 @@ impl Follower {
             replica: std::sync::RwLock::new(None),
             reached: watch::channel(LogPos::START).0,
             observe: Box::new(observe),
-            in_touch: std::sync::atomic::AtomicBool::new(true),
+            in_touch: watch::channel(true).0,
         });
         let me = Arc::downgrade(&follower);
         tokio::spawn(async move {
+            let mut lost_for = Duration::ZERO;
             loop {
                 if stop.is_cancelled() {
                     return;
@@ -669,7 +686,10 @@ impl Follower {
                     !matches!(&step, Err(e) if !matches!(e, StoreError::Damaged(_)));
                 follower
                     .in_touch
-                    .store(reached_store, std::sync::atomic::Ordering::Relaxed);
+                    .send_if_modified(|was| std::mem::replace(was, reached_store) != reached_store);
+                if reached_store {
+                    lost_for = Duration::ZERO;
+                }
                 let pause = match step {
                     Ok(()) if at.is_some() => continue,
                     // No image yet: the room is being created.
@@ -679,9 +699,12 @@ impl Follower {
                         follower.replace(None);
                         Duration::from_millis(50)
                     }
+                    // Soon at first (a connection cut once is opened again
+                    // at once), then less and less often.
                     Err(e) => {
                         tracing::debug!(room = %room, error = %e, "the log could not be read");
-                        FOLLOW_WAIT
+                        lost_for = (lost_for * 2).clamp(Duration::from_millis(20), FOLLOW_WAIT);
+                        lost_for
                     }
                 };
                 drop(follower);
@@ -736,7 +759,17 @@ impl Follower {
     /// replica may lack changes written since (by an owner that can still
     /// reach it), so it is no ground for an answer.
     pub fn in_touch(&self) -> bool {
-        self.in_touch.load(std::sync::atomic::Ordering::Relaxed)
+        *self.in_touch.borrow()
+    }
+
+    /// Wait, up to `within`, until the store answers a read again (at once
+    /// when it does now); whether it did.
+    pub async fn back_in_touch(&self, within: Duration) -> bool {
+        let mut rx = self.in_touch.subscribe();
+        matches!(
+            tokio::time::timeout(within, rx.wait_for(|in_touch| *in_touch)).await,
+            Ok(Ok(_))
+        )
     }
 
     /// The log position the replica has reached, whenever it moves.

@@ -46,8 +46,6 @@ mod worker;
 #[cfg(test)]
 mod image_tests;
 #[cfg(test)]
-mod model_tests;
-#[cfg(test)]
 mod room_tests;
 #[cfg(test)]
 mod stress_tests;

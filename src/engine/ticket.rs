@@ -121,6 +121,11 @@ impl Ticket {
         self.last_seen.load(Ordering::SeqCst)
     }
 
+    /// A sign of life that is not an arrival.
+    pub(crate) fn seen(&self, now_ms: u64) {
+        self.last_seen.fetch_max(now_ms, Ordering::SeqCst);
+    }
+
     /// Record a sign of life; on an admitted ticket it also counts as the
     /// visitor's arrival. Also says whether this was that first arrival.
     pub(crate) fn touch(&self, now_ms: u64) -> (TicketState, bool) {

@@ -14,6 +14,7 @@
 
 pub mod app;
 pub mod browser;
+pub mod model;
 pub mod process;
 pub mod proxy;
 pub mod redis_ha;

@@ -1,7 +1,8 @@
 //! Redis Cluster: three masters started here, joined with `redis-cli
 //! --cluster create`; several rooms (spread over the shards by their hash
-//! tags) take joins, admit through their workers and hand off, with the
-//! admission pushed over pub/sub from whichever node the room lives on.
+//! tags) take joins, admit through their owners' workers and hand off, with
+//! the admission reaching the visitor's watch from the room's log on
+//! whichever node the room lives on.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,7 +71,7 @@ async fn rooms_spread_over_a_three_master_cluster_admit_and_hand_off() {
             backend.leave(&room, first).await.unwrap(),
             Departure::GaveBack(Handoff::To(second.id as u32))
         );
-        // The admission is pushed over pub/sub from the room's node.
+        // The admission arrives through the room's log on its node.
         tokio::time::timeout(Duration::from_secs(10), woken)
             .await
             .unwrap_or_else(|_| panic!("{id}: the hand-off was not pushed"));

@@ -311,8 +311,8 @@ async fn rooms_on(cluster: &RedisCluster, node: usize) -> (String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_master_killed_under_load_fails_over_and_its_rooms_keep_their_line() {
     let mut cluster = RedisCluster::start(3, 1).await;
-    // The first seed is also where the pub/sub subscriber starts: killing
-    // it makes the subscriber move too.
+    // The victim's room lives on the first seed: its log, lease and
+    // commands move to the promoted replica.
     let (victim, other) = rooms_on(&cluster, 0).await;
     let rooms = vec![sale(&victim, 1), sale(&other, 1)];
     let app = spawn_on_redis(cluster.target(), rooms, LEASE, OnBackendError::Closed).await;
@@ -408,8 +408,8 @@ async fn a_cluster_master_killed_under_load_fails_over_and_its_rooms_keep_their_
         "cluster failover: {lost} of {} tickets acknowledged under load were lost",
         acknowledged.len()
     );
-    // The line moves, and the admission reaches the stream over pub/sub
-    // from a node that is still up.
+    // The line moves, and the admission reaches the stream through the
+    // room's log on the promoted replica.
     assert_eq!(
         app.leave(&victim, &tickets[0]).await,
         StatusCode::NO_CONTENT

@@ -18,6 +18,7 @@ mod follow;
 mod instances;
 mod lanes;
 mod measure;
+mod model;
 mod owner;
 mod owners;
 mod reset;
