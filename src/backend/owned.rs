@@ -304,11 +304,19 @@ impl OwnedBackend {
                     "the room's owner did not answer in time".into(),
                 ));
             }
+            // An instance that cannot read the room's log cannot reach
+            // Redis: its client is told so within a moment, not after the
+            // whole wait (the command may still land; its id keeps it once).
+            if let Some(follower) = slot.follower.get()
+                && !follower.back_in_touch(BACK_IN_TOUCH).await
+            {
+                return Err(unreachable());
+            }
             let owned = slot.owned.borrow().clone();
             let wire = match owned {
                 Some(o) => {
                     let (answer, n) = self.apply(&o, cmd_id, &body);
-                    durable(&o, n, answer, left).await
+                    durable(&o, n, answer, left.min(ASK_WAIT)).await
                 }
                 None => match self
                     .asker
