@@ -203,8 +203,12 @@ async fn joins_on_redis_report_redis_cost_per_join() {
     let f = &report.figures;
     assert_eq!(f["joins"]["ok"], 1_000, "{}", report.table());
     let per = &f["redis_per_request"];
-    // Each join is at least one script call, which runs commands inside.
-    assert!(per["evalsha"].as_f64().unwrap() >= 1.0, "{per}");
+    // The room's owner appends joins to the room's log in batches, each
+    // one fenced script call: at most about one per join (a few more for
+    // the lease's renewals), and more commands than scripts (the log's
+    // readers, the lease).
+    let scripts = per["evalsha"].as_f64().unwrap();
+    assert!(scripts > 0.0 && scripts < 1.5, "{per}");
     assert!(
         per["calls"].as_f64().unwrap() > per["evalsha"].as_f64().unwrap(),
         "{per}"
