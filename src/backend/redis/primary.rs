@@ -18,8 +18,7 @@
 //! bounded by `OPEN_TIMEOUT`, and the requests that waited for an attempt
 //! that failed fail with it rather than each trying again in turn. On
 //! Sentinel a background task also listens to the sentinels'
-//! `+switch-master`, so a failover is followed at once and the pub/sub
-//! subscriber moves to the new primary too.
+//! `+switch-master`, so a failover is followed at once.
 //!
 //! Scripts need no care here: `redis::Script` loads a script again when a
 //! new primary answers NOSCRIPT.
@@ -33,7 +32,6 @@ use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{AsyncConnectionConfig, Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisError, Value};
 use redis::{RedisResult, ServerErrorKind};
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::conn::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
@@ -58,8 +56,6 @@ pub struct Primary {
     /// Serialises opening: whoever waited uses the connection just opened.
     opening: tokio::sync::Mutex<()>,
     current: Mutex<Current>,
-    /// Bumped when the sentinels announce a new primary.
-    switched: watch::Sender<u64>,
     stop: CancellationToken,
 }
 
@@ -122,7 +118,6 @@ impl Primary {
             locator,
             opening: tokio::sync::Mutex::new(()),
             current: Mutex::default(),
-            switched: watch::Sender::new(0),
             stop: CancellationToken::new(),
         })
     }
@@ -278,24 +273,12 @@ impl Primary {
         con.req_packed_commands(pipeline, offset, count).await
     }
 
-    /// Which connection requests go over now (`None`: none is open). A
-    /// change between a write and its `WAIT` means the `WAIT` went to
-    /// another connection, perhaps another node, and proves nothing.
-    pub fn connection_id(&self) -> Option<u64> {
-        self.lock().connection.as_ref().map(|(id, _)| *id)
-    }
-
     /// The database the URL selects (always 0 on Sentinel).
     pub fn db(&self) -> i64 {
         match &self.locator {
             Locator::Fixed(client) => client.get_connection_info().redis_settings().db(),
             Locator::Sentinel { .. } => 0,
         }
-    }
-
-    /// Changes whenever the sentinels announce a new primary.
-    pub fn switches(&self) -> watch::Receiver<u64> {
-        self.switched.subscribe()
     }
 }
 
@@ -398,7 +381,6 @@ async fn watch_announcements(primary: Weak<Primary>, stop: CancellationToken) {
                     if let Some(id) = stale {
                         p.forget(id, "the sentinels named a new primary");
                     }
-                    p.switched.send_modify(|n| *n += 1);
                 }
             }
         }
