@@ -259,13 +259,7 @@ impl OwnedBackend {
         // A copy this instance cannot keep up to date may be missing what
         // the owner did since (a ticket revoked, a pass released): no
         // answer is given from it, and the gate follows its setting.
-        // A connection lost for a moment is opened again at once: a read
-        // waits that long, not for an outage.
-        if let Some(follower) = slot.follower.get()
-            && !follower.back_in_touch(BACK_IN_TOUCH).await
-        {
-            return Err(unreachable());
-        }
+        in_touch(slot).await?;
         let mut rx = slot.view.subscribe();
         let seen = tokio::time::timeout(
             self.options.answer_within,
@@ -307,11 +301,7 @@ impl OwnedBackend {
             // An instance that cannot read the room's log cannot reach
             // Redis: its client is told so within a moment, not after the
             // whole wait (the command may still land; its id keeps it once).
-            if let Some(follower) = slot.follower.get()
-                && !follower.back_in_touch(BACK_IN_TOUCH).await
-            {
-                return Err(unreachable());
-            }
+            in_touch(&slot).await?;
             let owned = slot.owned.borrow().clone();
             let wire = match owned {
                 Some(o) => {
@@ -789,14 +779,10 @@ impl Backend for OwnedBackend {
 
     /// Ready while every room's log can be read.
     async fn ready(&self) -> Result<(), BackendError> {
-        let rooms: Vec<Arc<Slot>> = read(&self.rooms).values().cloned().collect();
-        match rooms
-            .iter()
-            .all(|slot| slot.follower.get().is_none_or(|f| f.in_touch()))
-        {
-            true => Ok(()),
-            false => Err(unreachable()),
-        }
+        let reading = read(&self.rooms)
+            .values()
+            .all(|slot| slot.follower.get().is_none_or(|f| f.in_touch()));
+        if reading { Ok(()) } else { Err(unreachable()) }
     }
 
     async fn epoch(&self, room: &RoomId) -> Result<u64, BackendError> {
@@ -976,6 +962,16 @@ impl Backend for OwnedBackend {
         self.shutdown.cancel();
         self.tasks.close();
         self.tasks.wait().await;
+    }
+}
+
+/// Whether this instance reads the room's log: a connection lost for a
+/// moment is opened again at once, so this waits that long
+/// ([`BACK_IN_TOUCH`]), not for an outage.
+async fn in_touch(slot: &Slot) -> Result<(), BackendError> {
+    match slot.follower.get() {
+        Some(follower) if !follower.back_in_touch(BACK_IN_TOUCH).await => Err(unreachable()),
+        _ => Ok(()),
     }
 }
 

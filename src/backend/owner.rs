@@ -311,9 +311,6 @@ async fn take_over(
             Some(sink),
         ),
     });
-    // Replicas that followed the last owner's records one by one start
-    // again from here, as this engine did: a join the last owner had not
-    // written whole is lost to both alike.
     // Where the permits are (hand, tray, debt) and the counters no record
     // carries: as the last owner's tally left them, so the room goes on
     // exactly where it was.
@@ -326,6 +323,9 @@ async fn take_over(
     if !fresh {
         owned.room().presume_seen(clock.now_ms());
     }
+    // Replicas that followed the last owner's records one by one start
+    // again from here, as this engine did: a join the last owner had not
+    // written whole is lost to both alike.
     owned.writer.owner(fence.token);
     owned.made = fresh;
     if fresh {

@@ -765,6 +765,9 @@ impl Follower {
     /// Wait, up to `within`, until the store answers a read again (at once
     /// when it does now); whether it did.
     pub async fn back_in_touch(&self, within: Duration) -> bool {
+        if self.in_touch() {
+            return true;
+        }
         let mut rx = self.in_touch.subscribe();
         matches!(
             tokio::time::timeout(within, rx.wait_for(|in_touch| *in_touch)).await,

@@ -360,38 +360,33 @@ async fn run_on(mut d: Deployment, steps: Vec<Step>) -> Result<(), TestCaseError
                     model.now += ms;
                     d.clock.advance(Duration::from_millis(ms));
                 }
-                Op::SetCapacity(c) => {
-                    model.set_capacity(c);
-                    let patch = RoomPatch {
-                        capacity: Some(c),
-                        ..RoomPatch::default()
+                Op::SetCapacity(_) | Op::Pause(_) | Op::SetMode(_) => {
+                    let patch = match op {
+                        Op::SetCapacity(c) => {
+                            model.set_capacity(c);
+                            RoomPatch {
+                                capacity: Some(c),
+                                ..RoomPatch::default()
+                            }
+                        }
+                        Op::Pause(p) => {
+                            model.paused = p;
+                            RoomPatch {
+                                paused: Some(p),
+                                ..RoomPatch::default()
+                            }
+                        }
+                        Op::SetMode(m) => {
+                            model.mode = m;
+                            RoomPatch {
+                                mode: Some(m),
+                                ..RoomPatch::default()
+                            }
+                        }
+                        _ => unreachable!("an operator's change"),
                     };
-                    made(
-                        bounded("b.patch_room", b.patch_room(&room, patch)).await,
-                        "a capacity",
-                    )?;
-                }
-                Op::Pause(p) => {
-                    model.paused = p;
-                    let patch = RoomPatch {
-                        paused: Some(p),
-                        ..RoomPatch::default()
-                    };
-                    made(
-                        bounded("b.patch_room", b.patch_room(&room, patch)).await,
-                        "a pause",
-                    )?;
-                }
-                Op::SetMode(m) => {
-                    model.mode = m;
-                    let patch = RoomPatch {
-                        mode: Some(m),
-                        ..RoomPatch::default()
-                    };
-                    made(
-                        bounded("b.patch_room", b.patch_room(&room, patch)).await,
-                        "a mode",
-                    )?;
+                    let changed = bounded("b.patch_room", b.patch_room(&room, patch)).await;
+                    made(changed, "an operator's change")?;
                 }
             }
         }
