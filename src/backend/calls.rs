@@ -9,13 +9,16 @@
 //! call's records); waiting is the caller's part, since a journal and a
 //! room's log are made durable differently.
 
-use std::time::Duration;
 
 use super::join_log::JoinLog;
 use super::journal;
 use super::spent::SpentNonces;
-use super::{BackendError, Ending, JoinRequest, RoomSnapshot, TicketRef};
-use crate::engine::{Departure, JoinError, Joined, Room, TicketId, TicketState};
+use super::{
+    BackendError, Ending, JoinRequest, RoomSnapshot, StreamsHeard, StreamsReport, TicketRef,
+};
+use crate::engine::{
+    Departure, JoinError, Joined, Room, StreamReport, TicketId, TicketState,
+};
 
 /// What a join did, and the record to wait for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,17 +144,27 @@ pub(crate) fn depart(
     }))
 }
 
-/// Renew these visitors' presence; how long it lasts.
-pub(crate) fn renew(room: &Room, tickets: &[TicketRef]) -> Duration {
+/// Hear an instance's report of the streams it holds.
+pub(crate) fn hold_streams(room: &Room, report: &StreamsReport) -> StreamsHeard {
     let epoch = room.epoch();
-    room.renew(
+    let ids = |tickets: &[TicketRef]| -> Vec<TicketId> {
         tickets
             .iter()
             .filter(|t| t.epoch == epoch)
             .filter_map(|t| TicketId::try_from(t.id).ok())
-            .filter(|&t| room.state_of(t).is_some()),
-    );
-    room.settings().away_grace
+            .filter(|&t| room.state_of(t).is_some())
+            .collect()
+    };
+    let generation = room.hold_streams(&StreamReport {
+        holder: report.holder,
+        full: report.full,
+        opened: ids(&report.opened),
+        closed: ids(&report.closed),
+    });
+    StreamsHeard {
+        away_grace: room.settings().away_grace,
+        generation,
+    }
 }
 
 /// Everything an operator sees of a room.

@@ -25,8 +25,8 @@ use super::feed::{Placement, RoomFeed, TicketRead};
 use super::join_log::JoinLog;
 use super::journal::{self, Journal, JournalError, Record};
 use super::{
-    Backend, BackendError, Ending, JoinOutcome, JoinRequest, RoomPatch, RoomSnapshot, TicketRef,
-    TicketSignal,
+    Backend, BackendError, Ending, JoinOutcome, JoinRequest, RoomPatch, RoomSnapshot, StreamsHeard,
+    StreamsReport, TicketRef, TicketSignal,
 };
 use crate::config::Durability;
 use crate::engine::rules::StockTaken;
@@ -515,8 +515,12 @@ impl Backend for EmbeddedBackend {
         room.status(ticket).ok_or(BackendError::NoSuchTicket)
     }
 
-    async fn renew(&self, id: &RoomId, tickets: &[TicketRef]) -> Result<Duration, BackendError> {
-        Ok(calls::renew(&*self.get(id)?, tickets))
+    async fn hold_streams(
+        &self,
+        id: &RoomId,
+        report: &StreamsReport,
+    ) -> Result<StreamsHeard, BackendError> {
+        Ok(calls::hold_streams(&*self.get(id)?, report))
     }
 
     async fn depart(

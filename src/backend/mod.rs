@@ -53,6 +53,30 @@ pub struct TicketRef {
     pub id: u64,
 }
 
+/// One instance's report of the event streams it holds open for a room:
+/// the tickets whose first stream here opened or whose last one closed
+/// since its last report, or (`full`) every ticket it holds. Sent within
+/// a moment of a change and once a period otherwise, as the instance's
+/// sign that it is still there.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamsReport {
+    pub holder: u64,
+    pub full: bool,
+    pub opened: Vec<TicketRef>,
+    pub closed: Vec<TicketRef>,
+}
+
+/// What the room's engine answered a [`StreamsReport`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamsHeard {
+    /// The room's `away_grace`: the instance reports again well inside it.
+    pub away_grace: Duration,
+    /// Which engine heard it: another one than the last report's (the
+    /// room changed owner, or restarted) has not heard the instance's
+    /// earlier reports, so it is sent the whole list.
+    pub generation: u64,
+}
+
 /// Everything a join needs, in one request.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct JoinRequest {
@@ -273,12 +297,16 @@ pub trait Backend: Send + Sync + 'static {
         touch: bool,
     ) -> Result<TicketStatus, BackendError>;
 
-    /// Renew the presence of these tickets' visitors (the live event
-    /// streams this instance holds for the room) in one call, and say how
-    /// long it lasts: the room's `away_grace`. Tickets of another
-    /// incarnation, or ended, are passed over; an away ticket's visitor is
-    /// back.
-    async fn renew(&self, room: &RoomId, tickets: &[TicketRef]) -> Result<Duration, BackendError>;
+    /// Hear an instance's report of the streams it holds (see
+    /// [`StreamsReport`]): an open stream keeps its visitor present; an
+    /// instance not heard from for a whole `away_grace` lets go of all its
+    /// tickets. Tickets of another incarnation, or unknown, are passed
+    /// over.
+    async fn hold_streams(
+        &self,
+        room: &RoomId,
+        report: &StreamsReport,
+    ) -> Result<StreamsHeard, BackendError>;
 
     /// Give a ticket up: leave (handing a permit on), release, revoke.
     async fn depart(

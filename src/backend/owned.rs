@@ -44,8 +44,8 @@ use super::room_log::{Follower, LogRecord, Moved, NotDurable, Replica};
 use super::spent::SpentNonces;
 use super::store::{Command, LogPos, RoomStore};
 use super::{
-    Backend, BackendError, Ending, JoinOutcome, JoinRequest, RoomPatch, RoomSnapshot, TicketRef,
-    TicketSignal,
+    Backend, BackendError, Ending, JoinOutcome, JoinRequest, RoomPatch, RoomSnapshot, StreamsHeard,
+    StreamsReport, TicketRef, TicketSignal,
 };
 use crate::engine::rules::StockTaken;
 use crate::engine::{
@@ -77,7 +77,7 @@ impl Default for OwnedOptions {
 enum Cmd {
     Join(JoinRequest),
     Depart(TicketRef, Ending),
-    Renew(Vec<TicketRef>),
+    HoldStreams(StreamsReport),
     /// Signs of life (status polls, gate checks) gathered over a moment,
     /// each with when it was seen.
     Touch(Vec<(TicketRef, u64)>),
@@ -94,7 +94,7 @@ enum Cmd {
 enum Answer {
     Joined { ticket: TicketRef, is_new: bool },
     Departed(Departure),
-    Renewed(Duration),
+    Held(StreamsHeard),
     Done,
     Ticked(TickReport),
     Purchased(Option<StockTaken>),
@@ -379,7 +379,7 @@ impl OwnedBackend {
                 })
             }
             Cmd::Depart(t, how) => calls::depart(room, t, how).map(|(d, _)| Answer::Departed(d)),
-            Cmd::Renew(tickets) => Ok(Answer::Renewed(calls::renew(room, &tickets))),
+            Cmd::HoldStreams(report) => Ok(Answer::Held(calls::hold_streams(room, &report))),
             Cmd::Touch(tickets) => {
                 for (t, at) in tickets {
                     if let Ok(id) = calls::ticket(room, t) {
@@ -834,9 +834,13 @@ impl Backend for OwnedBackend {
         view.room.status(id).ok_or(BackendError::NoSuchTicket)
     }
 
-    async fn renew(&self, room: &RoomId, tickets: &[TicketRef]) -> Result<Duration, BackendError> {
-        match self.command(room, Cmd::Renew(tickets.to_vec())).await?.0 {
-            Answer::Renewed(grace) => Ok(grace),
+    async fn hold_streams(
+        &self,
+        room: &RoomId,
+        report: &StreamsReport,
+    ) -> Result<StreamsHeard, BackendError> {
+        match self.command(room, Cmd::HoldStreams(report.clone())).await?.0 {
+            Answer::Held(heard) => Ok(heard),
             _ => Err(unexpected()),
         }
     }

@@ -12,13 +12,14 @@
 //! a compare-and-swap on its state.
 //!
 //! Layout: `rules` (the one admission core: every rule as a function over
-//! plain data, shared with the Redis backend), `room` (queue, hand-off,
-//! reads, operators' controls), `worker` (the tick), `ticket` (states and
-//! CAS), `departures` and `lane` (the position index: departures counted
-//! per queue slot, the head, the back set), `changes` (when streams look
-//! again, coalesced), `lottery` (the verifiable opening draw), `view` (the room view and
-//! counters), `settings`, `event`/`image` (the change feed and the room as
-//! data, for persistence), `clock` (real and virtual time).
+//! plain data), `room` (queue, hand-off, reads, operators' controls),
+//! `worker` (the tick), `ticket` (states and CAS), `holds` (presence from
+//! the instances' open streams), `departures` and `lane` (the position
+//! index: departures counted per queue slot, the head, the back set),
+//! `changes` (when streams look again, coalesced), `lottery` (the
+//! verifiable opening draw), `view` (the room view and counters),
+//! `settings`, `event`/`image`/`replay`/`tally` (the change feed, the room
+//! as data, and a copy kept from them), `clock` (real and virtual time).
 //!
 //! These invariants hold for every sequence of calls: capacity (never more
 //! admitted than permits), fairness (admission in queue order), liveness (a
@@ -31,6 +32,7 @@ mod changes;
 mod clock;
 mod departures;
 mod event;
+mod holds;
 mod image;
 mod lane;
 mod lottery;
@@ -54,6 +56,7 @@ pub use changes::{COALESCE, Changes, WAVE_GAP};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use departures::Departures;
 pub use event::{EventRecord, EventSink, RoomEvent};
+pub use holds::{HolderId, StreamReport};
 pub use image::{RoomImage, TicketImage};
 pub use lane::LaneIndex;
 pub use lottery::{DrawMismatch, DrawRecord, LotterySeed};

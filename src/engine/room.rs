@@ -29,6 +29,7 @@ use tokio::sync::{Notify, watch};
 use super::changes::Changes;
 use super::clock::{Clock, millis};
 use super::event::{EventSink, RoomEvent};
+use super::holds::{HolderId, Holds, StreamReport};
 use super::lane::LaneIndex;
 use super::lottery::LotterySeed;
 use super::rules::{
@@ -256,6 +257,8 @@ pub struct Room {
     pub(crate) counters: Counters,
     pub(crate) waits: WaitHistogram,
 
+    /// The instances holding streams open, and what each holds.
+    pub(crate) holds: Mutex<Holds>,
     /// State only the worker touches: its hand of permits and its lists.
     pub(crate) worker: Mutex<Worker>,
     pub(crate) view_tx: watch::Sender<RoomView>,
@@ -342,6 +345,7 @@ impl Room {
             waiters: DashMap::new(),
             counters: Counters::default(),
             waits: WaitHistogram::default(),
+            holds: Mutex::new(Holds::new()),
             worker: Mutex::new(Worker::new(u64::from(settings.capacity), now)),
             view_tx: watch::Sender::new(RoomView::default()),
             settings: RwLock::new(settings),
@@ -664,7 +668,7 @@ impl Room {
             if t.state() != TicketState::Waiting {
                 continue;
             }
-            match self.hot.presence().at_head(t.last_seen(), now) {
+            match self.hot.presence().at_head(self.seen_at(t, now), now) {
                 AtHead::Admit => {}
                 AtHead::Skip => {
                     self.skip(id, t);
@@ -721,7 +725,7 @@ impl Room {
         });
         self.notify_ticket(id);
         // A sign of life that raced the skip may have missed it: look again.
-        if self.hot.presence().at_head(t.last_seen(), now) == AtHead::Admit {
+        if self.hot.presence().at_head(self.seen_at(t, now), now) == AtHead::Admit {
             self.come_back(id, t);
         }
     }
@@ -961,12 +965,96 @@ impl Room {
         }
     }
 
-    /// The presence of the visitors of these tickets (an instance's live
-    /// streams), renewed in one call.
+    /// Signs of life from many visitors at once.
     pub fn renew(&self, ids: impl IntoIterator<Item = TicketId>) {
         for id in ids {
             self.touch(id);
         }
+    }
+
+    /// When a ticket was last seen, as its presence is judged at `now`: a
+    /// ticket with a live stream open somewhere is seen now.
+    pub(crate) fn seen_at(&self, t: &Ticket, now: u64) -> u64 {
+        if t.is_held() { now } else { t.last_seen() }
+    }
+
+    /// A holder's report of the streams it holds (see [`StreamReport`]):
+    /// a ticket whose stream opened is seen (an away visitor is back), one
+    /// whose last stream closed is seen for the last time now. Says which
+    /// engine heard it (`Holds::generation`).
+    pub fn hold_streams(&self, report: &StreamReport) -> u64 {
+        let now = self.clock.now_ms();
+        let mut holds = lock(&self.holds);
+        let generation = holds.generation;
+        let holder = holds.holders.entry(report.holder).or_default();
+        holder.heard = holder.heard.max(now);
+        let mut let_go = Vec::new();
+        if report.full {
+            let listed: std::collections::HashSet<TicketId> =
+                report.opened.iter().copied().collect();
+            holder.tickets.retain(|id| {
+                let keep = listed.contains(id);
+                if !keep {
+                    let_go.push(*id);
+                }
+                keep
+            });
+        }
+        let mut held = Vec::new();
+        for &id in &report.opened {
+            if holder.tickets.insert(id) {
+                held.push(id);
+            }
+        }
+        for id in &report.closed {
+            if holder.tickets.remove(id) {
+                let_go.push(*id);
+            }
+        }
+        drop(holds);
+        for id in held {
+            if let Some(t) = self.ticket(id) {
+                // The hold first, then the sign of life: a head skipping
+                // the ticket meanwhile sees one or the other.
+                t.hold();
+            }
+        }
+        for &id in &report.opened {
+            self.touch_at(id, now);
+        }
+        for id in let_go {
+            self.let_go(id, now);
+        }
+        generation
+    }
+
+    /// Drop one holder's hold on a ticket, last seen at `at`.
+    fn let_go(&self, id: TicketId, at: u64) {
+        if let Some(t) = self.ticket(id) {
+            t.seen(at);
+            t.unhold();
+        }
+    }
+
+    /// Let go of the tickets of holders not heard from for a whole
+    /// `away_grace`, as seen when each was last heard.
+    pub(crate) fn lapse_holders(&self, now: u64) {
+        let grace = self.hot.away_grace_ms.load(Ordering::Acquire);
+        let lapsed = lock(&self.holds).take_lapsed(now.saturating_sub(grace));
+        for holder in lapsed {
+            for id in holder.tickets {
+                self.let_go(id, holder.heard);
+            }
+        }
+    }
+
+    /// The holders this engine knows, for operators and tests.
+    pub fn holders(&self) -> Vec<(HolderId, usize)> {
+        lock(&self.holds)
+            .holders
+            .iter()
+            .map(|(&id, h)| (id, h.tickets.len()))
+            .collect()
     }
 
     // ----- ticket notifications -----------------------------------------

@@ -383,3 +383,118 @@ fn the_view_is_published_only_when_something_changed() {
     assert!(rx.has_changed().unwrap());
     assert_eq!(rx.borrow_and_update().admitted, 1);
 }
+
+fn streams(holder: u64, full: bool, opened: &[TicketId], closed: &[TicketId]) -> StreamReport {
+    StreamReport {
+        holder,
+        full,
+        opened: opened.to_vec(),
+        closed: closed.to_vec(),
+    }
+}
+
+#[test]
+fn an_open_stream_keeps_its_visitor_present_without_renewals() {
+    let (room, clock) = room_with(0, |s| {
+        s.away_grace = Duration::from_secs(20);
+        s.queue_idle = Duration::from_secs(300);
+    });
+    let ids = join_n(&room, 3);
+    // One holder holds the first two tickets' streams; nothing more is
+    // heard of any ticket but that the holder is still there.
+    room.hold_streams(&streams(9, true, &ids[..2], &[]));
+    for _ in 0..6 {
+        clock.advance(Duration::from_secs(10));
+        room.hold_streams(&streams(9, false, &[], &[]));
+        room.tick();
+    }
+    room.patch(&RoomPatch {
+        capacity: Some(3),
+        ..RoomPatch::default()
+    });
+    let admitted = room.tick().admitted;
+    // The held ones are admitted; the third, quiet for a minute, skipped.
+    assert_eq!(admitted, ids[..2].to_vec());
+    assert_eq!(state(&room, ids[2]), TicketState::Away);
+    // Its stream opens: it is back at once, first in line.
+    room.hold_streams(&streams(9, false, &[ids[2]], &[]));
+    assert_eq!(state(&room, ids[2]), TicketState::Waiting);
+    assert_eq!(room.tick().admitted, [ids[2]]);
+    // An admitted ticket whose stream is open keeps its pass too.
+    clock.advance(Duration::from_secs(600));
+    room.hold_streams(&streams(9, false, &[], &[]));
+    room.tick();
+    assert!(
+        ids.iter()
+            .all(|&id| state(&room, id) == TicketState::Admitted)
+    );
+    assert_eq!(room.holders(), [(9, 3)]);
+}
+
+#[test]
+fn a_closed_stream_counts_from_the_close_and_a_silent_holder_lapses() {
+    let (room, clock) = room_with(0, |s| {
+        s.away_grace = Duration::from_secs(20);
+        s.queue_idle = Duration::from_secs(300);
+    });
+    let ids = join_n(&room, 4);
+    room.hold_streams(&streams(1, false, &[ids[0], ids[1]], &[]));
+    room.hold_streams(&streams(2, false, &[ids[2], ids[3]], &[]));
+    clock.advance(Duration::from_secs(30));
+    // Holder 1 closes ticket 0's stream; holder 2 falls silent after this.
+    room.hold_streams(&streams(1, false, &[], &[ids[0]]));
+    room.hold_streams(&streams(2, false, &[], &[]));
+    clock.advance(Duration::from_secs(15));
+    room.hold_streams(&streams(1, false, &[], &[]));
+    room.tick();
+    // Within a grace of the close and of holder 2's last report: all
+    // present.
+    room.patch(&RoomPatch {
+        capacity: Some(1),
+        ..RoomPatch::default()
+    });
+    assert_eq!(room.tick().admitted, [ids[0]]);
+    clock.advance(Duration::from_secs(6));
+    room.hold_streams(&streams(1, false, &[], &[]));
+    // Holder 2 was last heard 21 s ago: it lapses, and its tickets count as
+    // seen then, so they are away; ticket 1's holder is still there.
+    room.tick();
+    assert_eq!(room.holders(), [(1, 1)]);
+    room.patch(&RoomPatch {
+        capacity: Some(4),
+        ..RoomPatch::default()
+    });
+    assert_eq!(room.tick().admitted, [ids[1]]);
+    assert_eq!(state(&room, ids[2]), TicketState::Away);
+    assert_eq!(state(&room, ids[3]), TicketState::Away);
+}
+
+#[test]
+fn a_whole_list_replaces_what_was_known_of_its_holder() {
+    let (room, clock) = room_with(0, |s| {
+        s.away_grace = Duration::from_secs(20);
+    });
+    let ids = join_n(&room, 3);
+    let generation = room.hold_streams(&streams(5, false, &[ids[0], ids[1]], &[]));
+    clock.advance(Duration::from_secs(30));
+    // The holder's whole list no longer has ticket 0: let go, seen now.
+    assert_eq!(
+        room.hold_streams(&streams(5, true, &[ids[1], ids[2]], &[])),
+        generation,
+        "the same engine answers with the same generation"
+    );
+    assert_eq!(room.holders(), [(5, 2)]);
+    clock.advance(Duration::from_secs(21));
+    room.hold_streams(&streams(5, false, &[], &[]));
+    room.patch(&RoomPatch {
+        capacity: Some(3),
+        ..RoomPatch::default()
+    });
+    assert_eq!(room.tick().admitted, ids[1..].to_vec());
+    assert_eq!(state(&room, ids[0]), TicketState::Away);
+    // Another engine of the room (restored from its image) has another
+    // generation and knows no holder.
+    let copy = Room::restore(room.image(), Arc::new(clock.clone()), None);
+    assert!(copy.holders().is_empty());
+    assert_ne!(copy.hold_streams(&streams(5, false, &[], &[])), generation);
+}

@@ -7,7 +7,7 @@
 //! them gives the permit back. A late release of a revoked ticket fails its
 //! CAS and frees nothing (invariant 5).
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
 
 use super::image::TicketImage;
 pub use super::rules::TicketState;
@@ -41,6 +41,9 @@ pub(crate) struct Ticket {
     pub(crate) joined_at: u64,
     admitted_at: AtomicU64,
     last_seen: AtomicU64,
+    /// Instances holding a live stream open for it: while any does, its
+    /// visitor is present.
+    holders: AtomicU16,
     /// The lane it queues in, for life: its queue index is in that lane's
     /// line.
     pub(crate) lane: u8,
@@ -58,6 +61,7 @@ impl Ticket {
             joined_at: now_ms,
             admitted_at: AtomicU64::new(0),
             last_seen: AtomicU64::new(now_ms),
+            holders: AtomicU16::new(0),
             lane,
         }
     }
@@ -126,6 +130,23 @@ impl Ticket {
         self.last_seen.fetch_max(now_ms, Ordering::SeqCst);
     }
 
+    // SeqCst for the same reason as `last_seen`: a hold is a sign of life.
+    pub(crate) fn is_held(&self) -> bool {
+        self.holders.load(Ordering::SeqCst) > 0
+    }
+
+    pub(crate) fn hold(&self) {
+        let _ = self
+            .holders
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_add(1));
+    }
+
+    pub(crate) fn unhold(&self) {
+        let _ = self
+            .holders
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+    }
+
     /// Record a sign of life; on an admitted ticket it also counts as the
     /// visitor's arrival. Also says whether this was that first arrival.
     pub(crate) fn touch(&self, now_ms: u64) -> (TicketState, bool) {
@@ -157,6 +178,7 @@ impl Ticket {
             joined_at: saved.joined_at,
             admitted_at: AtomicU64::new(saved.admitted_at),
             last_seen: AtomicU64::new(saved.last_seen),
+            holders: AtomicU16::new(0),
             lane: saved.lane,
         }
     }

@@ -62,6 +62,7 @@ impl Room {
             self.open(&mut w);
             report.opened = true;
         }
+        self.lapse_holders(now);
         self.reap_stalled(&mut w, now, &mut report);
         self.pay_debt(&mut w);
         if self.hot.admitting() {
@@ -121,7 +122,8 @@ impl Room {
             if t.state() != TicketState::Admitted {
                 return false;
             }
-            if self.pass_deadline(t) >= now {
+            // A live stream keeps the pass as a sign of life would.
+            if t.is_held() || self.pass_deadline(t) >= now {
                 return true;
             }
             // Whoever wins this CAS owns the permit; a release racing us
@@ -189,6 +191,7 @@ impl Room {
             };
             if let Some(t) = self.ticket(id)
                 && t.state() == TicketState::Waiting
+                && !t.is_held()
                 && t.last_seen() < quiet_before
                 && self.depart_waiting(id, t, TicketState::Abandoned)
             {
@@ -214,7 +217,7 @@ impl Room {
             if t.state() != TicketState::Away {
                 return false;
             }
-            if t.last_seen() >= quiet_before {
+            if t.is_held() || t.last_seen() >= quiet_before {
                 return true;
             }
             if self.depart_away(id, t, TicketState::Abandoned) {

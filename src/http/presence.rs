@@ -1,21 +1,23 @@
 //! Presence from the connection: the event streams this instance holds
-//! keep their tickets' visitors present, renewed a room at a time in one
-//! batched call per period, never a write per stream or per wake.
+//! keep their tickets' visitors present, at the cost of one report per
+//! room and period, never a write per stream or per wake.
 //!
 //! A stream takes a [`StreamHold`] for its ticket when it opens and drops
 //! it when the connection ends. The registry counts holds per ticket (which
 //! is also where the per-ticket stream cap is kept: a visitor's tabs, not
-//! an address shared by a whole carrier-grade NAT) and, for each room, runs
-//! `Backend::renew` with every ticket it holds once per
-//! `rules::renew_every(away_grace)`. A room with a new stream is renewed
-//! within [`FRESH`], so a visitor coming back from away (or reconnecting
-//! after an instance died) is back in line at once. A ticket whose last
-//! stream here closed is renewed one last time, so its `away_grace` counts
-//! from the close. An instance that dies renews nothing more: its streams'
-//! tickets go away one grace after its last renewal, unless their browsers
-//! reconnect elsewhere.
+//! an address shared by a whole carrier-grade NAT) and tells the room's
+//! engine (`Backend::hold_streams`) which tickets' first stream here opened
+//! and whose last one closed, within [`FRESH`] of the change, so a visitor
+//! coming back from away is back in line at once and one who left goes
+//! away one `away_grace` after the close. Between changes the report is
+//! empty and only says this instance is still there, once per
+//! `rules::renew_every(away_grace)`. An instance that dies reports nothing
+//! more: the engine lets its tickets go one grace after its last report,
+//! unless their browsers reconnect elsewhere. When the engine that answers
+//! is not the one that heard the last report (the room changed owner), or
+//! a report was lost, the next report lists every ticket held here.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,12 +26,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::error::ApiError;
-use crate::backend::{Backend, TicketRef};
+use crate::backend::{Backend, StreamsHeard, StreamsReport, TicketRef};
 use crate::engine::RoomId;
 use crate::engine::rules;
 use crate::sync::lock;
 
-/// A room with a new stream is renewed within this.
+/// A change in the streams held is reported within this.
 pub const FRESH: Duration = Duration::from_millis(500);
 /// How often the registry looks for rooms due.
 const LOOK: Duration = Duration::from_millis(250);
@@ -38,6 +40,8 @@ const LOOK: Duration = Duration::from_millis(250);
 #[derive(Debug)]
 pub struct Presence {
     rooms: Mutex<HashMap<RoomId, RoomStreams>>,
+    /// This instance, to the rooms' engines.
+    holder: u64,
     /// Streams per ticket; 0 = no limit.
     per_ticket: u32,
 }
@@ -45,9 +49,15 @@ pub struct Presence {
 #[derive(Debug)]
 struct RoomStreams {
     open: HashMap<TicketRef, u32>,
-    /// Tickets whose last stream here closed since the last renewal.
-    closed: Vec<TicketRef>,
-    /// When this room's next renewal is due.
+    /// Tickets whose first stream opened or last one closed since the
+    /// last report.
+    changed: HashSet<TicketRef>,
+    /// The tickets the room's engine was told are held here.
+    reported: HashSet<TicketRef>,
+    /// The engine that heard the last report; `None`: the next report
+    /// lists every ticket held here.
+    generation: Option<u64>,
+    /// When this room's next report is due.
     due: Instant,
     every: Duration,
 }
@@ -65,6 +75,7 @@ impl Presence {
     pub fn new(per_ticket: u32) -> Arc<Self> {
         Arc::new(Self {
             rooms: Mutex::new(HashMap::new()),
+            holder: rand::random(),
             per_ticket,
         })
     }
@@ -79,7 +90,9 @@ impl Presence {
         let now = Instant::now();
         let streams = rooms.entry(room.clone()).or_insert_with(|| RoomStreams {
             open: HashMap::new(),
-            closed: Vec::new(),
+            changed: HashSet::new(),
+            reported: HashSet::new(),
+            generation: None,
             due: now + FRESH,
             every: rules::renew_every(crate::engine::RoomSettings::DEFAULT_AWAY_GRACE),
         });
@@ -96,7 +109,10 @@ impl Presence {
             .retry_after(5));
         }
         *count += 1;
-        streams.due = streams.due.min(now + FRESH);
+        if *count == 1 {
+            streams.changed.insert(ticket);
+            streams.due = streams.due.min(now + FRESH);
+        }
         Ok(StreamHold {
             presence: self.clone(),
             room: room.clone(),
@@ -126,38 +142,67 @@ impl Presence {
             *count -= 1;
             if *count == 0 {
                 streams.open.remove(&ticket);
-                streams.closed.push(ticket);
+                streams.changed.insert(ticket);
+                streams.due = streams.due.min(Instant::now() + FRESH);
             }
         }
     }
 
-    /// The rooms due now, each with the tickets to renew; rooms left with
-    /// nothing to renew are forgotten.
-    fn take_due(&self, now: Instant) -> Vec<(RoomId, Vec<TicketRef>)> {
+    /// The rooms due now, each with its report; rooms with nothing held
+    /// and nothing to tell are forgotten.
+    fn take_due(&self, now: Instant) -> Vec<(RoomId, StreamsReport)> {
         let mut rooms = lock(&self.rooms);
-        rooms.retain(|_, r| !r.open.is_empty() || !r.closed.is_empty());
+        rooms.retain(|_, r| {
+            !r.open.is_empty() || !r.reported.is_empty() || !r.changed.is_empty()
+        });
         let mut due = Vec::new();
         for (room, streams) in rooms.iter_mut() {
             if streams.due > now {
                 continue;
             }
-            let mut tickets: Vec<TicketRef> = streams.open.keys().copied().collect();
-            tickets.append(&mut streams.closed);
             streams.due = now + streams.every;
-            due.push((room.clone(), tickets));
+            due.push((room.clone(), streams.report(self.holder)));
         }
         due
     }
 
-    fn renewed(&self, room: &RoomId, away_grace: Duration, at: Instant) {
-        if let Some(streams) = lock(&self.rooms).get_mut(room) {
-            streams.every = rules::renew_every(away_grace);
-            streams.due = streams.due.min(at + streams.every);
+    /// What the room's engine answered a report (or that it could not be
+    /// sent).
+    fn heard(
+        &self,
+        room: &RoomId,
+        full: bool,
+        answer: Option<StreamsHeard>,
+        now: Instant,
+    ) {
+        let mut rooms = lock(&self.rooms);
+        let Some(streams) = rooms.get_mut(room) else {
+            return;
+        };
+        match answer {
+            Some(heard) => {
+                streams.every = rules::renew_every(heard.away_grace);
+                streams.due = streams.due.min(now + streams.every);
+                if full {
+                    streams.generation = Some(heard.generation);
+                } else if streams.generation != Some(heard.generation) {
+                    // Another engine, which has not heard the earlier
+                    // reports: tell it everything, now.
+                    streams.generation = None;
+                    streams.due = now;
+                }
+            }
+            None => {
+                // It may or may not have been heard: tell everything next
+                // time, soon (the grace covers a miss).
+                streams.generation = None;
+                streams.due = streams.due.min(now + 2 * FRESH);
+            }
         }
     }
 
-    /// Renew what is due until `stop`: one `Backend::renew` per room due,
-    /// the rooms side by side.
+    /// Report what is due until `stop`: one `Backend::hold_streams` per
+    /// room due, the rooms side by side.
     pub async fn run(self: Arc<Self>, backend: Arc<dyn Backend>, stop: CancellationToken) {
         let mut look = tokio::time::interval(LOOK);
         look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -168,21 +213,47 @@ impl Presence {
             }
             let now = Instant::now();
             let due = self.take_due(now);
-            let renewals = due.into_iter().map(|(room, tickets)| {
+            let reports = due.into_iter().map(|(room, report)| {
                 let backend = backend.clone();
                 async move {
-                    let answer = backend.renew(&room, &tickets).await;
-                    (room, answer)
+                    let answer = backend.hold_streams(&room, &report).await;
+                    (room, report.full, answer)
                 }
             });
-            for (room, answer) in futures_util::future::join_all(renewals).await {
-                match answer {
-                    Ok(grace) => self.renewed(&room, grace, now),
-                    // The next period tries again; the grace covers a miss.
-                    Err(e) => tracing::debug!(room = %room, error = %e, "presence renewal failed"),
+            for (room, full, answer) in futures_util::future::join_all(reports).await {
+                if let Err(e) = &answer {
+                    tracing::debug!(room = %room, error = %e, "streams not reported");
                 }
+                self.heard(&room, full, answer.ok(), now);
             }
         }
+    }
+}
+
+impl RoomStreams {
+    /// The next report: what changed since the last one, or everything
+    /// held here for an engine that may not know it.
+    fn report(&mut self, holder: u64) -> StreamsReport {
+        let mut report = StreamsReport {
+            holder,
+            ..StreamsReport::default()
+        };
+        if self.generation.is_none() {
+            report.full = true;
+            self.changed.clear();
+            self.reported = self.open.keys().copied().collect();
+            report.opened = self.reported.iter().copied().collect();
+            return report;
+        }
+        for ticket in self.changed.drain() {
+            let open = self.open.contains_key(&ticket);
+            if open && self.reported.insert(ticket) {
+                report.opened.push(ticket);
+            } else if !open && self.reported.remove(&ticket) {
+                report.closed.push(ticket);
+            }
+        }
+        report
     }
 }
 
@@ -216,26 +287,84 @@ mod tests {
         assert_eq!(p.held(), 1);
     }
 
+    fn heard(generation: u64) -> Option<StreamsHeard> {
+        Some(StreamsHeard {
+            away_grace: Duration::from_secs(21),
+            generation,
+        })
+    }
+
+    fn sorted(mut tickets: Vec<TicketRef>) -> Vec<TicketRef> {
+        tickets.sort_by_key(|t| t.id);
+        tickets
+    }
+
     #[test]
-    fn a_closed_ticket_is_renewed_once_more_then_forgotten() {
+    fn changes_are_reported_once_and_quiet_periods_send_only_a_heartbeat() {
         let p = Presence::new(0);
         let room = RoomId::new("r").unwrap();
         let a = p.hold(&room, ticket(1)).unwrap();
         let _b = p.hold(&room, ticket(2)).unwrap();
+        let _b2 = p.hold(&room, ticket(2)).unwrap();
         let start = Instant::now();
         // Nothing is due before the fresh window.
         assert!(p.take_due(start).is_empty());
-        let due = p.take_due(start + FRESH);
-        assert_eq!(due.len(), 1);
-        assert_eq!(due[0].1.len(), 2);
+        // The first report lists everything held here.
+        let mut due = p.take_due(start + FRESH);
+        let (_, first) = due.pop().unwrap();
+        assert!(first.full);
+        assert_eq!(sorted(first.opened), [ticket(1), ticket(2)]);
+        p.heard(&room, true, heard(7), start + FRESH);
+        // A quiet period: a report that names nothing, one period later.
+        let t = start + FRESH;
+        assert!(p.take_due(t + Duration::from_secs(6)).is_empty());
+        let (_, quiet) = p.take_due(t + Duration::from_secs(7)).pop().unwrap();
+        assert!(!quiet.full && quiet.opened.is_empty() && quiet.closed.is_empty());
+        p.heard(&room, false, heard(7), t + Duration::from_secs(7));
+        // A close (and an open) is reported within the fresh window.
+        let t = t + Duration::from_secs(8);
         drop(a);
-        let later = start + FRESH + Duration::from_secs(60);
-        let mut due = p.take_due(later);
-        let mut tickets = due.pop().unwrap().1;
-        tickets.sort_by_key(|t| t.id);
-        assert_eq!(tickets, [ticket(1), ticket(2)]);
-        // Ticket 1 is no longer renewed.
-        let due = p.take_due(later + Duration::from_secs(60));
-        assert_eq!(due[0].1, [ticket(2)]);
+        let _c = p.hold(&room, ticket(3)).unwrap();
+        let (_, change) = p.take_due(Instant::now() + FRESH).pop().unwrap();
+        assert!(!change.full);
+        assert_eq!(change.opened, [ticket(3)]);
+        assert_eq!(change.closed, [ticket(1)]);
+        p.heard(&room, false, heard(7), t);
+        // A stream that opens and closes between two reports is not
+        // reported at all.
+        let d = p.hold(&room, ticket(4)).unwrap();
+        drop(d);
+        let (_, nothing) = p.take_due(Instant::now() + FRESH).pop().unwrap();
+        assert!(nothing.opened.is_empty() && nothing.closed.is_empty());
+    }
+
+    #[test]
+    fn another_engine_or_a_lost_report_gets_the_whole_list() {
+        let p = Presence::new(0);
+        let room = RoomId::new("r").unwrap();
+        let _a = p.hold(&room, ticket(1)).unwrap();
+        let start = Instant::now() + FRESH;
+        let (_, first) = p.take_due(start).pop().unwrap();
+        p.heard(&room, first.full, heard(7), start);
+        let _b = p.hold(&room, ticket(2)).unwrap();
+        // The delta reaches a new owner's engine: it hears the open, and
+        // the whole list follows at once.
+        let t = Instant::now() + FRESH;
+        let (_, delta) = p.take_due(t).pop().unwrap();
+        assert!(!delta.full);
+        p.heard(&room, false, heard(8), t);
+        let (_, full) = p.take_due(t).pop().unwrap();
+        assert!(full.full);
+        assert_eq!(sorted(full.opened), [ticket(1), ticket(2)]);
+        p.heard(&room, true, heard(8), t);
+        // A report that could not be sent: the next one, soon, is whole.
+        let _c = p.hold(&room, ticket(3)).unwrap();
+        let t = Instant::now() + FRESH;
+        let (_, lost) = p.take_due(t).pop().unwrap();
+        assert!(!lost.full);
+        p.heard(&room, false, None, t);
+        let (_, again) = p.take_due(t + 2 * FRESH).pop().unwrap();
+        assert!(again.full);
+        assert_eq!(sorted(again.opened), [ticket(1), ticket(2), ticket(3)]);
     }
 }
