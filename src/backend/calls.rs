@@ -9,16 +9,13 @@
 //! call's records); waiting is the caller's part, since a journal and a
 //! room's log are made durable differently.
 
-
 use super::join_log::JoinLog;
 use super::journal;
 use super::spent::SpentNonces;
 use super::{
     BackendError, Ending, JoinRequest, RoomSnapshot, StreamsHeard, StreamsReport, TicketRef,
 };
-use crate::engine::{
-    Departure, JoinError, Joined, Room, StreamReport, TicketId, TicketState,
-};
+use crate::engine::{Departure, JoinError, Joined, Room, StreamReport, TicketId, TicketState};
 
 /// What a join did, and the record to wait for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

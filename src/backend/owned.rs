@@ -839,7 +839,11 @@ impl Backend for OwnedBackend {
         room: &RoomId,
         report: &StreamsReport,
     ) -> Result<StreamsHeard, BackendError> {
-        match self.command(room, Cmd::HoldStreams(report.clone())).await?.0 {
+        match self
+            .command(room, Cmd::HoldStreams(report.clone()))
+            .await?
+            .0
+        {
             Answer::Held(heard) => Ok(heard),
             _ => Err(unexpected()),
         }

@@ -152,9 +152,7 @@ impl Presence {
     /// and nothing to tell are forgotten.
     fn take_due(&self, now: Instant) -> Vec<(RoomId, StreamsReport)> {
         let mut rooms = lock(&self.rooms);
-        rooms.retain(|_, r| {
-            !r.open.is_empty() || !r.reported.is_empty() || !r.changed.is_empty()
-        });
+        rooms.retain(|_, r| !r.open.is_empty() || !r.reported.is_empty() || !r.changed.is_empty());
         let mut due = Vec::new();
         for (room, streams) in rooms.iter_mut() {
             if streams.due > now {
@@ -168,13 +166,7 @@ impl Presence {
 
     /// What the room's engine answered a report (or that it could not be
     /// sent).
-    fn heard(
-        &self,
-        room: &RoomId,
-        full: bool,
-        answer: Option<StreamsHeard>,
-        now: Instant,
-    ) {
+    fn heard(&self, room: &RoomId, full: bool, answer: Option<StreamsHeard>, now: Instant) {
         let mut rooms = lock(&self.rooms);
         let Some(streams) = rooms.get_mut(room) else {
             return;

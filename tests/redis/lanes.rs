@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use narabu::backend::JoinRequest;
+use narabu::backend::{JoinRequest, StreamsReport};
 use narabu::engine::TicketState;
 
 use crate::conformance::lanes::laned;
@@ -40,9 +40,12 @@ async fn a_lane_whose_head_is_away_passes_its_turn_on() {
         .unwrap()
         .ticket;
     h.clock.advance(Duration::from_secs(20));
-    b.renew(&rid("r"), &[general[0], general[1], general[2], next])
-        .await
-        .unwrap();
+    let streams = StreamsReport {
+        holder: 1,
+        opened: vec![general[0], general[1], general[2], next],
+        ..StreamsReport::default()
+    };
+    b.hold_streams(&rid("r"), &streams).await.unwrap();
     let admitted = b.tick(&rid("r")).await.unwrap().admitted;
     assert_eq!(admitted, vec![next.id as u32]);
     let s = b.status(&rid("r"), member, false).await.unwrap();

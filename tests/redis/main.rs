@@ -3,10 +3,11 @@
 //! one set of bodies), several instances sharing one Redis, faults, and
 //! failovers (Sentinel, Cluster replicas), and an instance's copy of a
 //! room's line through late starts, lost connections and a trimmed log
-//! (`follow`), and priority lanes as Redis stores them (`lanes`). The
-//! owners' design: its store (`store`), owners and their log (`owner`),
-//! and three instances over HTTP (`owners`); the conformance suite runs it
-//! as a third backend.
+//! (`follow`), and priority lanes as Redis stores them (`lanes`). Rooms
+//! run by their owners: the store (`store`), owners and their log
+//! (`owner`), three instances over HTTP (`owners`), presence from held
+//! streams through an owner change (`presence`), and the model test on
+//! both deployments (`model`).
 
 mod acknowledged;
 mod cluster;
@@ -21,6 +22,7 @@ mod measure;
 mod model;
 mod owner;
 mod owners;
+mod presence;
 mod reset;
 mod store;
 mod wait;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use narabu::backend::embedded::EmbeddedBackend;
 use narabu::backend::owned::OwnedBackend;
 use narabu::backend::owner::OwnerOptions;
-use narabu::backend::{Backend, BackendError, JoinRequest, RoomPatch, TicketRef};
+use narabu::backend::{Backend, BackendError, JoinRequest, RoomPatch, StreamsReport, TicketRef};
 use narabu::config::RedisWait;
 use narabu::engine::{
     Identity, JoinError, ManualClock, Room, RoomId, RoomPatch as EnginePatch, TicketId, TicketState,
@@ -346,9 +346,17 @@ async fn run_on(mut d: Deployment, steps: Vec<Step>) -> Result<(), TestCaseError
                 Op::Touch(i) => {
                     if let Some(id) = pick(i) {
                         model.touch(id);
+                        // A stream that opens and closes in one report:
+                        // a sign of life seen now, and nothing held.
+                        let streams = StreamsReport {
+                            holder: 1,
+                            full: false,
+                            opened: vec![refs[id]],
+                            closed: vec![refs[id]],
+                        };
                         made(
-                            bounded("b.renew", b.renew(&room, &[refs[id]])).await,
-                            "a renewal",
+                            bounded("b.hold_streams", b.hold_streams(&room, &streams)).await,
+                            "a stream's report",
                         )?;
                     }
                 }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use narabu::backend::{Backend, JoinRequest, TicketRef};
+use narabu::backend::{Backend, JoinRequest, StreamsReport, TicketRef};
 use narabu::engine::{
     Departure, Handoff, LotterySeed, Order, RoomSettings, TicketState, TicketStatus,
 };
@@ -205,7 +205,12 @@ async fn the_opening_places_each_lane_in_drawn_order(kind: Kind) {
     }
     h.clock.advance(Duration::from_secs(61));
     let all: Vec<TicketRef> = pre.iter().map(|(t, _)| *t).collect();
-    b.renew(&rid("r"), &all).await.unwrap();
+    let streams = StreamsReport {
+        holder: 1,
+        opened: all.clone(),
+        ..StreamsReport::default()
+    };
+    b.hold_streams(&rid("r"), &streams).await.unwrap();
     b.patch_room(
         &rid("r"),
         narabu::backend::RoomPatch {

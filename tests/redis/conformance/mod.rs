@@ -11,7 +11,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use narabu::backend::{Backend, BackendError, JoinRequest, RoomPatch, RoomSnapshot, TicketRef};
+use narabu::backend::{
+    Backend, BackendError, JoinRequest, RoomPatch, RoomSnapshot, StreamsReport, TicketRef,
+};
 use narabu::engine::{
     Departure, Handoff, Identity, LotterySeed, Order, RoomId, TicketState, Timestamp,
 };
@@ -466,8 +468,13 @@ async fn opening_with(kind: Kind, order: Order) -> (Vec<TicketRef>, Vec<u64>, Ha
     );
     assert!(!b.tick(&rid("r")).await.unwrap().opened);
     h.clock.advance(Duration::from_secs(61));
-    // Their pages are open: this instance renews their presence.
-    b.renew(&rid("r"), &pre).await.unwrap();
+    // Their pages are open: this instance holds their streams.
+    let streams = StreamsReport {
+        holder: 1,
+        opened: pre.clone(),
+        ..StreamsReport::default()
+    };
+    b.hold_streams(&rid("r"), &streams).await.unwrap();
     let report = b.tick(&rid("r")).await.unwrap();
     assert!(report.opened);
     assert_eq!(report.admitted.len(), 29);

@@ -1,15 +1,17 @@
 //! Presence on both backends: a ticket's visitor is present while an
-//! instance renews it (its live streams, in batched calls per room) or
-//! while a status read is younger than `away_grace`. A ticket away when
-//! the head reaches it is skipped without taking a permit, keeps its
-//! number, and when its visitor comes back within `queue_idle` it is next
-//! in line, ahead of everyone still waiting who joined later; positions
-//! shown to the others never go up. An instance that stops renewing (it
-//! was killed) takes its streams' presence with it one grace later.
+//! instance holds a live stream of theirs (reported when it opens and
+//! when it closes, with one report per period in between whatever the
+//! crowd) or while a status read is younger than `away_grace`. A ticket
+//! away when the head reaches it is skipped without taking a permit, keeps
+//! its number, and when its visitor comes back within `queue_idle` it is
+//! next in line, ahead of everyone still waiting who joined later;
+//! positions shown to the others never go up. An instance that stops
+//! reporting (it was killed) takes its streams' presence with it one grace
+//! after its last report.
 
 use std::time::Duration;
 
-use narabu::backend::{Backend, RoomPatch, TicketRef};
+use narabu::backend::{Backend, RoomPatch, StreamsReport, TicketRef};
 use narabu::engine::{Departure, Handoff, RoomSettings, TicketState};
 
 use super::{balanced, join, rid, state};
@@ -23,7 +25,7 @@ conformance!(
     an_away_ticket_quiet_past_queue_idle_is_abandoned,
     an_away_ticket_can_leave,
     another_instance_counts_skips_and_returns_from_the_feed,
-    a_crowd_larger_than_one_renewal_call_is_renewed_to_its_last_ticket,
+    a_crowd_held_by_one_instance_stays_on_its_reports_alone,
 );
 
 const GRACE: Duration = Duration::from_secs(20);
@@ -35,9 +37,22 @@ fn presence_room(capacity: u32) -> RoomSettings {
     s
 }
 
-async fn renew(b: &std::sync::Arc<dyn Backend>, tickets: &[TicketRef]) {
-    let grace = b.renew(&rid("r"), tickets).await.unwrap();
-    assert_eq!(grace, GRACE);
+/// Instance `holder`'s report: the tickets whose streams opened and
+/// closed there since its last one (both empty: it is still there).
+async fn streams(
+    b: &std::sync::Arc<dyn Backend>,
+    holder: u64,
+    opened: &[TicketRef],
+    closed: &[TicketRef],
+) {
+    let report = StreamsReport {
+        holder,
+        full: false,
+        opened: opened.to_vec(),
+        closed: closed.to_vec(),
+    };
+    let heard = b.hold_streams(&rid("r"), &report).await.unwrap();
+    assert_eq!(heard.away_grace, GRACE);
 }
 
 async fn position(b: &std::sync::Arc<dyn Backend>, t: TicketRef) -> Option<u64> {
@@ -53,13 +68,14 @@ async fn a_closed_streams_ticket_is_skipped_free_and_comes_back_first(kind: Kind
     let z = join(b, "r").await;
     b.tick(&rid("r")).await.unwrap();
     assert_eq!(state(b, "r", a).await, TicketState::Admitted);
-    renew(b, &[x, y, z]).await;
-    // x's page closes; y's and z's streams stay open and are renewed.
+    streams(b, 1, &[x, y, z], &[]).await;
+    // x's page closes; y's and z's streams stay open.
+    streams(b, 1, &[], &[x]).await;
     h.clock.advance(Duration::from_secs(15));
-    renew(b, &[y, z]).await;
+    streams(b, 1, &[], &[]).await;
     h.clock.advance(Duration::from_secs(10));
     assert_eq!(position(b, z).await, Some(3));
-    // x was last renewed 25 s ago: the hand-off passes it by, and its
+    // x's stream closed 25 s ago: the hand-off passes it by, and its
     // number costs no permit.
     assert_eq!(
         b.leave(&rid("r"), a).await.unwrap(),
@@ -79,7 +95,7 @@ async fn a_closed_streams_ticket_is_skipped_free_and_comes_back_first(kind: Kind
     // x's visitor comes back (a stream reopens) well within queue_idle: it
     // is next in line, ahead of z and w, who joined after it.
     h.clock.advance(Duration::from_secs(60));
-    renew(b, &[x, z, w]).await;
+    streams(b, 1, &[x, w], &[]).await;
     let back = b.status(&rid("r"), x, false).await.unwrap();
     assert_eq!(back.state, TicketState::Waiting);
     assert_eq!((back.number, back.position), (Some(2), Some(1)));
@@ -140,11 +156,12 @@ async fn a_killed_instances_streams_go_away_after_its_lease(kind: Kind) {
     let q = join(one, "r").await;
     let r = join(two, "r").await;
     // Instance one holds p's and q's streams, instance two r's.
-    renew(one, &[p, q]).await;
-    renew(two, &[r]).await;
+    streams(one, 1, &[p, q], &[]).await;
+    streams(two, 2, &[r], &[]).await;
     h.clock.advance(Duration::from_secs(15));
-    renew(two, &[r]).await;
-    // Instance one is killed: it renews nothing more.
+    streams(two, 2, &[], &[]).await;
+    // Instance one is killed: it reports nothing more, and 25 s after its
+    // last report its streams' tickets are away.
     h.clock.advance(Duration::from_secs(10));
     let resume = RoomPatch {
         paused: Some(false),
@@ -159,7 +176,7 @@ async fn a_killed_instances_streams_go_away_after_its_lease(kind: Kind) {
     assert_eq!((snap.ledger.held, snap.stats.skips), (1, 2));
     // A later visitor joins; then p's browser reconnects to instance two.
     let late = join(two, "r").await;
-    renew(two, &[r, p, late]).await;
+    streams(two, 2, &[p, late], &[]).await;
     let report = two.tick(&rid("r")).await.unwrap();
     assert_eq!(
         report.admitted,
@@ -189,7 +206,7 @@ async fn an_away_ticket_quiet_past_queue_idle_is_abandoned(kind: Kind) {
     let report = b.tick(&rid("r")).await.unwrap();
     assert_eq!(report.abandoned, 1);
     assert_eq!(state(b, "r", x).await, TicketState::Abandoned);
-    renew(b, &[x]).await;
+    streams(b, 1, &[x], &[]).await;
     assert_eq!(state(b, "r", x).await, TicketState::Abandoned);
     let snap = b.room(&rid("r")).await.unwrap();
     assert_eq!((snap.view.waiting, snap.stats.abandonments), (0, 1));
@@ -229,13 +246,13 @@ async fn another_instance_counts_skips_and_returns_from_the_feed(kind: Kind) {
     let z = join(b, "r").await;
     b.tick(&rid("r")).await.unwrap();
     h.clock.advance(Duration::from_secs(30));
-    renew(b, &[y, z]).await;
+    streams(b, 1, &[y, z], &[]).await;
     b.leave(&rid("r"), a).await.unwrap();
     // x was passed by, y admitted: z is first.
     assert_eq!(state(b, "r", y).await, TicketState::Admitted);
     feed_shows(other, &[(x.id, None), (z.id, Some(0))]).await;
     // x comes back, through the other instance: ahead of z.
-    renew(other, &[x]).await;
+    streams(other, 2, &[x], &[]).await;
     feed_shows(other, &[(x.id, Some(0)), (z.id, Some(1))]).await;
     feed_shows(b, &[(x.id, Some(0)), (z.id, Some(1))]).await;
     b.release(&rid("r"), y).await.unwrap();
@@ -251,13 +268,13 @@ async fn an_away_ticket_can_leave(kind: Kind) {
     let y = join(b, "r").await;
     b.tick(&rid("r")).await.unwrap();
     h.clock.advance(Duration::from_secs(30));
-    renew(b, &[y]).await;
+    streams(b, 1, &[y], &[]).await;
     b.leave(&rid("r"), a).await.unwrap();
     assert_eq!(state(b, "r", x).await, TicketState::Away);
     assert_eq!(b.leave(&rid("r"), x).await.unwrap(), Departure::LeftQueue);
     assert_eq!(state(b, "r", x).await, TicketState::Left);
     // Its return after leaving changes nothing.
-    renew(b, &[x]).await;
+    streams(b, 1, &[x], &[]).await;
     assert_eq!(state(b, "r", x).await, TicketState::Left);
     assert_eq!(state(b, "r", y).await, TicketState::Admitted);
     b.tick(&rid("r")).await.unwrap();
@@ -266,10 +283,10 @@ async fn an_away_ticket_can_leave(kind: Kind) {
     balanced(b, "r").await;
 }
 
-/// An instance renews a big crowd in several calls (Redis runs one script
-/// at a time, so one call must not hold it long): the ticket renewed last,
-/// in the last call, is as present as the first.
-async fn a_crowd_larger_than_one_renewal_call_is_renewed_to_its_last_ticket(kind: Kind) {
+/// An instance holding a big crowd's streams reports them once; from
+/// then on its reports name nobody, and the ticket it reported last, first
+/// in line, is as present as any.
+async fn a_crowd_held_by_one_instance_stays_on_its_reports_alone(kind: Kind) {
     let mut settings = presence_room(1);
     settings.join_limit_per_minute = 0;
     let h = Harness::new(kind, vec![settings]).await;
@@ -277,24 +294,25 @@ async fn a_crowd_larger_than_one_renewal_call_is_renewed_to_its_last_ticket(kind
     let a = join(b, "r").await;
     b.tick(&rid("r")).await.unwrap();
     assert_eq!(state(b, "r", a).await, TicketState::Admitted);
-    // x is first in line; its renewal comes last, after 1,200 others.
     let x = join(b, "r").await;
     let mut crowd = Vec::new();
     for _ in 0..1_200 {
         crowd.push(join(b, "r").await);
     }
     crowd.push(x);
-    renew(b, &crowd).await;
-    h.clock.advance(Duration::from_secs(15));
-    renew(b, &crowd).await;
-    h.clock.advance(Duration::from_secs(10));
-    // Renewed 10 s ago, within the grace: the hand-off goes to x.
+    streams(b, 1, &crowd, &[]).await;
+    // A minute of reports naming nobody, and ticks between them.
+    for _ in 0..6 {
+        h.clock.advance(Duration::from_secs(10));
+        streams(b, 1, &[], &[]).await;
+        b.tick(&rid("r")).await.unwrap();
+    }
     assert_eq!(
         b.leave(&rid("r"), a).await.unwrap(),
         Departure::GaveBack(Handoff::To(x.id as u32))
     );
     assert_eq!(state(b, "r", x).await, TicketState::Admitted);
     let snap = b.room(&rid("r")).await.unwrap();
-    assert_eq!(snap.stats.skips, 0);
+    assert_eq!((snap.stats.skips, snap.stats.abandonments), (0, 0));
     balanced(b, "r").await;
 }
