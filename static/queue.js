@@ -50,7 +50,7 @@
     if (el && el.textContent !== text) el.textContent = text;
   }
 
-  // Mirrors Strings::format_eta in src/http/i18n.rs: one unit, the low end
+  // Mirrors rules::wait_shown in src/engine/rules/cadence.rs: one unit, the low end
   // rounded to nearest, the high end rounded up, neither shown as zero.
   function formatEta(low, high) {
     if (!isCount(low) && !isCount(high)) return data.etaUnknown;

@@ -1,6 +1,8 @@
 //! The event stream a waiting visitor's page (or app) follows:
-//! `position` events when something they can see changed (at most one a
-//! second), one `admitted` event, `expired`/`left`/`closed` when the ticket
+//! `position` events when something they can see changed, at the cadence
+//! `rules::due` sets (a noticeable change within a second, at most one a
+//! second; a small one within `rules::REFRESH_MS` while the line moves),
+//! one `admitted` event, `expired`/`left`/`closed` when the ticket
 //! or room ends (`closed` says why: `sold_out` or `closed`), and keep-alive
 //! comments.
 //!
@@ -34,7 +36,6 @@ use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
 use serde::Serialize;
-use tokio::time::Instant;
 
 use super::error::ApiError;
 use super::extract::{ReturnTo, Visitor};
@@ -45,10 +46,9 @@ use super::presence::StreamHold;
 use super::state::AppState;
 use crate::backend::feed::{Follow, Tracker};
 use crate::backend::{BackendError, TicketRef};
+use crate::engine::rules;
 use crate::engine::{RoomId, Status, StatusBody, TicketState, TicketStatus, Timestamp};
 
-/// At most one `position` event a second per stream.
-const POSITION_INTERVAL: Duration = Duration::from_secs(1);
 /// What a browser waits before reconnecting a dropped stream.
 const RETRY: Duration = Duration::from_secs(3);
 /// The `id:` of an event that ends the stream.
@@ -229,7 +229,7 @@ fn stream(
         // What the visitor last saw, to send only changes; the first event
         // goes at once, with the reconnection delay.
         let mut shown: Option<TicketStatus> = None;
-        let mut last_sent: Option<Instant> = None;
+        let mut last_sent: Option<u64> = None;
         loop {
             // The feed's change this count reflects.
             let seen = *view.borrow_and_update();
@@ -251,17 +251,25 @@ fn stream(
             }
             debug_assert!(tracker.state().is_queued());
 
+            // The cadence rule decides: a change the visitor would notice
+            // goes out within a second, a small one at the next refresh
+            // (on a later wave: a line that moves makes waves), nothing
+            // unchanged.
+            let now = state.clock.now_ms();
+            let due = match (&shown, last_sent) {
+                (Some(shown), Some(sent_at)) => rules::due(shown, sent_at, &status),
+                _ => rules::Due::At(now),
+            };
             let mut held_back = false;
-            if !shown.as_ref().is_some_and(|s| s.shows_same_as(&status)) {
-                match last_sent {
-                    Some(at) if at.elapsed() < POSITION_INTERVAL => held_back = true,
-                    _ => {
-                        let event = position(&status, lane.as_deref());
-                        yield Ok(if last_sent.is_none() { event.retry(RETRY) } else { event });
-                        shown = Some(status);
-                        last_sent = Some(Instant::now());
-                    }
+            match due {
+                rules::Due::At(at) if at <= now => {
+                    let event = position(&status, lane.as_deref());
+                    yield Ok(if last_sent.is_none() { event.retry(RETRY) } else { event });
+                    shown = Some(status);
+                    last_sent = Some(now);
                 }
+                rules::Due::At(at) => held_back = at <= now + rules::MIN_GAP_MS,
+                rules::Due::Never => {}
             }
             pending.set(held_back);
             pending.handled();
@@ -300,7 +308,8 @@ fn stream(
                         // Every wave is acknowledged: after the count it
                         // leads to, or at once when there is none.
                         pending.owe();
-                        let due = last_sent.is_none_or(|at| at.elapsed() >= POSITION_INTERVAL);
+                        let now = state.clock.now_ms();
+                        let due = last_sent.is_none_or(|at| now >= at + rules::MIN_GAP_MS);
                         if *view.borrow_and_update() != seen {
                             // A new change: count now if allowed to send,
                             // else on a retry wave once allowed.

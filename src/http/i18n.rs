@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::pages::PageError;
 use super::pages::files;
+use crate::engine::rules::{self, WaitUnit};
 
 /// The built-in message files, compiled in.
 pub const BUILTIN: [(&str, &str); 3] = [
@@ -533,32 +534,21 @@ pub struct FairStrings {
     pub draw_check: String,
 }
 
-const MINUTE: u64 = 60;
-const HOUR: u64 = 60 * MINUTE;
-/// Waits up to this long read better in minutes ("about 60–80 minutes")
-/// than in hours ("about 1–2 hours").
-const MINUTES_UP_TO: u64 = 90 * MINUTE;
-
 impl Strings {
     /// Phrases an estimated wait between `low_secs` and `high_secs` as a
-    /// range in one unit: seconds under a minute, minutes up to an hour and
-    /// a half, hours beyond. The low end rounds to nearest and the high end
-    /// rounds up, and neither shows as zero, so the range never promises less
-    /// than the estimate.
+    /// range in one unit, rounded as `rules::wait_shown` says (the rule the
+    /// streams' cadence counts steps of).
     pub fn format_eta(&self, low_secs: u64, high_secs: u64) -> String {
-        let (low, high) = (low_secs.min(high_secs), low_secs.max(high_secs));
-        if high == 0 {
+        let shown = rules::wait_shown(low_secs, high_secs);
+        if shown.high == 0 {
             return self.eta_now.to_owned();
         }
-        let (unit, size) = if high < MINUTE {
-            (&self.eta_seconds, 1)
-        } else if high <= MINUTES_UP_TO {
-            (&self.eta_minutes, MINUTE)
-        } else {
-            (&self.eta_hours, HOUR)
+        let unit = match shown.unit {
+            WaitUnit::Seconds => &self.eta_seconds,
+            WaitUnit::Minutes => &self.eta_minutes,
+            WaitUnit::Hours => &self.eta_hours,
         };
-        let low = (low / size + u64::from(low % size >= size.div_ceil(2))).max(1);
-        let high = (high / size + u64::from(high % size != 0)).max(low);
+        let (low, high) = (shown.low, shown.high);
         if low == high {
             if low == 1 {
                 unit.one.to_owned()

@@ -8,6 +8,8 @@
 //!   from its facts and the room's; the one status type that goes out
 //! - `rate`: the smoothed admission rate and the cap on admissions
 //! - `publish`: when a changed room view is worth sending to every stream
+//! - `cadence`: when a waiting visitor's stream sends them a change, and
+//!   the wait as a page shows it
 //! - `presence`: what the head does with a ticket whose visitor may be gone
 //! - `capacity`: where permits go when capacity changes
 //! - `mode`: queueing modes (queue, passthrough, maintenance, sold out)
@@ -18,6 +20,7 @@
 //! The engine (`crate::engine::Room`) calls these on its atomics, in both
 //! deployments: embedded, and on each room's owner on Redis.
 
+mod cadence;
 mod capacity;
 mod join_limit;
 mod lanes;
@@ -29,6 +32,7 @@ mod state;
 mod status;
 mod waits;
 
+pub use cadence::{Due, MIN_GAP_MS, REFRESH_MS, WaitShown, WaitUnit, due, wait_shown};
 pub use capacity::{Counter, GROW, Plan, SHRINK, Transfer, resize};
 pub use join_limit::{JOIN_WINDOW_MS, join_allowance, join_window_start};
 pub use lanes::{LaneLoad, LaneLoads, MAX_LANES, lane_order, lane_share, next_lane, shares};
