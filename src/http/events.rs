@@ -101,8 +101,9 @@ fn closed(reason: &str) -> Event {
 
 /// Follow a ticket as Server-Sent Events
 ///
-/// `position` events (at most one a second, only on change; data as the
-/// `status` answer), one `admitted` event (`{status, redirect,
+/// `position` events (data as the `status` answer) when the visitor
+/// would notice the change, at most one a second, and smaller changes
+/// every 20 s while the line moves; one `admitted` event (`{status, redirect,
 /// pass_expires_at}`), or `expired`, `left` (`{status}`) or `closed`
 /// (`{status, reason}`, the reason `closed` or `sold_out`), which end the
 /// stream; keep-alive comments in between. Each event has an `id`
