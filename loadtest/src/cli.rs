@@ -37,6 +37,9 @@ pub enum Scenario {
     Baseline(HammerArgs),
     /// K waiting event streams: server memory per stream, fan-out of one change, hand-off latency.
     Streams(StreamsArgs),
+    /// A moving line with streams spread over its depths: the updates each waiting visitor
+    /// is sent a second, by depth, and the server's CPU meanwhile.
+    Cadence(CadenceArgs),
     /// A flood of joins without proof of work (and a bot with a fixed hash budget) against
     /// a `pow` room while honest visitors solve and join; also what a refused and a verified
     /// join cost the server next to a trivial handler.
@@ -188,6 +191,30 @@ pub struct StreamsArgs {
     /// command counts around the fan-out's wave.
     #[arg(long, value_parser = crate::probe::parse_redis_url)]
     pub redis: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CadenceArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Tickets in the line.
+    #[arg(long, default_value_t = 100_000)]
+    pub line: u64,
+    /// Of them, this many (spread evenly over the line) on event streams.
+    #[arg(long, default_value_t = 1000)]
+    pub streams: usize,
+    /// Admissions a second while the line moves.
+    #[arg(long, default_value_t = 200)]
+    pub rate: u32,
+    /// How long the line moves.
+    #[arg(long, default_value_t = 60.0)]
+    pub seconds: f64,
+    /// Client processes to split the streams into (0: all in this process).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// The server's process ids, for its CPU while the line moves.
+    #[arg(long = "server-pid", value_delimiter = ',')]
+    pub server_pids: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -445,6 +472,26 @@ pub fn validate(scenario: &Scenario) -> Result<(), String> {
                 return Err(format!(
                     "{per_target} streams per instance: a server process may open 20000 files, so add --target instances or open fewer streams"
                 ));
+            }
+            Ok(())
+        }
+        Scenario::Cadence(a) => {
+            common(&a.common)?;
+            if a.streams == 0 || a.streams as u64 > a.line {
+                return Err("--streams must be 1 to --line".into());
+            }
+            if a.line > 2_000_000 {
+                return Err("--line must be at most 2000000".into());
+            }
+            if !(1..=1_000_000).contains(&a.rate) {
+                return Err("--rate must be 1 to 1000000".into());
+            }
+            if !(a.seconds > 0.0 && a.seconds <= 600.0) {
+                return Err("--seconds must be more than 0 and at most 600".into());
+            }
+            let workers = a.workers.unwrap_or_else(|| default_workers(a.streams));
+            if workers > 64 || (workers > 0 && a.streams.div_ceil(workers) > 18_000) {
+                return Err("at most 64 workers of at most 18000 streams each".into());
             }
             Ok(())
         }

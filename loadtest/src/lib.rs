@@ -55,6 +55,7 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
         Scenario::Joins(a) => hammered::run(a, Kind::Joins).await,
         Scenario::Baseline(a) => hammered::run(a, Kind::Baseline).await,
         Scenario::Streams(a) => streams(a).await,
+        Scenario::Cadence(a) => scenario::cadence::run(a).await,
         Scenario::Bots(a) => scenario::bots::run(a).await,
         Scenario::StreamWorker | Scenario::BaselineServer => {
             anyhow::bail!("internal command")
@@ -81,6 +82,7 @@ pub fn json_path(scenario: &Scenario) -> Option<&std::path::Path> {
         Scenario::Article(a) => a.common.json.as_deref(),
         Scenario::Gate(a) | Scenario::Joins(a) | Scenario::Baseline(a) => a.common.json.as_deref(),
         Scenario::Streams(a) => a.common.json.as_deref(),
+        Scenario::Cadence(a) => a.common.json.as_deref(),
         Scenario::Bots(a) => a.common.json.as_deref(),
         Scenario::StreamWorker | Scenario::BaselineServer => None,
     }

@@ -2,6 +2,7 @@
 //! [`crate::report::Report`]; none prints anything but progress.
 
 pub mod bots;
+pub mod cadence;
 pub mod hammered;
 pub mod streams;
 pub mod surge;

@@ -148,7 +148,7 @@ fn counters(n: usize) -> Arc<Vec<AtomicUsize>> {
     Arc::new((0..n).map(|_| AtomicUsize::new(0)).collect())
 }
 
-fn sum(counters: &[AtomicUsize]) -> usize {
+pub(crate) fn sum(counters: &[AtomicUsize]) -> usize {
     counters.iter().map(|c| c.load(Ordering::Relaxed)).sum()
 }
 
@@ -279,26 +279,26 @@ pub async fn worker_main() -> anyhow::Result<()> {
 
 /// A parent-side event, with the stream's global index.
 #[derive(Debug, Clone)]
-struct Ev {
-    idx: usize,
-    kind: String,
-    recv_us: u64,
+pub(crate) struct Ev {
+    pub idx: usize,
+    pub kind: String,
+    pub recv_us: u64,
     updated_ms: Option<u64>,
 }
 
-struct Workers {
-    events: Arc<Mutex<Vec<Ev>>>,
+pub(crate) struct Workers {
+    pub events: Arc<Mutex<Vec<Ev>>>,
     /// Each stream's first `admitted` event (receive time, µs): the
     /// hand-off loop polls this every half millisecond, and scanning all
     /// events instead (hundreds of thousands with 50,000 streams) took a
     /// core from the servers being measured.
     admitted: Arc<Mutex<HashMap<usize, u64>>>,
-    ready: Arc<Mutex<Vec<Option<PerTarget>>>>,
-    opened: Arc<Vec<AtomicUsize>>,
-    stops: Vec<Box<dyn FnOnce() + Send>>,
+    pub ready: Arc<Mutex<Vec<Option<PerTarget>>>>,
+    pub opened: Arc<Vec<AtomicUsize>>,
+    pub stops: Vec<Box<dyn FnOnce() + Send>>,
 }
 
-fn resident_kib(pid: u32) -> Option<u64> {
+pub(crate) fn resident_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
@@ -313,7 +313,7 @@ fn resident_kib(pid: u32) -> Option<u64> {
 /// `n` joins over `connections` connections, round-robin over the
 /// instances. With `keep`, the tickets in queue order; without, each answer
 /// is only checked for 201, all a million-ticket prefill can afford.
-async fn join_many(
+pub(crate) async fn join_many(
     apis: &[Api],
     n: u64,
     connections: usize,
@@ -403,7 +403,7 @@ fn per_stream_kib(before: Option<u64>, after: Option<u64>, opened: usize) -> Opt
     }
 }
 
-async fn connect_all(apis: &[Api]) -> anyhow::Result<Vec<Conn>> {
+pub(crate) async fn connect_all(apis: &[Api]) -> anyhow::Result<Vec<Conn>> {
     let mut conns = Vec::with_capacity(apis.len());
     for api in apis {
         conns.push(
@@ -1001,7 +1001,7 @@ pub fn placement(i: usize, workers: usize, targets: usize) -> (usize, usize) {
 /// Start the client processes (or tasks): stream `i` goes to worker
 /// `i % workers`, which connects from 127.0.0.(2 + worker), and to target
 /// `i % targets`.
-async fn start_workers(
+pub(crate) async fn start_workers(
     apis: &[Api],
     visitors: &[(u64, String)],
     workers: usize,
