@@ -465,3 +465,58 @@ fn a_replica_of_a_room_many_threads_change_is_the_same_room() {
     assert_same(&room, replica.room());
     assert_eq!(room.stats(), replica.room().stats());
 }
+
+#[test]
+fn a_replica_counts_a_returned_ticket_that_then_ended_out_of_the_line() {
+    let clock = ManualClock::new(T0);
+    let mut s = settings(0);
+    s.away_grace = Duration::from_secs(10);
+    s.queue_idle = Duration::from_secs(30);
+    let (room, rec, first) = recorded_room(s, &clock);
+    room.set_capacity(1);
+    let gone = room.join(None).unwrap().ticket;
+    clock.advance(Duration::from_millis(11_550));
+    let _first = room.join(None).unwrap().ticket;
+    let _second = room.join(None).unwrap().ticket;
+    room.tick();
+    assert_eq!(room.state_of(gone), Some(TicketState::Away));
+    room.set_paused(true);
+    // It comes back, then is revoked; someone joins.
+    room.touch(gone);
+    room.revoke(gone);
+    let last = room.join(None).unwrap().ticket;
+    let replica = follow(first, &rec.since(0), &clock);
+    replica.room().adopt(&room.tally());
+    assert_eq!(room.status(last).unwrap().position, Some(2));
+    assert_eq!(replica.room().status(last).unwrap().position, Some(2));
+}
+
+#[test]
+fn a_new_owner_counts_a_returned_ticket_that_then_ended_out_of_the_line() {
+    let clock = ManualClock::new(T0);
+    let mut s = settings(0);
+    s.away_grace = Duration::from_secs(10);
+    s.queue_idle = Duration::from_secs(30);
+    let (room, rec, first) = recorded_room(s, &clock);
+    room.set_capacity(1);
+    let gone = room.join(None).unwrap().ticket;
+    clock.advance(Duration::from_millis(11_550));
+    let _first = room.join(None).unwrap().ticket;
+    let _second = room.join(None).unwrap().ticket;
+    room.tick();
+    room.set_paused(true);
+    // The room changes hands: the new owner starts from the image.
+    let rec2 = Arc::new(Recorder::default());
+    let owner = Room::restore(room.image(), Arc::new(clock.clone()), Some(rec2.clone()));
+    owner.adopt(&room.tally());
+    owner.presume_seen(clock.now_ms());
+    owner.touch(gone);
+    owner.revoke(gone);
+    let last = owner.join(None).unwrap().ticket;
+    assert_eq!(owner.status(last).unwrap().position, Some(2));
+    let mut records = rec.since(0);
+    records.extend(rec2.since(0));
+    let replica = follow(first, &records, &clock);
+    replica.room().adopt(&owner.tally());
+    assert_eq!(replica.room().status(last).unwrap().position, Some(2));
+}

@@ -163,15 +163,19 @@ impl Ticket {
         (state, first_arrival)
     }
 
-    /// A ticket as it was saved. A placed ticket's departure from the line
-    /// counts as already recorded (whoever restores the room records it
-    /// once); an unplaced one's is counted when the draw places it.
+    /// A ticket as it was saved. A placed ticket that ended has had its
+    /// departure from the line counted (whoever restores the room records
+    /// it once); an unplaced one's is counted when the draw places it. A
+    /// waiting or away one still has its departure ahead of it: an away
+    /// ticket whose visitor comes back stands in the line's back set until
+    /// it is admitted or ends, exactly as in the room it was saved from.
     pub(crate) fn restore(state: TicketState, saved: &TicketImage) -> Self {
         let index = saved.index;
+        let ended = !matches!(state, TicketState::Waiting | TicketState::Away);
         Self {
             state: AtomicU8::new(state.code()),
             arrived: AtomicBool::new(saved.arrived),
-            departure_counted: AtomicBool::new(state != TicketState::Waiting && index.is_some()),
+            departure_counted: AtomicBool::new(ended && index.is_some()),
             queue_index: AtomicU32::new(index.unwrap_or(NOT_QUEUED)),
             reported_position: AtomicU32::new(u32::MAX),
             initial_ahead: AtomicU32::new(saved.ahead),
