@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::calls;
-use super::feed::{Placement, RoomFeed, TicketRead};
+use super::feed::{LineMoves, Placement, RoomFeed, TicketRead};
 use super::join_log::JoinLog;
 use super::journal::{self, Journal, JournalError, Record};
 use super::{
@@ -441,6 +441,9 @@ impl RoomFeed for EngineFeed {
             qi: u64::from(qi),
             initial_ahead: u64::from(initial_ahead),
         })
+    }
+    fn moves(&self, lane: u8) -> LineMoves {
+        LineMoves::of(&self.0, lane)
     }
 }
 

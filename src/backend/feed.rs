@@ -45,6 +45,30 @@ pub trait RoomFeed: Send + Sync {
     /// Where a ticket that waited in the pre-queue was placed, once the
     /// room has opened.
     fn placement(&self, ticket: u64) -> Option<Placement>;
+
+    /// How far `lane`'s line has moved on this instance's copy
+    /// (`engine::LaneIndex::moves`), and which copy counted it.
+    fn moves(&self, lane: u8) -> LineMoves;
+}
+
+/// How far a line has moved, as one copy of the room counts it: a place
+/// in it can have fallen by at most the count's growth, while the copy
+/// is the same (another copy counts afresh).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LineMoves {
+    /// Which copy of the room counted (`Room::copy`; 0: none).
+    pub copy: u64,
+    pub count: u64,
+}
+
+impl LineMoves {
+    /// Of a room's copy.
+    pub fn of(room: &crate::engine::Room, lane: u8) -> Self {
+        Self {
+            copy: room.copy(),
+            count: room.lane(lane).map_or(0, |l| l.moves()),
+        }
+    }
 }
 
 /// A ticket as the store has it: its facts and the count ahead last shown
@@ -157,6 +181,13 @@ mod tests {
         }
         fn placement(&self, _ticket: u64) -> Option<Placement> {
             self.placed
+        }
+
+        fn moves(&self, _lane: u8) -> LineMoves {
+            LineMoves {
+                copy: 1,
+                count: self.lane.moves(),
+            }
         }
     }
 

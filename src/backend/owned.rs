@@ -37,7 +37,7 @@ use tokio_util::task::TaskTracker;
 
 use super::bus::{self, AskError, Asker};
 use super::calls;
-use super::feed::{Placement, RoomFeed, TicketRead};
+use super::feed::{LineMoves, Placement, RoomFeed, TicketRead};
 use super::join_log::JoinLog;
 use super::owner::{Contender, Owned, OwnerOptions};
 use super::room_log::{Follower, LogRecord, Moved, NotDurable, Replica};
@@ -764,6 +764,10 @@ impl RoomFeed for ViewFeed {
             qi: u64::from(qi),
             initial_ahead: u64::from(initial_ahead),
         })
+    }
+    fn moves(&self, lane: u8) -> LineMoves {
+        self.room()
+            .map_or_else(LineMoves::default, |r| LineMoves::of(&r, lane))
     }
 }
 

@@ -28,6 +28,9 @@ pub struct LaneIndex {
     back: RwLock<BTreeSet<u32>>,
     /// `back.len()`, read without the lock on every count.
     back_len: AtomicU64,
+    /// Departures and back-set removals recorded: with the head, how far
+    /// the line has moved ([`Self::moves`]).
+    moved: AtomicU64,
 }
 
 impl LaneIndex {
@@ -38,6 +41,17 @@ impl LaneIndex {
     /// The next queue index to pop from the main line.
     pub fn head(&self) -> u32 {
         self.head.load(Ordering::Acquire)
+    }
+
+    /// How far the line has moved: a count that grows by at least one
+    /// whenever a waiting ticket leaves it (popped at the head, taken from
+    /// the back set, departed), and sometimes more. A ticket's count ahead
+    /// can have fallen by at most its growth since it was read, so a
+    /// stream that needs its place to fall by `k` sleeps until the count
+    /// has grown by `k`. It counts from this index's start: another copy
+    /// of the line counts afresh.
+    pub fn moves(&self) -> u64 {
+        u64::from(self.head()) + self.moved.load(Ordering::Acquire)
     }
 
     /// Tickets waiting ahead of the ticket at `qi`: its rank in the back
@@ -63,7 +77,7 @@ impl LaneIndex {
     /// in the back set).
     pub fn departed(&self, qi: u32) {
         if !self.leave_back(qi) {
-            self.departures.record(qi);
+            self.record_departure(qi);
         }
     }
 
@@ -90,6 +104,7 @@ impl LaneIndex {
         let taken = write(&self.back).pop_first();
         if taken.is_some() {
             self.back_len.fetch_sub(1, Ordering::AcqRel);
+            self.moved.fetch_add(1, Ordering::AcqRel);
         }
         taken
     }
@@ -105,6 +120,7 @@ impl LaneIndex {
         let removed = write(&self.back).remove(&qi);
         if removed {
             self.back_len.fetch_sub(1, Ordering::AcqRel);
+            self.moved.fetch_add(1, Ordering::AcqRel);
         }
         removed
     }
@@ -127,6 +143,7 @@ impl LaneIndex {
     /// bookkeeping of a slot it knows is in the main line).
     pub(crate) fn record_departure(&self, qi: u32) {
         self.departures.record(qi);
+        self.moved.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -160,6 +177,31 @@ mod tests {
         assert_eq!(lane.take_back(), Some(1));
         assert_eq!(lane.take_back(), None);
         assert_eq!(lane.back_len(), 0);
+    }
+
+    #[test]
+    fn a_place_falls_by_no_more_than_the_line_moved() {
+        let lane = LaneIndex::new();
+        let ahead = |lane: &LaneIndex| lane.ahead(50).unwrap();
+        let (mut before, mut moves) = (ahead(&lane), lane.moves());
+        let steps: [&dyn Fn(&LaneIndex); 6] = [
+            &|l| l.popped(0),
+            &|l| l.departed(7),
+            &|l| l.go_back(0),
+            &|l| l.popped(0),
+            &|l| l.departed(3),
+            &|l| {
+                l.popped(1);
+                l.popped(2);
+            },
+        ];
+        for step in steps {
+            step(&lane);
+            let (now, moved) = (ahead(&lane), lane.moves());
+            assert!(moved >= moves && before.saturating_sub(now) <= moved - moves);
+            (before, moves) = (now, moved);
+        }
+        assert_eq!(ahead(&lane), 45);
     }
 
     #[test]

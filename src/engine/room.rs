@@ -221,6 +221,10 @@ impl AdmitLimiter {
 pub struct Room {
     id: RoomId,
     epoch: u64,
+    /// This copy of the room among all made in this process, so that
+    /// counts kept per copy (how far a line moved) are not compared
+    /// across copies.
+    copy: u64,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) settings: RwLock<RoomSettings>,
     pub(crate) hot: HotSettings,
@@ -321,9 +325,11 @@ impl Room {
     ) -> Arc<Self> {
         let now = clock.now_ms();
         let open = prequeue.is_none();
+        static COPIES: AtomicU64 = AtomicU64::new(1);
         Arc::new(Self {
             id: settings.id.clone(),
             epoch,
+            copy: COPIES.fetch_add(1, Ordering::Relaxed),
             hot: HotSettings::from(&settings, open),
             clock,
             tickets: boxcar::Vec::new(),
@@ -594,6 +600,11 @@ impl Room {
 
     /// A lane's position index, for the streams that count positions
     /// from it.
+    /// Which copy of the room this is, in this process.
+    pub fn copy(&self) -> u64 {
+        self.copy
+    }
+
     pub fn lane(&self, lane: u8) -> Option<&LaneIndex> {
         self.lines.get(usize::from(lane)).map(|l| &l.index)
     }
