@@ -39,7 +39,6 @@ use serde::Serialize;
 
 use super::error::ApiError;
 use super::extract::{ReturnTo, Visitor};
-use super::fanout::Subscription;
 use super::limits::{ClientIp, StreamSlot};
 use super::openapi::{ErrorBody, RoomParam};
 use super::presence::StreamHold;
@@ -220,23 +219,22 @@ fn stream(
         // before every later read: a change between a read and the wait
         // still wakes the stream.
         let Follow { feed, signal, armed: mut woken, ticket: read } = follow;
-        let Subscription { waves: mut view, mut pending } = state.fanout.subscribe(&room, &*feed);
+        let lane_code = read.facts.lane;
+        let waves = state.fanout.subscribe(&room, feed.clone(), lane_code, state.clock.clone());
         // A ticket's lane is its own for life: named once.
-        let lane = super::api::lane_name(&state, &room, read.facts.lane).await;
+        let lane = super::api::lane_name(&state, &room, lane_code).await;
         let mut tracker = Tracker::new(read);
         if let Some(ahead) = last_seen {
             tracker.seen(ahead);
         }
-        // What the visitor last saw, to send only changes; the first event
-        // goes at once, with the reconnection delay.
+        // What the visitor last saw and when, to send only what the
+        // cadence rule says; the first event goes at once, with the
+        // reconnection delay.
         let mut shown: Option<TicketStatus> = None;
         let mut last_sent: Option<u64> = None;
         loop {
-            // The feed's change this count reflects.
-            let seen = *view.borrow_and_update();
-
             if tracker.state() == TicketState::Away {
-                // Skipped while this stream was open (its renewal was
+                // Skipped while this stream was open (its report was
                 // late): the visitor is plainly here, so back in line now.
                 if let Ok(status) = backend.status(&room, ticket, true).await
                     && status.state == TicketState::Waiting
@@ -245,86 +243,76 @@ fn stream(
                     tracker.update(read);
                 }
             }
-            let status = tracker.status(&*feed, state.clock.now_ms());
+            // How far the line had moved when this count was made: read
+            // first, so the count is at least as new.
+            let moved = feed.moves(lane_code);
+            let now = state.clock.now_ms();
+            let status = tracker.status(&*feed, now);
             if let Some(end) = final_event(&status, redirect.as_deref()) {
                 yield Ok(if last_sent.is_none() { end.retry(RETRY) } else { end });
                 return;
             }
             debug_assert!(tracker.state().is_queued());
 
-            // The cadence rule decides: a change the visitor would notice
-            // goes out within a second, a small one at the next refresh
-            // (on a later wave: a line that moves makes waves), nothing
-            // unchanged.
-            let now = state.clock.now_ms();
             let due = match (&shown, last_sent) {
                 (Some(shown), Some(sent_at)) => rules::due(shown, sent_at, &status),
                 _ => rules::Due::At(now),
             };
-            let mut held_back = false;
-            match due {
+            let look_at = match due {
                 rules::Due::At(at) if at <= now => {
                     let event = position(&status, lane.as_deref());
                     yield Ok(if last_sent.is_none() { event.retry(RETRY) } else { event });
-                    shown = Some(status);
+                    shown = Some(status.clone());
                     last_sent = Some(now);
+                    Some(now + rules::REFRESH_MS)
                 }
-                rules::Due::At(at) => held_back = at <= now + rules::MIN_GAP_MS,
-                rules::Due::Never => {}
+                rules::Due::At(at) => Some(at),
+                rules::Due::Never => last_sent.map(|t| t + rules::REFRESH_MS),
+            };
+            // Look again when the line has moved enough for the place
+            // shown to change noticeably (not while the one-second gap
+            // holds a noticeable change back), or at the time due.
+            let throttled = matches!(due, rules::Due::At(at) if at > now && at <= now + rules::MIN_GAP_MS);
+            let needed = match (&shown, status.position) {
+                (Some(shown), Some(place)) if !throttled => {
+                    shown.position.map(|was| rules::moves_needed(was, place))
+                }
+                _ => None,
+            };
+            waves.wake_when(moved, needed, look_at);
+            waves.handled();
+            if waves.due_now(feed.moves(lane_code)) {
+                continue;
             }
-            pending.set(held_back);
-            pending.handled();
 
             // Wait for something worth counting again.
-            loop {
-                tokio::select! {
-                    biased;
-                    () = state.shutdown.cancelled() => return,
-                    () = &mut woken => {
-                        // The ticket's own news: read it from the store,
-                        // listening for the next already.
-                        woken = signal.arm();
-                        match backend.read_ticket(&room, ticket).await {
-                            Ok(read) => tracker.update(read),
-                            Err(BackendError::NoSuchTicket | BackendError::NoSuchRoom(_)) => {
-                                yield Ok(ending(Status::Expired));
-                                return;
-                            }
-                            Err(BackendError::LineReset) => {
-                                yield Ok(reset_event());
-                                return;
-                            }
-                            // The store is briefly away: the next wave
-                            // (or signal) tries again.
-                            Err(_) => {}
-                        }
-                        break;
-                    }
-                    changed = view.changed() => {
-                        if changed.is_err() {
-                            // The room was replaced or the backend is going away.
-                            yield Ok(closed("closed"));
+            tokio::select! {
+                biased;
+                () = state.shutdown.cancelled() => return,
+                () = &mut woken => {
+                    // The ticket's own news: read it from the store,
+                    // listening for the next already.
+                    woken = signal.arm();
+                    match backend.read_ticket(&room, ticket).await {
+                        Ok(read) => tracker.update(read),
+                        Err(BackendError::NoSuchTicket | BackendError::NoSuchRoom(_)) => {
+                            yield Ok(ending(Status::Expired));
                             return;
                         }
-                        // Every wave is acknowledged: after the count it
-                        // leads to, or at once when there is none.
-                        pending.owe();
-                        let now = state.clock.now_ms();
-                        let due = last_sent.is_none_or(|at| now >= at + rules::MIN_GAP_MS);
-                        if *view.borrow_and_update() != seen {
-                            // A new change: count now if allowed to send,
-                            // else on a retry wave once allowed.
-                            if due {
-                                break;
-                            }
-                            pending.set(true);
-                        } else if pending.is_set() && due {
-                            // A retry wave, and this stream has a change
-                            // to show.
-                            break;
+                        Err(BackendError::LineReset) => {
+                            yield Ok(reset_event());
+                            return;
                         }
-                        // Nothing to do for this wave.
-                        pending.handled();
+                        // The store is briefly away: the next wave (or
+                        // signal) tries again.
+                        Err(_) => {}
+                    }
+                }
+                live = waves.woken() => {
+                    if !live {
+                        // The room was replaced or the backend is going away.
+                        yield Ok(closed("closed"));
+                        return;
                     }
                 }
             }

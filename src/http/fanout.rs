@@ -1,55 +1,65 @@
-//! Paced fan-out of a room's changes to the event streams.
+//! Paced, selective fan-out of a room's changes to its event streams.
 //!
-//! A change of the room's feed (its change counter moved: positions or the
-//! view changed) used to wake every stream of the room at once (one
-//! `watch` with 15,000 receivers). Tokio queues woken tasks first in,
-//! first out, so a request that arrived during such a broadcast (above
-//! all a `leave` whose hand-off admits the next visitor) waited behind all
-//! 15,000 stream tasks. Here one relay task per room follows the feed and
-//! wakes the streams a group at a time, yielding between groups: the
-//! worker then drains the group, polls the I/O driver, and runs whatever
-//! arrived meanwhile before the next group. A request waits behind one
-//! group at most, and the broadcast as a whole does no more work.
+//! Most changes of a big room matter to few of its streams: under the
+//! cadence rule (`rules::due`) someone two hundred thousand places back
+//! has nothing to send until the line has moved by a thousand. So a
+//! stream does not wake for every change. After each look it tells the
+//! room's relay when it is next worth waking ([`Waves::wake_when`]): once
+//! its lane's line has moved far enough for its place to have changed
+//! noticeably (`feed::LineMoves`: a place falls by at most as much as the
+//! line moved), at a time (the one-second gap, the 20-second refresh), or
+//! when something everyone sees changes (a pause, the mode, the rate's
+//! band, the opening, the lanes' loads), which wakes them all.
 //!
-//! Streams held back by their one-event-a-second throttle count themselves
-//! as pending instead of each arming a timer (timers expire in bursts,
-//! unpaced); while any is pending the relay sends a retry wave every
-//! [`RETRY`], paced like the others, and only pending streams act on it.
+//! One relay task per room follows the feed. On each change, and every
+//! [`RETRY`] for the streams waiting for a time, it wakes the streams due
+//! a group at a time, yielding between groups: Tokio queues woken tasks
+//! first in, first out, so a request that arrived meanwhile (above all a
+//! `leave` whose hand-off admits the next visitor) waits behind one group
+//! at most.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
-use crate::backend::feed::RoomFeed;
-use crate::engine::RoomId;
+use crate::backend::feed::{LineMoves, RoomFeed};
+use crate::engine::rules::{Mode, RoomFacts};
+use crate::engine::{Clock, RoomId};
+use crate::sync::lock;
 
-/// Groups per room: at 15,000 streams about 230 a group, which fits a
-/// Tokio worker's local run queue (256) and takes a few milliseconds.
-const GROUPS: usize = 64;
+/// Streams woken at once: a Tokio worker's local run queue holds 256.
+const GROUP: usize = 200;
 /// The longest a wave waits for a group's streams before going on (a slow
 /// store, a starved process).
 const GROUP_WAIT: Duration = Duration::from_millis(50);
-/// How often pending streams get another chance to send while held back.
+/// How often the streams waiting for a time are looked at.
 const RETRY: Duration = Duration::from_millis(250);
+/// Never, for a stream's time or count.
+const NEVER: u64 = u64::MAX;
 
-/// What a stream follows: the relay's waves (the value is the feed's
-/// change count; a retry wave repeats it) and the room's count of pending
-/// streams.
-pub struct Subscription {
-    pub waves: watch::Receiver<u64>,
-    pub pending: Pending,
+/// One stream's place in its room's relay.
+pub struct Waves {
+    interest: Arc<Interest>,
+    wave: Arc<Wave>,
 }
 
-/// A stream's mark as pending (a change to show once its throttle allows),
-/// cleared when dropped; and its acknowledgement of waves.
-pub struct Pending {
-    count: Arc<AtomicUsize>,
-    on: bool,
-    wave: Arc<Wave>,
-    owed: bool,
+/// What a stream waits for.
+struct Interest {
+    notify: Notify,
+    lane: u8,
+    /// Wake once the lane's line, as this copy counts it, has moved this
+    /// far; a new copy wakes it at once.
+    copy: AtomicU64,
+    moves: AtomicU64,
+    /// Wake at this time (Unix ms, the engine's clock).
+    at_ms: AtomicU64,
+    /// Woken by a wave and not yet done with it.
+    owed: AtomicBool,
+    /// The relay ended: the room was replaced or is gone.
+    ended: AtomicBool,
 }
 
 /// The group being woken: how many of its streams have yet to handle the
@@ -60,16 +70,31 @@ struct Wave {
     done: Notify,
 }
 
-impl Pending {
-    /// This stream will handle the wave it was woken for after some work
-    /// (a status read, an event); `handled` says when.
-    pub fn owe(&mut self) {
-        self.owed = true;
+impl Waves {
+    /// Sleep until `lane`'s line has moved `needed` past `moved`, or until
+    /// `at_ms`, or until something every stream sees changes. Call
+    /// [`Self::handled`] after.
+    pub fn wake_when(&self, moved: LineMoves, needed: Option<u64>, at_ms: Option<u64>) {
+        let i = &self.interest;
+        i.copy.store(moved.copy, Ordering::Release);
+        i.moves.store(
+            needed.map_or(NEVER, |n| moved.count.saturating_add(n.max(1))),
+            Ordering::Release,
+        );
+        i.at_ms.store(at_ms.unwrap_or(NEVER), Ordering::Release);
     }
 
-    /// The wave this stream was woken for, if it owes one, is handled.
-    pub fn handled(&mut self) {
-        if !std::mem::take(&mut self.owed) {
+    /// Whether the line has already moved as far as the stream waits for
+    /// (a change between its look and [`Self::wake_when`]).
+    pub fn due_now(&self, moved: LineMoves) -> bool {
+        let i = &self.interest;
+        moved.copy != i.copy.load(Ordering::Acquire)
+            || moved.count >= i.moves.load(Ordering::Acquire)
+    }
+
+    /// The stream is done with the wave it was woken for, if any.
+    pub fn handled(&self) {
+        if !self.interest.owed.swap(false, Ordering::AcqRel) {
             return;
         }
         // Stragglers of a group the relay stopped waiting for count against
@@ -84,25 +109,19 @@ impl Pending {
         }
     }
 
-    pub fn set(&mut self, on: bool) {
-        if on != self.on {
-            if on {
-                self.count.fetch_add(1, Ordering::Relaxed);
-            } else {
-                self.count.fetch_sub(1, Ordering::Relaxed);
-            }
-            self.on = on;
+    /// Until the relay wakes this stream: `false` when the room was
+    /// replaced or is gone.
+    pub async fn woken(&self) -> bool {
+        if self.interest.ended.load(Ordering::Acquire) {
+            return false;
         }
-    }
-
-    pub fn is_set(&self) -> bool {
-        self.on
+        self.interest.notify.notified().await;
+        !self.interest.ended.load(Ordering::Acquire)
     }
 }
 
-impl Drop for Pending {
+impl Drop for Waves {
     fn drop(&mut self) {
-        self.set(false);
         self.handled();
     }
 }
@@ -113,120 +132,172 @@ pub struct Fanout {
     rooms: Mutex<HashMap<RoomId, Weak<Relay>>>,
 }
 
-/// One room's relay: a version counter per group of streams.
+/// One room's relay and the streams it wakes.
 struct Relay {
     /// The feed's change counter this relay follows, to tell a relay of a
     /// replaced room (a new feed) from the current one.
     changes: watch::Receiver<u64>,
-    groups: Vec<watch::Sender<u64>>,
-    next: AtomicUsize,
-    pending: Arc<AtomicUsize>,
+    streams: Mutex<Vec<Weak<Interest>>>,
     wave: Arc<Wave>,
 }
 
 impl Fanout {
-    /// A receiver that changes when the room's feed does, paced with the
-    /// room's other streams; it closes when the feed does.
-    pub fn subscribe(self: &Arc<Self>, room: &RoomId, feed: &dyn RoomFeed) -> Subscription {
+    /// A stream of `room` in `lane` joins its relay, which wakes it as
+    /// [`Waves::wake_when`] asks; until then, as soon as anything changes.
+    pub fn subscribe(
+        self: &Arc<Self>,
+        room: &RoomId,
+        feed: Arc<dyn RoomFeed>,
+        lane: u8,
+        clock: Arc<dyn Clock>,
+    ) -> Waves {
         let changes = feed.changes();
-        let mut rooms = self.lock();
-        if let Some(relay) = rooms.get(room).and_then(Weak::upgrade)
-            && relay.changes.same_channel(&changes)
-        {
-            return relay.subscribe();
-        }
-        let relay = Arc::new(Relay {
-            changes: changes.clone(),
-            groups: (0..GROUPS).map(|_| watch::channel(0).0).collect(),
-            next: AtomicUsize::new(0),
-            pending: Arc::default(),
-            wave: Arc::default(),
+        let mut rooms = lock(&self.rooms);
+        let relay = match rooms.get(room).and_then(Weak::upgrade) {
+            Some(relay) if relay.changes.same_channel(&changes) => relay,
+            _ => {
+                let relay = Arc::new(Relay {
+                    changes: changes.clone(),
+                    streams: Mutex::new(Vec::new()),
+                    wave: Arc::default(),
+                });
+                rooms.insert(room.clone(), Arc::downgrade(&relay));
+                tokio::spawn(run(
+                    self.clone(),
+                    room.clone(),
+                    relay.clone(),
+                    feed,
+                    clock,
+                    changes,
+                ));
+                relay
+            }
+        };
+        let interest = Arc::new(Interest {
+            notify: Notify::new(),
+            lane,
+            copy: AtomicU64::new(0),
+            moves: AtomicU64::new(0),
+            at_ms: AtomicU64::new(NEVER),
+            owed: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
         });
-        rooms.insert(room.clone(), Arc::downgrade(&relay));
-        let receiver = relay.subscribe();
-        tokio::spawn(run(self.clone(), room.clone(), relay, changes));
-        receiver
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RoomId, Weak<Relay>>> {
-        self.rooms
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&relay.streams).push(Arc::downgrade(&interest));
+        Waves {
+            interest,
+            wave: relay.wave.clone(),
+        }
     }
 }
 
-impl Relay {
-    fn subscribe(&self) -> Subscription {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.groups.len();
-        Subscription {
-            waves: self.groups[i].subscribe(),
-            pending: Pending {
-                count: self.pending.clone(),
-                on: false,
-                wave: self.wave.clone(),
-                owed: false,
-            },
-        }
-    }
+/// What every stream of a room shows alike: a change in it may change
+/// every page (the pause notice, the mode, the waits through the rate).
+#[derive(Clone, Copy, PartialEq)]
+struct Shared {
+    open: bool,
+    paused: bool,
+    closed: bool,
+    mode: Mode,
+    opens_at: Option<u64>,
+    rate_known: bool,
+    rate_band: i64,
+    lanes: crate::engine::rules::LaneLoads,
+}
 
-    fn unused(&self) -> bool {
-        self.groups.iter().all(|g| g.receiver_count() == 0)
+impl Shared {
+    fn of(f: &RoomFacts) -> Self {
+        Self {
+            open: f.open,
+            paused: f.paused,
+            closed: f.closed,
+            mode: f.mode,
+            opens_at: f.opens_at,
+            rate_known: f.rate.primed,
+            rate_band: f.rate.band(),
+            lanes: f.lanes,
+        }
     }
 }
 
 /// Until the feed's counter closes (the room is gone or replaced), or no
-/// stream follows the room any more. Dropping the relay closes every
-/// group, which tells its streams.
+/// stream follows the room any more; then every stream still there is
+/// told.
 async fn run(
     fanout: Arc<Fanout>,
     room: RoomId,
     relay: Arc<Relay>,
+    feed: Arc<dyn RoomFeed>,
+    clock: Arc<dyn Clock>,
     mut changes: watch::Receiver<u64>,
 ) {
-    let mut version = 0u64;
+    let mut shared = Shared::of(&feed.room_facts());
     loop {
-        tokio::select! {
+        let changed = tokio::select! {
             changed = changes.changed() => {
                 if changed.is_err() {
                     break;
                 }
-                if retired_if_unused(&fanout, &room, &relay) {
-                    return;
-                }
-                version += 1;
+                true
             }
-            // Checked on a timer rather than when a stream marks itself:
-            // the last group may do so after the wave loop has ended.
-            () = tokio::time::sleep(RETRY) => {
-                if retired_if_unused(&fanout, &room, &relay) {
-                    return;
-                }
-                if relay.pending.load(Ordering::Relaxed) == 0 {
-                    continue;
-                }
-            }
+            () = tokio::time::sleep(RETRY) => false,
+        };
+        if retired_if_unused(&fanout, &room, &relay) {
+            return;
         }
-        for group in &relay.groups {
-            let streams = group.receiver_count();
-            if streams == 0 {
-                continue;
-            }
-            relay.wave.left.store(streams, Ordering::Release);
-            let done = relay.wave.done.notified();
-            tokio::pin!(done);
-            done.as_mut().enable();
-            group.send_replace(version);
-            let _ = tokio::time::timeout(GROUP_WAIT, done).await;
+        let mut everyone = false;
+        if changed {
+            let now = Shared::of(&feed.room_facts());
+            everyone = now != shared;
+            shared = now;
         }
+        wake_due(&relay, &*feed, clock.now_ms(), everyone).await;
     }
-    unregister(&mut fanout.lock(), &room, &relay);
+    unregister(&mut lock(&fanout.rooms), &room, &relay);
+    for interest in lock(&relay.streams).iter().filter_map(Weak::upgrade) {
+        interest.ended.store(true, Ordering::Release);
+        interest.notify.notify_one();
+    }
+}
+
+/// Wake the streams due, a group at a time.
+async fn wake_due(relay: &Relay, feed: &dyn RoomFeed, now: u64, everyone: bool) {
+    let streams: Vec<Arc<Interest>> = {
+        let mut streams = lock(&relay.streams);
+        streams.retain(|w| w.strong_count() > 0);
+        streams.iter().filter_map(Weak::upgrade).collect()
+    };
+    let mut moves: HashMap<u8, LineMoves> = HashMap::new();
+    let mut due = streams.iter().filter(|i| {
+        everyone || i.at_ms.load(Ordering::Acquire) <= now || {
+            let m = *moves.entry(i.lane).or_insert_with(|| feed.moves(i.lane));
+            m.copy != i.copy.load(Ordering::Acquire) || m.count >= i.moves.load(Ordering::Acquire)
+        }
+    });
+    loop {
+        let group: Vec<&Arc<Interest>> = due.by_ref().take(GROUP).collect();
+        if group.is_empty() {
+            return;
+        }
+        relay.wave.left.store(group.len(), Ordering::Release);
+        let done = relay.wave.done.notified();
+        tokio::pin!(done);
+        done.as_mut().enable();
+        for interest in group {
+            // Not again for the same reason before it has looked.
+            interest.at_ms.store(NEVER, Ordering::Release);
+            interest.moves.store(NEVER, Ordering::Release);
+            interest.owed.store(true, Ordering::Release);
+            interest.notify.notify_one();
+        }
+        let _ = tokio::time::timeout(GROUP_WAIT, done).await;
+    }
 }
 
 /// Ends the relay when no stream follows it any more. Under the registry's
 /// lock, so that no stream subscribes to a relay that is about to end.
 fn retired_if_unused(fanout: &Fanout, room: &RoomId, relay: &Arc<Relay>) -> bool {
-    let mut rooms = fanout.lock();
-    if !relay.unused() {
+    let mut rooms = lock(&fanout.rooms);
+    if lock(&relay.streams).iter().any(|w| w.strong_count() > 0) {
         return false;
     }
     unregister(&mut rooms, room, relay);

@@ -13,10 +13,13 @@
 //!
 //! The sequence: `capacity` holders join and are admitted; K stream
 //! visitors join behind them, then `--prefill` tickets without streams;
-//! the streams open; a holder leaves, which hands its permit to stream 0
-//! at once and changes every other visitor's position at the next tick
-//! (the fan-out); then each newly admitted visitor leaves in turn, handing
-//! off down the line (the hand-off latencies).
+//! the streams open; the line pauses (with `--admin-token`; every page
+//! shows it, so it is the change that reaches every stream: the fan-out)
+//! and resumes, and a holder leaves, which hands its permit to stream 0 at
+//! once; then each newly admitted visitor leaves in turn, handing off down
+//! the line (the hand-off latencies). Without an admin token the holder's
+//! leave is the fan-out's change, which under the cadence rule only the
+//! streams near the head are sent.
 //!
 //! With several `--target`s (instances sharing one Redis) stream `i` goes
 //! to target `i mod n`, so the instances hold equal shares, and every
@@ -569,11 +572,30 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
     };
     let t0 = unix_us();
     let lt = leave_target(0, n_targets);
-    apis[lt]
-        .leave(&mut controls[lt], &holders[0].1)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let want = opened.saturating_sub(1);
+    // The wave: with the admin API, the line pauses, which every page
+    // shows (a leave moves everyone by one place, which only those near
+    // the head are sent under the cadence rule); without it, the leave.
+    let by_pause = common.admin_token.is_some();
+    if let Some(admin) = common.admin_token.as_deref() {
+        apis[lt]
+            .admin_patch(
+                &mut controls[lt],
+                admin,
+                &serde_json::json!({ "paused": true }),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    } else {
+        apis[lt]
+            .leave(&mut controls[lt], &holders[0].1)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let want = if by_pause {
+        opened
+    } else {
+        opened.saturating_sub(1)
+    };
     // Long enough for a slow fan-out (50,000 streams reading their status
     // from one Redis took 6 s) to be timed to its last delivery rather
     // than cut off.
@@ -670,6 +692,24 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
         Some(url) if args.handoffs > 1 => Some((redis_stats(url).await?, Instant::now())),
         _ => None,
     };
+    if let (true, Some(admin)) = (by_pause, common.admin_token.as_deref()) {
+        // The line resumes, and settles; then the holder's leave admits
+        // stream 0: the first hand-off.
+        apis[lt]
+            .admin_patch(
+                &mut controls[lt],
+                admin,
+                &serde_json::json!({ "paused": false }),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        leave_at = unix_us();
+        apis[lt]
+            .leave(&mut controls[lt], &holders[0].1)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
     for h in 0..args.handoffs {
         if h > 0 {
             tokio::time::sleep(Duration::from_millis(args.handoff_gap_ms)).await;
@@ -796,7 +836,7 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
         },
     );
     r.row(
-        "fan-out of one change (from the leave)",
+        "fan-out of one change (from the change: the pause, or the leave)",
         if fan.count == 0 {
             "no deliveries".to_owned()
         } else {

@@ -57,6 +57,15 @@ pub fn due(shown: &TicketStatus, sent_at: u64, now: &TicketStatus) -> Due {
     }
 }
 
+/// How many more moves of the line (departures ahead, at most one place
+/// each) a visitor shown place `shown` and now at `now` needs before their
+/// place can have changed noticeably: at least one.
+pub fn moves_needed(shown: u64, now: u64) -> u64 {
+    (now + shown.div_ceil(NOTICEABLE))
+        .saturating_sub(shown)
+        .max(1)
+}
+
 /// Whether the change is one a visitor would notice at once.
 fn noticeable(shown: &TicketStatus, now: &TicketStatus) -> bool {
     if shown.paused != now.paused
@@ -248,6 +257,32 @@ mod tests {
         let (far, less_far) = (waiting(1_000, 2_000, 1), waiting(999, 2_000, 1));
         assert_eq!(due(&far, 10_000, &less_far), Due::At(30_000));
         assert!(!Due::Never.by(u64::MAX));
+    }
+
+    #[test]
+    fn a_stream_sleeps_until_the_line_has_moved_enough_for_it() {
+        // Shown 5,000th: 50 places make a noticeable change.
+        assert_eq!(moves_needed(5_000, 5_000), 50);
+        assert_eq!(moves_needed(5_000, 4_980), 30);
+        // Already noticeable (or further): one more look.
+        assert_eq!(moves_needed(5_000, 4_950), 1);
+        assert_eq!(moves_needed(5_000, 4_000), 1);
+        assert_eq!(moves_needed(3, 3), 1);
+        // Whatever it needs, the rule agrees once it has moved that far.
+        for (shown, now) in [(1_000_000, 999_990), (250, 249), (101, 101)] {
+            let place = now - moves_needed(shown, now);
+            let (before, after) = (at_place(shown), at_place(place));
+            assert!(noticeable(&before, &after), "{shown} → {place}");
+            if moves_needed(shown, now) > 1 {
+                assert!(!noticeable(&before, &at_place(place + 1)));
+            }
+        }
+    }
+
+    fn at_place(position: u64) -> TicketStatus {
+        let mut s = waiting(position - 1, 2_000_000, 0);
+        s.eta = None;
+        s
     }
 
     #[test]

@@ -32,7 +32,9 @@ mod state;
 mod status;
 mod waits;
 
-pub use cadence::{Due, MIN_GAP_MS, REFRESH_MS, WaitShown, WaitUnit, due, wait_shown};
+pub use cadence::{
+    Due, MIN_GAP_MS, REFRESH_MS, WaitShown, WaitUnit, due, moves_needed, wait_shown,
+};
 pub use capacity::{Counter, GROW, Plan, SHRINK, Transfer, resize};
 pub use join_limit::{JOIN_WINDOW_MS, join_allowance, join_window_start};
 pub use lanes::{LaneLoad, LaneLoads, MAX_LANES, lane_order, lane_share, next_lane, shares};
