@@ -96,3 +96,36 @@ async fn a_leave_moves_the_streams_behind_it_without_a_tick() {
     assert_eq!(moved.id, "1");
     app.stop().await;
 }
+
+/// The cadence rule end to end: a visitor 251st in line is not sent a
+/// move of one or two places (under one percent of their place), and is
+/// sent the third at once, without waiting for the 20-second refresh.
+#[tokio::test]
+async fn a_stream_deep_in_line_is_sent_the_moves_it_would_notice() {
+    let mut settings = room("sale", 1);
+    settings.join_limit_per_minute = 0;
+    let app = spawn_app(vec![settings]).await;
+    let mut line = Vec::new();
+    for _ in 0..251 {
+        line.push(app.join("sale").await);
+    }
+    let mut stream = app.events("sale", &line[250]).await;
+    let first = next_event(&mut stream, Duration::from_secs(5)).await;
+    assert_eq!(data(&first)["position"], 251);
+    for gone in &line[..2] {
+        assert_eq!(app.leave("sale", gone).await, StatusCode::NO_CONTENT);
+    }
+    let quiet = tokio::time::timeout(
+        Duration::from_millis(1500),
+        futures_util::StreamExt::next(&mut stream),
+    )
+    .await;
+    assert!(quiet.is_err(), "two places of 251 were sent: {quiet:?}");
+    assert_eq!(app.leave("sale", &line[2]).await, StatusCode::NO_CONTENT);
+    let moved = next_event(&mut stream, Duration::from_secs(5)).await;
+    assert_eq!(
+        (moved.event.as_str(), &data(&moved)["position"]),
+        ("position", &Value::from(248))
+    );
+    app.stop().await;
+}
