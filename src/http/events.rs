@@ -9,8 +9,10 @@
 //! Tens of thousands of these are open at once, so a stream asks the store
 //! nothing when the room changes: it reads its ticket once when it opens,
 //! then counts its place from its room's feed on this instance
-//! (`backend::feed`) whenever the feed moves (relayed a group of streams at
-//! a time by `fanout`). Only its ticket's own news (an admission, an end),
+//! (`backend::feed`) when its room's relay (`fanout`) wakes it: once the
+//! line has moved far enough for its place to change noticeably, at the
+//! time the cadence sets, or when something every page shows changes.
+//! Only its ticket's own news (an admission, an end),
 //! which wakes it at once through the ticket's signal, ahead of any wave,
 //! costs it a store read. Keep-alive comments are the connection's: a timer
 //! per response, reset by every event, so an idle room wakes no stream.

@@ -7,7 +7,7 @@
 //! - `access`: what a new join must show (proof of work, an enqueue token)
 //!   and the challenge endpoint; `draw`: the opening draw's public record
 //! - `events`: the Server-Sent Events stream a waiting page follows
-//! - `fanout`: room-view changes relayed to those streams, paced
+//! - `fanout`: room changes relayed to the streams they concern, paced
 //! - `gate`: what a reverse proxy asks on every protected request
 //! - `health`: liveness and readiness; `openapi`: this API described as
 //!   an OpenAPI 3.1 document, generated from the handlers and their types
