@@ -269,7 +269,9 @@ fn stream(
                     Some(now + rules::REFRESH_MS)
                 }
                 rules::Due::At(at) => Some(at),
-                rules::Due::Never => last_sent.map(|t| t + rules::REFRESH_MS),
+                // Nothing new to show: look again a refresh from now, for
+                // small changes no wave announces (the line's length).
+                rules::Due::Never => Some(now + rules::REFRESH_MS),
             };
             // Look again when the line has moved enough for the place
             // shown to change noticeably (not while the one-second gap
