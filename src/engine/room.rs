@@ -29,7 +29,7 @@ use tokio::sync::{Notify, watch};
 use super::changes::Changes;
 use super::clock::{Clock, millis};
 use super::event::{EventSink, RoomEvent};
-use super::holds::{HolderId, Holds, StreamReport};
+use super::holds::{Holds, StreamReport};
 use super::lane::LaneIndex;
 use super::lottery::LotterySeed;
 use super::rules::{
@@ -976,8 +976,9 @@ impl Room {
         }
     }
 
-    /// Signs of life from many visitors at once.
-    pub fn renew(&self, ids: impl IntoIterator<Item = TicketId>) {
+    /// Signs of life from many visitors at once (a test's shorthand).
+    #[cfg(test)]
+    pub(crate) fn renew(&self, ids: impl IntoIterator<Item = TicketId>) {
         for id in ids {
             self.touch(id);
         }
@@ -1059,8 +1060,9 @@ impl Room {
         }
     }
 
-    /// The holders this engine knows, for operators and tests.
-    pub fn holders(&self) -> Vec<(HolderId, usize)> {
+    /// The holders this engine knows, and how many tickets each holds.
+    #[cfg(test)]
+    pub(crate) fn holders(&self) -> Vec<(super::holds::HolderId, usize)> {
         lock(&self.holds)
             .holders
             .iter()
