@@ -306,12 +306,25 @@ async fn run(replicas: u32) -> Outcome {
     sampler.await.unwrap();
 
     let tickets = book.lock().unwrap().clone();
-    let c = reqwest::Client::new();
+    // Every answer within 10 s, and the whole check within three minutes:
+    // a check that cannot finish fails, saying so, instead of hanging.
+    let c = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let check_by = Instant::now() + Duration::from_secs(180);
+    let in_time = || {
+        assert!(
+            Instant::now() < check_by,
+            "the checks after the failover took over three minutes"
+        );
+    };
     let base = &apps[1].base;
     // What each acknowledged ticket is now, seen through the API.
     let mut now: HashMap<u64, String> = HashMap::new();
     let (mut lost, mut regressed) = (0, 0);
     for t in &tickets {
+        in_time();
         let Some(s) = settled_status(&c, base, &t.token).await else {
             println!("lost: ticket {} (told {:?}): no status", t.number, t.told);
             lost += 1;
@@ -347,6 +360,7 @@ async fn run(replicas: u32) -> Outcome {
     // ticket itself reads as ended with its number; a lost one would be
     // made anew (201) with nothing ended to show for it.
     for t in &tickets {
+        in_time();
         // Only 409 and 201 say anything about the ticket; a refusal of the
         // moment (a 503 while the new primary's replica catches up) is
         // asked again, for a while.
