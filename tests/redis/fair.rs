@@ -180,11 +180,27 @@ async fn two_operators_changing_different_access_rules_at_once_both_succeed() {
         );
         assert_eq!(x.unwrap().status(), StatusCode::OK);
         assert_eq!(y.unwrap().status(), StatusCode::OK);
-        let s = a
-            .backend
-            .room(&RoomId::new("invite").unwrap())
-            .await
-            .unwrap();
+        // A's copy shows B's change a moment after B's answer (only an
+        // instance's own changes are read back at once there); a change
+        // lost to the other never shows.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let s = loop {
+            let s = a
+                .backend
+                .room(&RoomId::new("invite").unwrap())
+                .await
+                .unwrap();
+            let shown = s
+                .settings
+                .access
+                .enqueue_key
+                .as_ref()
+                .map(SharedKey::expose);
+            if shown == Some(key.as_str()) || Instant::now() > deadline {
+                break s;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
         let access = &s.settings.access;
         assert_eq!(access.challenge, ChallengeMode::Pow, "round {round}");
         assert_eq!(access.pow_difficulty, bits, "round {round}");
