@@ -306,10 +306,11 @@ async fn run(replicas: u32) -> Outcome {
     sampler.await.unwrap();
 
     let tickets = book.lock().unwrap().clone();
-    // Every answer within 10 s, and the whole check within three minutes:
-    // a check that cannot finish fails, saying so, instead of hanging.
+    // The whole check within three minutes, and no one answer hanging it
+    // (an answer takes at most the server's 5 s window; a slower one is
+    // taken as none): a check that cannot finish fails, saying so.
     let c = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(30))
         .build()
         .unwrap();
     let check_by = Instant::now() + Duration::from_secs(180);
