@@ -466,8 +466,10 @@ fn a_replica_of_a_room_many_threads_change_is_the_same_room() {
     assert_eq!(room.stats(), replica.room().stats());
 }
 
-#[test]
-fn a_replica_counts_a_returned_ticket_that_then_ended_out_of_the_line() {
+/// A paused room of capacity 1 whose first ticket was skipped at the head
+/// (away) while the next was admitted and a third waits behind: the
+/// clock, the room, its records, its first image and the skipped ticket.
+fn skipped_at_the_head() -> (ManualClock, Arc<Room>, Arc<Recorder>, RoomImage, TicketId) {
     let clock = ManualClock::new(T0);
     let mut s = settings(0);
     s.away_grace = Duration::from_secs(10);
@@ -481,6 +483,12 @@ fn a_replica_counts_a_returned_ticket_that_then_ended_out_of_the_line() {
     room.tick();
     assert_eq!(room.state_of(gone), Some(TicketState::Away));
     room.set_paused(true);
+    (clock, room, rec, first, gone)
+}
+
+#[test]
+fn a_replica_counts_a_returned_ticket_that_then_ended_out_of_the_line() {
+    let (clock, room, rec, first, gone) = skipped_at_the_head();
     // It comes back, then is revoked; someone joins.
     room.touch(gone);
     room.revoke(gone);
@@ -493,18 +501,7 @@ fn a_replica_counts_a_returned_ticket_that_then_ended_out_of_the_line() {
 
 #[test]
 fn a_new_owner_counts_a_returned_ticket_that_then_ended_out_of_the_line() {
-    let clock = ManualClock::new(T0);
-    let mut s = settings(0);
-    s.away_grace = Duration::from_secs(10);
-    s.queue_idle = Duration::from_secs(30);
-    let (room, rec, first) = recorded_room(s, &clock);
-    room.set_capacity(1);
-    let gone = room.join(None).unwrap().ticket;
-    clock.advance(Duration::from_millis(11_550));
-    let _first = room.join(None).unwrap().ticket;
-    let _second = room.join(None).unwrap().ticket;
-    room.tick();
-    room.set_paused(true);
+    let (clock, room, rec, first, gone) = skipped_at_the_head();
     // The room changes hands: the new owner starts from the image.
     let rec2 = Arc::new(Recorder::default());
     let owner = Room::restore(room.image(), Arc::new(clock.clone()), Some(rec2.clone()));

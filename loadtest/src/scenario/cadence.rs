@@ -19,11 +19,10 @@ use anyhow::bail;
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::streams::{connect_all, join_many, start_workers, sum, unix_us};
+use super::streams::{connect_all, join_many, start_workers, unix_us, wait_until_open};
 use crate::api::Api;
 use crate::cli::{CadenceArgs, default_workers};
 use crate::probe::ProcessCpu;
-use crate::progress;
 use crate::report::Report;
 
 /// Depth bands reported: the line cut in this many equal parts.
@@ -75,32 +74,9 @@ pub async fn run(args: &CadenceArgs) -> anyhow::Result<Report> {
         .workers
         .unwrap_or_else(|| default_workers(visitors.len()));
     let w = start_workers(&apis, &visitors, workers).await?;
-    let bar = progress::bar(visitors.len() as u64, "streams open");
-    loop {
-        let n_ready = w
-            .ready
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .flatten()
-            .count();
-        bar.set_position(sum(&w.opened) as u64);
-        if n_ready == w.stops.len() {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("the streams did not all open before --max-seconds");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    bar.finish_and_clear();
-    let (opened, failed) = w
-        .ready
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+    let (opened, failed) = wait_until_open(&w, visitors.len(), apis.len(), deadline)
+        .await?
         .iter()
-        .flatten()
-        .flatten()
         .fold((0, 0), |(o, f), (a, b)| (o + a, f + b));
     tokio::time::sleep(Duration::from_millis(1500)).await;
 

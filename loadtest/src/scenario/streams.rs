@@ -151,7 +151,7 @@ fn counters(n: usize) -> Arc<Vec<AtomicUsize>> {
     Arc::new((0..n).map(|_| AtomicUsize::new(0)).collect())
 }
 
-pub(crate) fn sum(counters: &[AtomicUsize]) -> usize {
+fn sum(counters: &[AtomicUsize]) -> usize {
     counters.iter().map(|c| c.load(Ordering::Relaxed)).sum()
 }
 
@@ -471,38 +471,7 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
 
     // 4. Open the streams.
     let w = start_workers(&apis, &visitors, workers).await?;
-    let bar = progress::bar(k as u64, "streams open");
-    loop {
-        let n_ready = w
-            .ready
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .flatten()
-            .count();
-        bar.set_position(sum(&w.opened) as u64);
-        if n_ready == w.stops.len() {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("the streams did not all open before --max-seconds");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    bar.finish_and_clear();
-    let mut per_target: PerTarget = vec![(0, 0); n_targets];
-    for ready in w
-        .ready
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .flatten()
-    {
-        for (sum, (o, f)) in per_target.iter_mut().zip(ready) {
-            sum.0 += o;
-            sum.1 += f;
-        }
-    }
+    let per_target = wait_until_open(&w, k, n_targets, deadline).await?;
     let (opened, failed) = per_target
         .iter()
         .fold((0, 0), |(o, f), (a, b)| (o + a, f + b));
@@ -1036,6 +1005,49 @@ fn last_positions_before(events: &Mutex<Vec<Ev>>, t0_us: u64) -> HashMap<usize, 
 /// Which worker holds stream `i` and which target that stream goes to.
 pub fn placement(i: usize, workers: usize, targets: usize) -> (usize, usize) {
     (i % workers.max(1), target_of(i, targets))
+}
+
+/// Wait until every client process has opened its `k` streams' share and
+/// had their first events (or failed them): opened and failed per target.
+pub(crate) async fn wait_until_open(
+    w: &Workers,
+    k: usize,
+    n_targets: usize,
+    deadline: Instant,
+) -> anyhow::Result<PerTarget> {
+    let bar = progress::bar(k as u64, "streams open");
+    loop {
+        let n_ready = w
+            .ready
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .flatten()
+            .count();
+        bar.set_position(sum(&w.opened) as u64);
+        if n_ready == w.stops.len() {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the streams did not all open before --max-seconds");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bar.finish_and_clear();
+    let mut per_target: PerTarget = vec![(0, 0); n_targets];
+    for ready in w
+        .ready
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .flatten()
+    {
+        for (sum, (o, f)) in per_target.iter_mut().zip(ready) {
+            sum.0 += o;
+            sum.1 += f;
+        }
+    }
+    Ok(per_target)
 }
 
 /// Start the client processes (or tasks): stream `i` goes to worker
