@@ -99,10 +99,16 @@ impl Departures {
         }
         let (fb, tb) = (from >> BLOCK_BITS, to >> BLOCK_BITS);
         let (fo, to_off) = (from & (BLOCK - 1), to & (BLOCK - 1));
+        // Two reads of one block race a departure recorded between them:
+        // the later read may count one more, so never subtract below zero.
         if fb == tb {
-            return self.prefix_in_block(fb, to_off) - self.prefix_in_block(fb, fo);
+            return self
+                .prefix_in_block(fb, to_off)
+                .saturating_sub(self.prefix_in_block(fb, fo));
         }
-        let mut sum = self.prefix_in_block(fb, BLOCK) - self.prefix_in_block(fb, fo);
+        let mut sum = self
+            .prefix_in_block(fb, BLOCK)
+            .saturating_sub(self.prefix_in_block(fb, fo));
         for b in fb + 1..tb {
             sum += self.prefix_in_block(b, BLOCK);
         }
