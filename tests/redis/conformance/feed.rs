@@ -214,12 +214,16 @@ pub(crate) async fn counts_agree(h: &Harness, feed_on: &Arc<dyn Backend>, life: 
                     let follow = feed_on.follow(&r, t).await.unwrap();
                     let mut tracker = Tracker::new(follow.ticket);
                     let shown = tracker.status(&*follow.feed, h.clock.now_ms());
-                    assert_eq!(shown.number, s.number);
-                    stream_agrees = shown.position == s.position;
+                    // The follower's replica may not have read the draw
+                    // that numbered the ticket yet: its number, like its
+                    // count, may lag until the deadline.
+                    stream_agrees = shown.number == s.number && shown.position == s.position;
                     assert!(
                         stream_agrees || tokio::time::Instant::now() < deadline,
-                        "a stream's first count: {:?}, the store's: {:?}",
+                        "a stream's first number and count: {:?} {:?}, the store's: {:?} {:?}",
+                        shown.number,
                         shown.position,
+                        s.number,
                         s.position
                     );
                 }
