@@ -7,10 +7,11 @@
 //! accept loop reads the first request head of each connection itself: a
 //! `GET /api/rooms/{room}/events` is run through the same router as every
 //! other request (auth, limits, stream caps, metrics, request ids and
-//! errors all apply from one place), and its response is written here: an
-//! event stream as a head and then each event straight to the socket, with
-//! no buffer kept between events; anything else whole, then the connection
-//! closes. Every other connection goes to hyper with the bytes read so far
+//! errors all apply from one place), and its response is written here: a
+//! visitor's event stream as a head, then the socket goes to the stream
+//! writers (`http::events`), which write each event straight to it with no
+//! buffer kept between events; any other stream event by event, anything
+//! else whole, then the connection closes. Every other connection goes to hyper with the bytes read so far
 //! put back in front ([`Rewind`]).
 //!
 //! Only a connection's first request can take this path; an event stream
@@ -169,6 +170,15 @@ pub async fn serve(
         .await
         .is_err()
     {
+        return;
+    }
+    // A visitor's stream: its writer takes the socket from here.
+    if let Some(start) = parts
+        .extensions
+        .get::<crate::http::events::Handoff>()
+        .and_then(crate::http::events::Handoff::take)
+    {
+        start.adopt(crate::http::events::Sink::socket(socket, chunked));
         return;
     }
     drop(parts);

@@ -115,6 +115,12 @@ pub async fn serve(
         stop.clone(),
         backend.clock(),
     );
+    let writers = crate::http::events::Writers::start(
+        backend.clone(),
+        backend.clock(),
+        settings.keep_alive,
+        stop.clone(),
+    );
     let state = AppState::new(Shared {
         clock: backend.clock(),
         access,
@@ -123,7 +129,7 @@ pub async fn serve(
         pages,
         streams: StreamLimiter::new(config.max_streams_per_address),
         presence: presence.clone(),
-        fanout: Arc::default(),
+        writers: writers.clone(),
         metrics,
         monitor,
         backend: backend.clone(),
@@ -140,6 +146,13 @@ pub async fn serve(
     );
     accept_loop(listener, app, shutdown, stop.clone()).await;
     stop.cancel();
+    // The writers end every stream they hold (their connections close).
+    if tokio::time::timeout(DRAIN_TIMEOUT, writers.closed())
+        .await
+        .is_err()
+    {
+        tracing::warn!("the stream writers had not ended after {DRAIN_TIMEOUT:?}");
+    }
     backend.shutdown().await;
     tracing::info!("stopped");
     Ok(())

@@ -6,8 +6,8 @@
 //! - `api`: join, status, leave, release (visitors' apps and the origin)
 //! - `access`: what a new join must show (proof of work, an enqueue token)
 //!   and the challenge endpoint; `draw`: the opening draw's public record
-//! - `events`: the Server-Sent Events stream a waiting page follows
-//! - `fanout`: room changes relayed to the streams they concern, paced
+//! - `events`: the Server-Sent Events stream a waiting page follows, and
+//!   the writers (a few per-core shards) that send every stream's events
 //! - `gate`: what a reverse proxy asks on every protected request
 //! - `health`: liveness and readiness; `openapi`: this API described as
 //!   an OpenAPI 3.1 document, generated from the handlers and their types
@@ -36,7 +36,6 @@ pub mod edge;
 pub mod error;
 pub mod events;
 pub mod extract;
-pub mod fanout;
 pub mod gate;
 pub mod health;
 pub mod i18n;

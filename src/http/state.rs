@@ -49,8 +49,9 @@ pub struct Shared {
     /// The streams this instance holds per ticket: their cap, and the
     /// batched renewal of their visitors' presence.
     pub presence: Arc<super::presence::Presence>,
-    /// Rooms' changes relayed to the streams a group at a time.
-    pub fanout: Arc<super::fanout::Fanout>,
+    /// The shards that own the event streams' connections and write
+    /// their events.
+    pub writers: Arc<super::events::Writers>,
     /// Each room's access rules, compiled, and its challenge difficulty.
     pub access: Arc<super::access::AccessBook>,
     /// Challenge fetches per client address and room.
@@ -75,7 +76,7 @@ pub struct HttpSettings {
     /// The token `/metrics` asks for, when set.
     pub metrics_token: Option<Secret>,
     /// How long an event stream may stay silent before a keep-alive
-    /// comment (each stream's own timer, reset by every event).
+    /// comment (kept per shard of the stream writers).
     pub keep_alive: std::time::Duration,
     pub on_backend_error: crate::config::OnBackendError,
     /// Peers whose forwarding headers name the client.

@@ -363,10 +363,11 @@ async fn run(replicas: u32) -> Outcome {
     for t in &tickets {
         in_time();
         // Only 409 and 201 say anything about the ticket; a refusal of the
-        // moment (a 503 while the new primary's replica catches up) is
-        // asked again, for a while.
+        // moment (a 503 until the sentinels have the other replica follow
+        // the new primary and it has synced: seconds on a loaded machine)
+        // is asked again, for up to 30 s.
         let mut code = None;
-        for _ in 0..50 {
+        for _ in 0..300 {
             code = keyed_join_code(&c, base, &t.key).await;
             if matches!(code, Some(StatusCode::CONFLICT | StatusCode::CREATED)) {
                 break;
