@@ -129,3 +129,111 @@ async fn a_stream_deep_in_line_is_sent_the_moves_it_would_notice() {
     );
     app.stop().await;
 }
+
+/// A stream on a connection of its own, read as raw bytes: what the
+/// server has written to it so far is what its socket holds.
+struct RawStream {
+    socket: tokio::net::TcpStream,
+    read: Vec<u8>,
+}
+
+impl RawStream {
+    async fn open(base: &str, room: &str, token: &str) -> Self {
+        let addr = base.trim_start_matches("http://");
+        let socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "GET /api/rooms/{room}/events HTTP/1.1\r\nHost: {addr}\r\n\
+             Authorization: Bearer {token}\r\n\r\n"
+        );
+        socket.writable().await.unwrap();
+        socket.try_write(head.as_bytes()).unwrap();
+        Self {
+            socket,
+            read: Vec::new(),
+        }
+    }
+
+    /// Everything the socket holds now, without waiting.
+    fn drain(&mut self) -> &str {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = self.socket.try_read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            self.read.extend_from_slice(&buf[..n]);
+        }
+        std::str::from_utf8(&self.read).unwrap_or("")
+    }
+
+    fn count(&mut self, event: &str) -> usize {
+        self.drain().matches(&format!("event: {event}\n")).count()
+    }
+
+    async fn wait_for(&mut self, event: &str, n: usize) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while self.count(event) < n {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {event}: {}",
+                self.drain()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// A visitor's own admission is written before the position updates of
+/// the change that came with it: by the time any stream behind sees the
+/// line move, the admitted visitor's socket already holds `admitted`. On
+/// one thread (one writer) the test looks between the wave's groups of
+/// streams, so an admission written with the wave, not before it, fails.
+#[tokio::test]
+async fn an_admission_is_written_before_the_moves_it_comes_with() {
+    let mut settings = room("sale", 1);
+    settings.join_limit_per_minute = 0;
+    let app = spawn_app(vec![settings]).await;
+    let holder = app.join("sale").await;
+    app.tick("sale").await;
+    assert_eq!(app.status("sale", &holder).await["status"], "admitted");
+    let next = app.join("sale").await;
+    let mut behind = Vec::new();
+    for _ in 0..300 {
+        behind.push(app.join("sale").await);
+    }
+    let mut mine = RawStream::open(&app.base, "sale", &next.token).await;
+    let mut theirs = Vec::new();
+    for v in &behind {
+        theirs.push(RawStream::open(&app.base, "sale", &v.token).await);
+    }
+    mine.wait_for("position", 1).await;
+    for s in &mut theirs {
+        s.wait_for("position", 1).await;
+    }
+    // Past the one-second gap after the first events: the next move is
+    // sent to everyone behind as soon as it comes.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    assert_eq!(app.leave("sale", &holder).await, StatusCode::NO_CONTENT);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(s) = theirs
+            .iter_mut()
+            .find_map(|s| (s.count("position") > 1).then_some(s))
+        {
+            let moved = s.drain().to_owned();
+            assert_eq!(
+                mine.count("admitted"),
+                1,
+                "a stream behind heard of the move before the admitted visitor heard of the \
+                 admission:\n{moved}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "nobody behind was told of the move"
+        );
+        tokio::task::yield_now().await;
+    }
+    app.stop().await;
+}

@@ -224,8 +224,8 @@ pub fn final_event(out: &mut Vec<u8>, status: &TicketStatus, redirect: Option<&s
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{StatusBody, TicketState};
     use crate::engine::rules::Eta;
+    use crate::engine::{StatusBody, TicketState};
     use proptest::prelude::*;
 
     /// The `position` event's data as serde writes the `status` answer.

@@ -134,9 +134,13 @@ pub async fn events(
         held: Box::new((slot, hold)),
         writers: state.writers.clone(),
     }))));
-    let mut response = axum::body::Body::new(sink::StreamBody::new(handoff.clone())).into_response();
+    let mut response =
+        axum::body::Body::new(sink::StreamBody::new(handoff.clone())).into_response();
     let h = response.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     // nginx buffers proxied responses unless told not to; a buffered event
     // stream would hold a visitor's admission back.

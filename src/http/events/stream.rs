@@ -119,9 +119,9 @@ impl Stream {
             // The signal may fire again at once; polling registers it.
             let _ = self.armed.as_mut().poll(cx);
             let (backend, room, ticket) = (backend.clone(), self.room.clone(), self.ticket);
-            self.reading = Some(Box::pin(async move {
-                backend.read_ticket(&room, ticket).await
-            }));
+            self.reading = Some(Box::pin(
+                async move { backend.read_ticket(&room, ticket).await },
+            ));
         }
         if let Some(reading) = &mut self.reading
             && let Poll::Ready(read) = reading.as_mut().poll(cx)

@@ -36,7 +36,9 @@ impl Wheel {
 
     /// Look at `entry` at about `at` (never before; up to a slot later).
     pub fn insert(&mut self, entry: Entry) {
-        let at = entry.0.clamp(self.done_to, self.done_to + self.span() - self.slot_ms);
+        let at = entry
+            .0
+            .clamp(self.done_to, self.done_to + self.span() - self.slot_ms);
         let slot = (at / self.slot_ms) as usize % self.slots.len();
         self.slots[slot].push(entry);
     }
@@ -95,7 +97,11 @@ mod tests {
         w.insert((60_000, 1, 0));
         let mut due = Vec::new();
         w.take_due(1_000, &mut due);
-        assert_eq!(due, [(60_000, 1, 0)], "looked at once the wheel's span has passed");
+        assert_eq!(
+            due,
+            [(60_000, 1, 0)],
+            "looked at once the wheel's span has passed"
+        );
         due.clear();
         w.insert((1_100, 2, 0));
         w.insert((1_900, 3, 0));

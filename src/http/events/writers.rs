@@ -38,6 +38,10 @@ use crate::sync::lock;
 
 /// Streams looked at between two looks at the shard's own news.
 const GROUP: usize = 64;
+/// How many times a wave's group lets the runtime run before it goes on
+/// while other shards still have news to write (bounded, so a stream of
+/// news cannot hold a wave back for long).
+const NEWS_FIRST: usize = 16;
 /// How often the shard looks at the times its streams wait for.
 const TICK: Duration = Duration::from_millis(250);
 /// The cadence wheel's span: its longest wait (a refresh) and more.
@@ -83,9 +87,13 @@ impl Writers {
             .num_workers()
             .max(1);
         let tasks = TaskTracker::new();
+        let news = Arc::new(AtomicUsize::new(0));
         let shards = (0..n)
             .map(|_| {
-                let inbox = Arc::new(Inbox::default());
+                let inbox = Arc::new(Inbox {
+                    news: news.clone(),
+                    ..Inbox::default()
+                });
                 let shard = Shard {
                     inbox: inbox.clone(),
                     backend: backend.clone(),
@@ -131,6 +139,11 @@ impl Writers {
 struct Inbox {
     queue: Mutex<Queue>,
     notify: Notify,
+    /// Streams woken and not yet looked at, in every shard: a wave waits
+    /// for them, so a visitor's own news (an admission) is written before
+    /// the position updates of the change that came with it, whichever
+    /// shard holds either.
+    news: Arc<AtomicUsize>,
 }
 
 #[derive(Default)]
@@ -161,8 +174,12 @@ impl Wake for Wakes {
         }
         {
             let mut q = lock(&self.inbox.queue);
-            let list = if self.room { &mut q.rooms } else { &mut q.conns };
-            list.push((self.slot, self.era));
+            if self.room {
+                q.rooms.push((self.slot, self.era));
+            } else {
+                self.inbox.news.fetch_add(1, Ordering::AcqRel);
+                q.conns.push((self.slot, self.era));
+            }
         }
         self.inbox.notify.notify_one();
     }
@@ -320,6 +337,7 @@ impl Shard {
             }
             for (slot, era) in conns {
                 self.woken(slot, era);
+                self.inbox.news.fetch_sub(1, Ordering::AcqRel);
             }
         }
     }
@@ -618,6 +636,13 @@ impl Shard {
     async fn look_all(&mut self, due: &mut Vec<Entry>) {
         let mut i = 0;
         while i < due.len() {
+            for _ in 0..NEWS_FIRST {
+                if self.inbox.news.load(Ordering::Acquire) == 0 {
+                    break;
+                }
+                tokio::task::yield_now().await;
+                self.news();
+            }
             for &(_, slot, era) in &due[i..(i + GROUP).min(due.len())] {
                 if matches!(self.conns.get(slot as usize), Some(Some(c)) if c.era == era) {
                     self.look(slot, true);
