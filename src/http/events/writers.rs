@@ -627,13 +627,13 @@ impl Shard {
                 due.push((0, c, conn.era));
             }
         }
-        self.look_all(&mut due).await;
+        self.look_all(&due).await;
         self.due = due;
     }
 
     /// Look at the streams due, a group at a time; the shard's own news
     /// first, and between groups, with the rest of the server let in.
-    async fn look_all(&mut self, due: &mut Vec<Entry>) {
+    async fn look_all(&mut self, due: &[Entry]) {
         let mut i = 0;
         while i < due.len() {
             for _ in 0..NEWS_FIRST {
@@ -679,7 +679,7 @@ impl Shard {
                 self.cadence.insert((c.cadence_at, slot, era));
             }
         }
-        self.look_all(&mut due).await;
+        self.look_all(&due).await;
         self.due = due;
 
         let now = self.real_ms();
