@@ -75,8 +75,10 @@ pub struct HttpSettings {
     pub release_key: Option<Secret>,
     /// The token `/metrics` asks for, when set.
     pub metrics_token: Option<Secret>,
-    /// How long an event stream may stay silent before a keep-alive
-    /// comment (kept per shard of the stream writers).
+    /// How long an event stream may stay silent before a keep-alive (its
+    /// current figures for a waiting visitor, else a comment), kept per
+    /// shard of the stream writers: the cadence rule's refresh, so a line
+    /// that moves needs no keep-alive besides its refreshes.
     pub keep_alive: std::time::Duration,
     pub on_backend_error: crate::config::OnBackendError,
     /// Peers whose forwarding headers name the client.
@@ -98,7 +100,7 @@ impl HttpSettings {
             admin_token: config.admin_token.clone(),
             release_key: config.release_key.clone(),
             metrics_token: config.metrics_token.clone(),
-            keep_alive: std::time::Duration::from_secs(15),
+            keep_alive: std::time::Duration::from_millis(crate::engine::rules::REFRESH_MS),
             on_backend_error: config.on_backend_error,
             trusted_proxies: config.trusted_proxies.clone(),
             client_ip_header: config.client_ip_header,

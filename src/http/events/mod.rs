@@ -3,8 +3,9 @@
 //! `rules::due` sets (a noticeable change within a second, at most one a
 //! second; a small one within `rules::REFRESH_MS` while the line moves),
 //! one `admitted` event, `expired`/`left`/`closed` when the ticket
-//! or room ends (`closed` says why: `sold_out` or `closed`), and keep-alive
-//! comments.
+//! or room ends (`closed` says why: `sold_out` or `closed`), and, after
+//! `rules::REFRESH_MS` without an event, the current `position` again to
+//! keep the connection open.
 //!
 //! Tens of thousands of these are open at once, so a stream is not a task:
 //! the handler checks the request, reads the ticket once and hands the
@@ -82,7 +83,8 @@ impl Handoff {
 /// every 20 s while the line moves; one `admitted` event (`{status, redirect,
 /// pass_expires_at}`), or `expired`, `left` (`{status}`) or `closed`
 /// (`{status, reason}`, the reason `closed` or `sold_out`), which end the
-/// stream; keep-alive comments in between. Each event has an `id`
+/// stream; after 20 s without an event, the current `position` again as a
+/// keep-alive. Each event has an `id`
 /// (the count ahead it showed): send it back as `Last-Event-ID` on
 /// reconnecting.
 #[utoipa::path(

@@ -157,6 +157,21 @@ impl Stream {
         news
     }
 
+    /// A stream silent for a whole keep-alive period: its current figures
+    /// keep the connection open, as a `position` event, whether or not
+    /// they changed. `false` when it does not wait (its end is on the way
+    /// through its signal): a comment does.
+    pub fn keep_alive(&mut self, now: u64, out: &mut Vec<u8>, tail: &mut Tail) -> bool {
+        let status = self.tracker.status(&*self.feed, now);
+        if status.closed || status.status() != Status::Waiting {
+            return false;
+        }
+        encode::position(out, &status, self.lane_field.as_deref(), tail);
+        self.shown = Some(Box::new(status));
+        self.last_sent = Some(now);
+        true
+    }
+
     /// Count the place from the feed and write what the cadence rule says
     /// is due into `out`; then note what to wait for. `recover`: bring
     /// back a ticket skipped while its stream was open (not again right

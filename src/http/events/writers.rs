@@ -699,7 +699,16 @@ impl Shard {
             }
             if c.written_at + self.keep_alive_ms <= now {
                 self.out.clear();
-                self.out.extend_from_slice(encode::KEEP_ALIVE);
+                let shown = match self.rooms[c.room as usize].as_mut() {
+                    Some(room) => {
+                        c.stream
+                            .keep_alive(self.clock.now_ms(), &mut self.out, &mut room.tail)
+                    }
+                    None => false,
+                };
+                if !shown {
+                    self.out.extend_from_slice(encode::KEEP_ALIVE);
+                }
                 self.write(slot, Look::Wait);
             }
             // Gone if the write failed; otherwise due a keep-alive after
