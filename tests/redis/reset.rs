@@ -151,9 +151,17 @@ async fn a_flushed_redis_tells_every_old_ticket_its_line_was_reset() {
     let mut con = redis.client().await;
     let _: () = redis::cmd("FLUSHALL").query_async(&mut con).await.unwrap();
 
-    // Each old ticket is told its line was reset, on either instance.
+    // Each old ticket is told its line was reset, on either instance,
+    // once the instances have noticed (their next read of the room's log
+    // or lease finds it gone: within a moment, not at once).
     for (i, v) in old.iter().enumerate() {
         let app = if i % 2 == 0 { &b } else { &a };
+        eventually(
+            "an instance noticed the flushed Redis",
+            Duration::from_secs(10),
+            || async { status_of(app, v).await.0 == StatusCode::GONE },
+        )
+        .await;
         let (status, body) = status_of(app, v).await;
         assert_eq!(status, StatusCode::GONE, "{body}");
         assert_eq!(body["error"], "line_reset", "{body}");
