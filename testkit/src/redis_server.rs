@@ -23,12 +23,31 @@ pub struct RedisServer {
     role: Vec<String>,
 }
 
+/// A loopback port nothing listens on, for a server a test starts.
+///
+/// Not one the kernel picks (`bind(0)`): those come from the ephemeral
+/// range, and between this check and the server's own bind the tests'
+/// many outgoing connections take ports from that same range, so one of
+/// them could take it first (a server that then fails to start). These
+/// come from below the ephemeral range, each process walking its own
+/// stretch of it from an offset its id picks.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 10_000;
+    const SPAN: u32 = 22_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id().wrapping_mul(2_654_435_761) % SPAN,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
+    loop {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::AcqRel) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 impl RedisServer {

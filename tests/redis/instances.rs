@@ -385,7 +385,11 @@ async fn killing_the_worker_instance_hands_the_room_to_another() {
         })
         .await
     };
-    assert!(holder, "the first instance took the worker lease");
+    assert!(
+        holder,
+        "the first instance took the worker lease; it logged:\n{}",
+        a.log()
+    );
     let owner_a: String = con.get(lease_key).await.unwrap();
 
     let mut sale = room("sale", 1);
