@@ -111,11 +111,24 @@ fn init_logs(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("NARABU_LOG")
         .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let colour = colour(
+        std::io::IsTerminal::is_terminal(&std::io::stdout()),
+        std::env::var_os("NO_COLOR"),
+    );
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(colour);
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Plain => builder.init(),
     }
+}
+
+/// Colour codes only for a person at a terminal: never in a file, a pipe
+/// or a journal, and never when `NO_COLOR` is set to anything but empty
+/// (the no-color.org convention).
+fn colour(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 fn verify_draw(url: &str) -> ExitCode {
@@ -167,5 +180,18 @@ fn verify_draw(url: &str) -> ExitCode {
             println!("{VERDICT}NOT VERIFIED: the draw could not be checked");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::colour;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(colour(true, None));
+        assert!(colour(true, Some("".into())));
+        assert!(!colour(true, Some("1".into())));
+        assert!(!colour(false, None));
     }
 }

@@ -93,3 +93,47 @@ async fn json_logs_carry_request_ids_and_no_secrets() {
         }
     }
 }
+
+/// Plain logs written to a pipe (or a file, or a journal) carry no colour
+/// codes, which would otherwise turn up as `\x1b[2m` in every line.
+#[test]
+fn plain_logs_into_a_pipe_have_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("narabu.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\ndata_dir = \"{}\"\n\n[[rooms]]\nid = \"sale\"\ncapacity = 5\n",
+            dir.path().join("data").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_narabu"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("NARABU_LOG", "info")
+        .env_remove("NO_COLOR")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = Vec::new();
+    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        let served = line.contains("narabu is serving");
+        lines.push(line);
+        if served {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        lines.iter().any(|l| l.contains("narabu is serving")),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().all(|l| !l.contains('\u{1b}')),
+        "colour codes in a pipe: {lines:?}"
+    );
+}
