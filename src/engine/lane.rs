@@ -96,6 +96,14 @@ impl LaneIndex {
         }
     }
 
+    /// The returners' queue slots, lowest first (a sweep's: few at a time).
+    pub(crate) fn returners(&self) -> Vec<u32> {
+        if self.back_len.load(Ordering::Acquire) == 0 {
+            return Vec::new();
+        }
+        read(&self.back).iter().copied().collect()
+    }
+
     /// The lowest returner, taken out of the back set (a popper's).
     pub fn take_back(&self) -> Option<u32> {
         if self.back_len.load(Ordering::Acquire) == 0 {

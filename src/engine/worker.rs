@@ -169,16 +169,35 @@ impl Room {
         budget: u32,
         quiet_before: u64,
     ) -> u64 {
+        // Abandons the ticket at a queue slot if it waits and is quiet.
+        let abandon_if_quiet = |index: u32| {
+            line.queue.get(index as usize).is_some_and(|&id| {
+                self.ticket(id).is_some_and(|t| {
+                    t.state() == TicketState::Waiting
+                        && !t.is_held()
+                        && t.last_seen() < quiet_before
+                        && self.depart_waiting(id, t, TicketState::Abandoned)
+                })
+            })
+        };
+        // Returners stand ahead of the head: a quiet one is abandoned like
+        // anyone in the main line (a copy restored from an image holds them
+        // in its main line, and must judge them alike).
+        let mut abandoned = line
+            .index
+            .returners()
+            .into_iter()
+            .filter(|&index| abandon_if_quiet(index))
+            .count() as u64;
         let head = line.index.head();
         let end = line.queue.count() as u32;
         if head >= end {
-            return 0;
+            return abandoned;
         }
         // Resume where the last sweep stopped and wrap to the head once, so
         // a line shorter than the budget is covered whole every tick.
         let mut cursor = (*sweep_cursor).clamp(head, end);
         let mut budget = budget.min(end - head);
-        let mut abandoned = 0;
         while budget > 0 {
             if cursor >= end {
                 cursor = head;
@@ -186,15 +205,7 @@ impl Room {
             budget -= 1;
             let index = cursor;
             cursor += 1;
-            let Some(&id) = line.queue.get(index as usize) else {
-                continue;
-            };
-            if let Some(t) = self.ticket(id)
-                && t.state() == TicketState::Waiting
-                && !t.is_held()
-                && t.last_seen() < quiet_before
-                && self.depart_waiting(id, t, TicketState::Abandoned)
-            {
+            if abandon_if_quiet(index) {
                 abandoned += 1;
             }
         }

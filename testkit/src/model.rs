@@ -272,10 +272,13 @@ impl Model {
             }
             self.admit_everyone();
         }
-        for i in self.head..self.queue.len() {
+        // Quiet waiting tickets, returners ahead of the head included.
+        let returners: Vec<usize> = self.back.iter().copied().collect();
+        for i in returners.into_iter().chain(self.head..self.queue.len()) {
             let id = self.queue[i];
             if self.tickets[id].state == TicketState::Waiting && self.quiet(id) {
                 self.tickets[id].state = TicketState::Abandoned;
+                self.back.remove(&i);
             }
         }
         for id in 0..self.tickets.len() {
