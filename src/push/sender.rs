@@ -288,7 +288,11 @@ impl Worker {
         let mut backoff = self.config.first_backoff;
         for attempt in 1..=self.config.max_attempts {
             // A retry tells the push service only the time left.
-            let ttl = m.ttl.saturating_sub(started.elapsed());
+            let ttl = if attempt == 1 {
+                m.ttl
+            } else {
+                m.ttl.saturating_sub(started.elapsed())
+            };
             let (wait, problem) = match self.try_once(m, &body, ttl).await {
                 Try::Done(outcome) => {
                     tracing::debug!(
