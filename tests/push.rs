@@ -115,11 +115,7 @@ fn message(sub: Subscription, text: &str, urgency: Urgency) -> PushMessage {
 /// Narabu's key's, signed for this push service.
 fn assert_delivered(report: &Value, text: &str, key: &VapidKey, port: u16) {
     assert_eq!(report["text"], text, "{report:#}");
-    assert_eq!(
-        report["unrelated_key"]["error"].is_string(),
-        true,
-        "{report:#}"
-    );
+    assert!(report["unrelated_key"]["error"].is_string(), "{report:#}");
     let h = &report["headers"];
     assert_eq!(h["content-encoding"], "aes128gcm", "{report:#}");
     assert_eq!(h["content-type"], "application/octet-stream", "{report:#}");
@@ -362,4 +358,80 @@ async fn production_senders_refuse_local_and_plain_http_endpoints() {
     service.quiet(Duration::from_millis(500)).await;
     assert_eq!(metrics.push_messages("failed"), 1);
     stop.cancel();
+}
+
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Endpoints are capability URLs and the keys open the messages: logs
+/// name the push service's origin, and nothing more of a subscription.
+#[tokio::test]
+async fn logs_name_the_push_service_and_no_more() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let mut service = PushService::start().await;
+    let metrics = Arc::new(Metrics::new());
+    let stop = CancellationToken::new();
+    let config = SenderConfig {
+        max_attempts: 2,
+        ..fast()
+    };
+    let sender = PushSender::start(key(), config, metrics, stop.clone()).unwrap();
+    for (path, want) in [
+        ("/push/ok/SECRETPATH1", Outcome::Sent),
+        ("/push/gone/SECRETPATH2", Outcome::Gone),
+        ("/push/down/SECRETPATH3", Outcome::Failed),
+    ] {
+        let sub = service.subscription(path);
+        tracing::info!(subscription = ?sub, "the engine logs a subscription");
+        let receipt = sender.send(message(sub, "turn", Urgency::High));
+        assert_eq!(receipt.outcome().await, want, "{path}");
+    }
+    // A message refused before sending logs too.
+    let mut bad = message(
+        service.subscription("/push/ok/SECRETPATH4"),
+        "t",
+        Urgency::High,
+    );
+    bad.topic = Some("not a valid topic".into());
+    assert_eq!(sender.send(bad).outcome().await, Outcome::Failed);
+    for _ in 0..4 {
+        service.next_report().await;
+    }
+    stop.cancel();
+
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        logs.contains(&format!("http://127.0.0.1:{}", service.port)),
+        "the push service is named: {logs}"
+    );
+    assert!(logs.contains("push attempt failed"), "{logs}");
+    for secret in [
+        "SECRETPATH",
+        "/push/",
+        service.p256dh.as_str(),
+        &service.p256dh[..24],
+        service.auth.as_str(),
+        "vapid t=",
+    ] {
+        assert!(!logs.contains(secret), "`{secret}` in the logs: {logs}");
+    }
 }
