@@ -29,6 +29,9 @@ struct PushService {
     port: u16,
     p256dh: String,
     auth: String,
+    /// A VAPID key py_vapid made, and its public key as py_vapid gives it.
+    vapid_pem: String,
+    vapid_public: String,
 }
 
 impl PushService {
@@ -56,6 +59,8 @@ impl PushService {
             port: first["port"].as_u64().unwrap() as u16,
             p256dh: first["p256dh"].as_str().unwrap().to_owned(),
             auth: first["auth"].as_str().unwrap().to_owned(),
+            vapid_pem: first["vapid_pem"].as_str().unwrap().to_owned(),
+            vapid_public: first["vapid_public"].as_str().unwrap().to_owned(),
         }
     }
 
@@ -198,6 +203,24 @@ async fn messages_decrypt_and_verify_with_the_reference_libraries() {
 }
 
 #[tokio::test]
+async fn an_operators_pem_key_made_by_py_vapid_signs_alike() {
+    let mut service = PushService::start().await;
+    let key = Arc::new(VapidKey::from_pem(&service.vapid_pem, CONTACT).unwrap());
+    assert_eq!(key.public_key(), service.vapid_public);
+    let stop = CancellationToken::new();
+    let sender =
+        PushSender::start(key.clone(), fast(), Arc::new(Metrics::new()), stop.clone()).unwrap();
+    let receipt = sender.send(message(
+        service.subscription("/push/ok/1"),
+        "turn",
+        Urgency::High,
+    ));
+    assert_eq!(receipt.outcome().await, Outcome::Sent);
+    assert_delivered(&service.next_report().await, "turn", &key, service.port);
+    stop.cancel();
+}
+
+#[tokio::test]
 async fn gone_is_reported_and_busy_push_services_are_retried() {
     let mut service = PushService::start().await;
     let key = key();
@@ -282,12 +305,20 @@ async fn gone_is_reported_and_busy_push_services_are_retried() {
     assert_eq!(service.next_report().await["headers"]["ttl"], "0");
     service.quiet(Duration::from_millis(300)).await;
 
+    // A subscription the browser said has ended is Gone without a try.
+    let mut ended = serde_json::to_value(service.subscription("/push/ok/3")).unwrap();
+    ended["expirationTime"] = json!(1_000_000_000_000u64);
+    let ended = Subscription::from_json(ended.to_string().as_bytes(), true).unwrap();
+    let receipt = sender.send(message(ended, "turn", Urgency::High));
+    assert_eq!(receipt.outcome().await, Outcome::Gone);
+    service.quiet(Duration::from_millis(300)).await;
+
     assert_eq!(metrics.push_messages("sent"), 2);
-    assert_eq!(metrics.push_messages("gone"), 1);
+    assert_eq!(metrics.push_messages("gone"), 2);
     assert_eq!(metrics.push_messages("failed"), 2);
     let page = metrics.render(Vec::new());
     assert!(
-        page.contains(r#"narabu_push_messages_total{result="gone"} 1"#),
+        page.contains(r#"narabu_push_messages_total{result="gone"} 2"#),
         "{page}"
     );
     assert!(
@@ -378,14 +409,22 @@ impl std::io::Write for Captured {
 /// name the push service's origin, and nothing more of a subscription.
 #[tokio::test]
 async fn logs_name_the_push_service_and_no_more() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    // The global subscriber, not a thread's default: with several
+    // dispatchers about, tracing may cache a callsite as uninteresting
+    // and this test would miss the very lines it checks. Logs of the
+    // tests running alongside land here too, and must pass as well.
+    static CAPTURED: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
+    let captured = CAPTURED.get_or_init(|| {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+        captured
+    });
 
     let mut service = PushService::start().await;
     let metrics = Arc::new(Metrics::new());

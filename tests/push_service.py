@@ -4,9 +4,11 @@ as the browser would) and, for every message Narabu POSTs, checks the VAPID
 header with py_vapid and PyJWT and decrypts the body with http_ece, the
 reference implementations, then reports one JSON line on standard output.
 
-The first line out is {"port", "p256dh", "auth"}: what the browser's
-PushSubscription.toJSON() would carry (the endpoint is
-http://127.0.0.1:PORT/push/BEHAVIOUR/ID). How it answers depends on
+The first line out is {"port", "p256dh", "auth", "vapid_pem",
+"vapid_public"}: what the browser's PushSubscription.toJSON() would carry
+(the endpoint is http://127.0.0.1:PORT/push/BEHAVIOUR/ID), and a VAPID key
+py_vapid made, as PEM and as the applicationServerKey py_vapid derives
+from it, for an operator who brings their own key. How it answers depends on
 BEHAVIOUR:
   ok       201
   gone     410, as for a subscription the browser has dropped
@@ -27,7 +29,7 @@ import http_ece
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from py_vapid import Vapid02, _check_sub
+from py_vapid import Vapid, Vapid02, _check_sub
 
 
 def b64url(data):
@@ -135,9 +137,23 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+OPERATOR = Vapid()
+OPERATOR.generate_keys()
+OPERATOR_PUBLIC = OPERATOR.public_key.public_bytes(
+    serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
+)
+
 server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
 print(
-    json.dumps({"port": server.server_port, "p256dh": b64url(P256DH), "auth": b64url(AUTH)}),
+    json.dumps(
+        {
+            "port": server.server_port,
+            "p256dh": b64url(P256DH),
+            "auth": b64url(AUTH),
+            "vapid_pem": OPERATOR.private_pem().decode(),
+            "vapid_public": b64url(OPERATOR_PUBLIC),
+        }
+    ),
     flush=True,
 )
 server.serve_forever()

@@ -211,6 +211,18 @@ impl PushSender {
             );
             return refuse(Outcome::Failed);
         }
+        // The browser said when the subscription ends; past that the push
+        // service would answer 410 anyway.
+        let now_ms = SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        if message
+            .subscription
+            .expiration_time()
+            .is_some_and(|end| u128::from(end) <= now_ms)
+        {
+            return refuse(Outcome::Gone);
+        }
         let (done, rx) = oneshot::channel();
         match self.tx.try_send(Job { message, done }) {
             Ok(()) => Receipt(Ok(rx)),
