@@ -371,6 +371,40 @@ async fn a_full_queue_drops_and_counts_without_waiting() {
 }
 
 #[tokio::test]
+async fn a_message_waiting_to_retry_does_not_hold_up_the_others() {
+    let mut service = PushService::start().await;
+    let stop = CancellationToken::new();
+    let config = SenderConfig {
+        in_flight: 1,
+        max_attempts: 2,
+        first_backoff: Duration::from_secs(3),
+        ..fast()
+    };
+    let sender = PushSender::start(key(), config, Arc::new(Metrics::new()), stop.clone()).unwrap();
+    let waiting = sender.send(message(
+        service.subscription("/push/down/1"),
+        "ahead",
+        Urgency::Normal,
+    ));
+    assert_eq!(service.next_report().await["answered"], 503);
+    let started = std::time::Instant::now();
+    let turn = sender.send(message(
+        service.subscription("/push/ok/1"),
+        "turn",
+        Urgency::High,
+    ));
+    assert_eq!(turn.outcome().await, Outcome::Sent);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the turn waited {:?} behind a retry",
+        started.elapsed()
+    );
+    assert_eq!(service.next_report().await["answered"], 201);
+    assert_eq!(waiting.outcome().await, Outcome::Failed);
+    stop.cancel();
+}
+
+#[tokio::test]
 async fn production_senders_refuse_local_and_plain_http_endpoints() {
     let mut service = PushService::start().await;
     let metrics = Arc::new(Metrics::new());

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::ece;
@@ -34,14 +34,15 @@ pub struct SenderConfig {
     pub allow_insecure_endpoints: bool,
     /// Messages waiting to be sent; past this, new ones are dropped.
     pub queue: usize,
-    /// Messages in flight at once.
+    /// Requests in flight at once. A message waiting to retry holds no
+    /// slot, so a slow push service cannot stall the others.
     pub in_flight: usize,
     /// Tries per message, the first included.
     pub max_attempts: u32,
     /// The wait before the first retry when the push service names none;
-    /// it doubles each time.
+    /// it doubles each time, up to `max_backoff`. A `Retry-After` is
+    /// honoured as asked, as long as the message's TTL lasts.
     pub first_backoff: Duration,
-    /// The longest wait between tries, whatever `Retry-After` asks.
     pub max_backoff: Duration,
     pub attempt_timeout: Duration,
 }
@@ -152,14 +153,6 @@ pub struct PushSender {
     metrics: Arc<Metrics>,
 }
 
-impl std::fmt::Debug for Job {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Job")
-            .field("message", &self.message)
-            .finish()
-    }
-}
-
 impl PushSender {
     /// Starts the delivery task; it ends on `shutdown`, abandoning
     /// messages still queued or retrying.
@@ -265,16 +258,15 @@ async fn dispatch(mut rx: mpsc::Receiver<Job>, worker: Arc<Worker>, shutdown: Ca
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
-        let (worker, stop) = (worker.clone(), shutdown.clone());
+        let (worker, slots, stop) = (worker.clone(), slots.clone(), shutdown.clone());
         tokio::spawn(async move {
             tokio::select! {
                 () = stop.cancelled() => {}
-                outcome = worker.deliver(&job.message) => {
+                outcome = worker.deliver(&job.message, slot, &slots) => {
                     worker.metrics.push_message(outcome.label());
                     let _ = job.done.send(outcome);
                 }
             }
-            drop(slot);
         });
     }
 }
@@ -287,7 +279,15 @@ enum Try {
 }
 
 impl Worker {
-    async fn deliver(&self, m: &PushMessage) -> Outcome {
+    /// Sends `m`, holding `slot` while a request is out and giving it back
+    /// while waiting to retry.
+    async fn deliver(
+        &self,
+        m: &PushMessage,
+        slot: OwnedSemaphorePermit,
+        slots: &Arc<Semaphore>,
+    ) -> Outcome {
+        let mut first_slot = Some(slot);
         let push_service = m.subscription.push_service();
         let body = match ece::encrypt(&m.payload, m.subscription.p256dh(), m.subscription.auth()) {
             Ok(body) => body,
@@ -299,6 +299,13 @@ impl Worker {
         let started = Instant::now();
         let mut backoff = self.config.first_backoff;
         for attempt in 1..=self.config.max_attempts {
+            let slot = match first_slot.take() {
+                Some(s) => s,
+                None => match slots.clone().acquire_owned().await {
+                    Ok(s) => s,
+                    Err(_) => return Outcome::Failed,
+                },
+            };
             // A retry tells the push service only the time left.
             let ttl = if attempt == 1 {
                 m.ttl
@@ -319,10 +326,11 @@ impl Worker {
             };
             self.metrics.push_attempt_failed();
             tracing::warn!(push_service, attempt, problem, "push attempt failed");
-            let wait = wait.min(self.config.max_backoff);
+            // Past its TTL the push service would drop it anyway.
             if attempt == self.config.max_attempts || started.elapsed() + wait >= m.ttl {
                 break;
             }
+            drop(slot);
             tokio::time::sleep(wait).await;
             backoff = (backoff * 2).min(self.config.max_backoff);
         }
