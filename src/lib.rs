@@ -8,6 +8,7 @@ pub mod lean;
 pub mod metrics;
 pub mod monitor;
 pub mod private_files;
+pub mod push;
 pub mod server;
 pub mod sync;
 pub mod token;

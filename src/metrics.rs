@@ -48,6 +48,14 @@ pub struct WebhookLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PushLabels {
+    /// `sent`, `gone` (the browser dropped the subscription), `failed`
+    /// (refused, or given up after retries) or `dropped` (the send queue
+    /// was full).
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RoomLabels {
     pub room: String,
 }
@@ -67,6 +75,8 @@ pub struct Metrics {
     http_duration: Family<HttpLabels, Histogram>,
     webhook_deliveries: Family<WebhookLabels, Counter>,
     webhook_attempt_failures: Counter,
+    push_messages: Family<PushLabels, Counter>,
+    push_attempt_failures: Counter,
     challenges_issued: Family<RoomLabels, Counter>,
     challenges_solved: Family<RoomLabels, Counter>,
     challenges_refused: Family<RefusalLabels, Counter>,
@@ -118,6 +128,18 @@ impl Metrics {
             "webhook_attempt_failures",
             "Webhook attempts that failed (each retry counts)",
             webhook_attempt_failures.clone(),
+        );
+        let push_messages = Family::<PushLabels, Counter>::default();
+        registry.register(
+            "push_messages",
+            "Web Push messages by outcome (sent, gone, failed, dropped)",
+            push_messages.clone(),
+        );
+        let push_attempt_failures = Counter::default();
+        registry.register(
+            "push_attempt_failures",
+            "Web Push attempts that failed (each retry counts)",
+            push_attempt_failures.clone(),
         );
         fn family<L>(registry: &mut Registry, name: &str, help: &str) -> Family<L, Counter>
         where
@@ -176,6 +198,8 @@ impl Metrics {
             http_duration,
             webhook_deliveries,
             webhook_attempt_failures,
+            push_messages,
+            push_attempt_failures,
             routes: RwLock::default(),
         }
     }
@@ -212,6 +236,23 @@ impl Metrics {
 
     pub fn webhook_attempt_failed(&self) {
         self.webhook_attempt_failures.inc();
+    }
+
+    pub fn push_message(&self, result: &'static str) {
+        self.push_messages
+            .get_or_create(&PushLabels { result })
+            .inc();
+    }
+
+    /// Push messages so far with this outcome, for the admin API.
+    pub fn push_messages(&self, result: &'static str) -> u64 {
+        self.push_messages
+            .get_or_create(&PushLabels { result })
+            .get()
+    }
+
+    pub fn push_attempt_failed(&self) {
+        self.push_attempt_failures.inc();
     }
 
     fn room_count(family: &Family<RoomLabels, Counter>, room: &str) {
