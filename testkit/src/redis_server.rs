@@ -73,8 +73,33 @@ impl RedisServer {
             persistent,
             role,
         };
-        server.launch(&[]).await;
-        server
+        // Another process's test may have taken the port between the check
+        // and the start: then the server answering is not this one (it
+        // failed to bind), and another port is tried.
+        for _ in 0..5 {
+            server.launch(&[]).await;
+            if server.answers_as_itself().await {
+                return server;
+            }
+            server.kill();
+            server.port = free_port();
+        }
+        panic!("no free port for a redis-server of this test's own");
+    }
+
+    /// Whether the server on this port is the process this started.
+    async fn answers_as_itself(&mut self) -> bool {
+        let Some(pid) = self.child.as_ref().map(Child::id) else {
+            return false;
+        };
+        let mut c = self.client().await;
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut c)
+            .await
+            .unwrap_or_default();
+        info.lines()
+            .any(|l| l.trim() == format!("process_id:{pid}"))
     }
 
     /// A replica of the server on `primary_port`, persistent like it.
