@@ -28,7 +28,9 @@ use p256::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePublicKey, LineEnding
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::config::Config;
 use crate::engine::RoomId;
+use crate::token::Keyring;
 
 /// The signature algorithm of passes (`pass_algorithm`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -319,6 +321,21 @@ impl PassKeys {
             None => None,
         };
         Ok(Self::new(alg, signer, previous))
+    }
+
+    /// The keys `config` asks for: its key files, or keys derived from the
+    /// ticket key (`keyring`, the configured secret or the key file).
+    pub fn from_config(config: &Config, keyring: &Keyring) -> Result<Self, PassKeyError> {
+        let alg = config.pass_algorithm;
+        match &config.pass_key_file {
+            Some(current) => {
+                Self::from_files(alg, current, config.previous_pass_key_file.as_deref())
+            }
+            None => {
+                let (current, previous) = keyring.pass_seeds();
+                Ok(Self::derived(alg, &current, previous.as_ref()))
+            }
+        }
     }
 
     pub fn algorithm(&self) -> PassAlgorithm {

@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use super::error::ApiError;
 use super::extract::MaybeVisitor;
 use super::openapi::{ErrorBody, RoomParam};
+use super::passes;
 use super::return_path::validate_return_path;
 use super::state::AppState;
 use super::ticket;
@@ -21,14 +22,29 @@ use crate::config::OnBackendError;
 use crate::engine::{RoomId, TicketState};
 use crate::token::PassClaim;
 
-/// `?redirect=1` answers a refusal with a 302 to the queue page instead
-/// of 401. Read by hand rather than with `Query`: any other query, even a
-/// malformed one, is ignored instead of answered with 400, and the common
-/// case (no query) costs nothing.
-fn wants_redirect(request: &Request) -> bool {
-    request.uri().query().is_some_and(|q| {
-        form_urlencoded::parse(q.as_bytes()).any(|(k, v)| k == "redirect" && v == "1")
-    })
+/// What the query asks for: `redirect=1` answers a refusal with a 302 to
+/// the queue page instead of 401; `pass=1` mints a signed pass for an
+/// admitted visitor. Read by hand rather than with `Query`: any other
+/// query, even a malformed one, is ignored instead of answered with 400,
+/// and the common case (no query) costs nothing.
+#[derive(Default)]
+struct Asks {
+    redirect: bool,
+    pass: bool,
+}
+
+fn asks(request: &Request) -> Asks {
+    let mut asks = Asks::default();
+    if let Some(q) = request.uri().query() {
+        for (k, v) in form_urlencoded::parse(q.as_bytes()) {
+            match (&*k, &*v) {
+                ("redirect", "1") => asks.redirect = true,
+                ("pass", "1") => asks.pass = true,
+                _ => {}
+            }
+        }
+    }
+    asks
 }
 
 /// The queue page URL for a refused request: the original URI (from the
@@ -73,6 +89,8 @@ fn refuse(state: &AppState, room: &RoomId, headers: &HeaderMap, redirect: bool) 
         RoomParam,
         ("redirect" = Option<String>, Query,
          description = "`1`: answer a visitor without a live pass with a 302 to the queue (ForwardAuth-style proxies)."),
+        ("pass" = Option<String>, Query,
+         description = "`1`: an admitted visitor's answer also sets a fresh signed pass (cookie `narabu_{room}_jwt`), for proxies that verify passes by themselves."),
         ("X-Original-URI" = Option<String>, Header,
          description = "The path the visitor asked for (nginx), for the queue's return path."),
         ("X-Forwarded-Uri" = Option<String>, Header,
@@ -80,8 +98,9 @@ fn refuse(state: &AppState, room: &RoomId, headers: &HeaderMap, redirect: bool) 
     ),
     security((), ("ticket" = [])),
     responses(
-        (status = 204, description = "An admitted visitor with a live pass: let the request through (the pass is renewed).",
-         headers(("X-Narabu-Pass-Expires" = String, description = "When the pass lapses without activity (RFC 3339)."))),
+        (status = 204, description = "An admitted visitor with a live pass: let the request through (the pass is renewed; with `?pass=1` a signed pass is set too).",
+         headers(("X-Narabu-Pass-Expires" = String, description = "When the pass lapses without activity (RFC 3339)."),
+                 ("Set-Cookie" = String, description = "With `?pass=1`: the signed pass (`narabu_{room}_jwt`); with `on_backend_error = \"open\"`: the fail-open pass."))),
         (status = 302, description = "`?redirect=1` and no live pass: to the queue.",
          headers(("Location" = String, description = "The queue page, with the return path."))),
         (status = 401, description = "No live pass: send the visitor to the queue.",
@@ -101,7 +120,7 @@ pub async fn gate(
         Ok(v) => v,
         Err(e) => return e.into_response(),
     };
-    let redirect = wants_redirect(&request);
+    let Asks { redirect, pass } = asks(&request);
     let Some(visitor) = ticket else {
         // Without a pass the answer is the queue, unless there is no such
         // room to queue for: a misconfigured proxy should see that plainly.
@@ -113,6 +132,12 @@ pub async fn gate(
     match state.backend.status(&room, visitor.ticket, true).await {
         Ok(status) if status.state == TicketState::Admitted && !status.closed => {
             let mut response = StatusCode::NO_CONTENT.into_response();
+            // First among the cookies: nginx hands the first on.
+            if pass
+                && let Some(minted) = passes::mint(&state, &room, visitor.ticket, &status).await
+            {
+                passes::set_cookie(&state, &room, &minted, &mut response);
+            }
             if let Some(expires) = status.pass_expires_at {
                 if let Ok(v) = HeaderValue::from_str(&expires.to_string()) {
                     response
@@ -135,7 +160,7 @@ pub async fn gate(
                     };
                     let cookie = ticket::pass_cookie(&state, &pass, now);
                     if let Ok(v) = HeaderValue::from_str(&cookie.to_string()) {
-                        response.headers_mut().insert(header::SET_COOKIE, v);
+                        response.headers_mut().append(header::SET_COOKIE, v);
                     }
                 }
             }

@@ -13,7 +13,9 @@ use tower_http::timeout::TimeoutLayer;
 use super::edge::EdgeLayer;
 use super::error::ApiError;
 use super::state::AppState;
-use super::{access, admin, api, assets, draw, events, gate, health, metrics, openapi, visitor};
+use super::{
+    access, admin, api, assets, draw, events, gate, health, metrics, openapi, passes, visitor,
+};
 
 /// Request bodies are tiny JSON objects; anything bigger is refused (413).
 const BODY_LIMIT: usize = 16 * 1024;
@@ -65,6 +67,9 @@ pub fn routes() -> Router<AppState> {
         .route("/api/rooms/{room}/release", post(api::release))
         .route("/api/rooms/{room}/challenge", get(access::challenge))
         .route("/api/rooms/{room}/draw", get(draw::draw))
+        // The public keys of signed passes, for proxies, edges and apps.
+        .route("/.well-known/jwks.json", get(passes::jwks))
+        .route("/.well-known/narabu-pass.pem", get(passes::pem))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::metrics))
