@@ -133,8 +133,7 @@ pub async fn gate(
         Ok(status) if status.state == TicketState::Admitted && !status.closed => {
             let mut response = StatusCode::NO_CONTENT.into_response();
             // First among the cookies: nginx hands the first on.
-            if pass
-                && let Some(minted) = passes::mint(&state, &room, visitor.ticket, &status).await
+            if pass && let Some(minted) = passes::mint(&state, &room, visitor.ticket, &status).await
             {
                 passes::set_cookie(&state, &room, &minted, &mut response);
             }

@@ -36,7 +36,10 @@ const KEYS_CACHE: &str = "public, max-age=300";
 pub async fn jwks(State(state): State<AppState>) -> Response {
     (
         [
-            (header::CONTENT_TYPE, HeaderValue::from_static("application/json")),
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
             (header::CACHE_CONTROL, HeaderValue::from_static(KEYS_CACHE)),
         ],
         state.passes.jwks().to_owned(),

@@ -5,6 +5,7 @@ mod fair;
 mod hostile;
 mod modes;
 mod openapi;
+mod passes;
 mod proxies;
 mod streams;
 mod verify_draw;

@@ -11,8 +11,7 @@ use serde::{Deserialize, Deserializer};
 use crate::access::{AccessPatch, ChallengeMode, EnqueueMode, SharedKey};
 use crate::config::{
     ConfigError, check_admit_per_minute, check_away_grace, check_capacity, check_pass_lifetime,
-    check_stock,
-    check_templates_dir, check_tick, check_timeout, opt_duration, stock_mode,
+    check_stock, check_templates_dir, check_tick, check_timeout, opt_duration, stock_mode,
 };
 use crate::engine::rules::Mode;
 use crate::engine::{Patch, RoomPatch, RoomSettings};
