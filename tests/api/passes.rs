@@ -441,3 +441,35 @@ async fn the_pass_lifetime_is_a_room_setting_checked_like_the_others() {
     assert_eq!(put.status(), StatusCode::UNPROCESSABLE_ENTITY);
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eddsa_passes_verify_with_the_published_okp_key() {
+    let config = narabu::config::Config {
+        pass_algorithm: PassAlgorithm::EdDSA,
+        ..config()
+    };
+    let app = spawn_app_with(config, vec![room("sale", 1)]).await;
+    let jwks: Value = app
+        .client
+        .get(app.url("/.well-known/jwks.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(jwks["keys"][0]["kty"], "OKP", "{jwks}");
+    assert_eq!(jwks["keys"][0]["crv"], "Ed25519", "{jwks}");
+    assert_eq!(jwks["keys"][0]["alg"], "EdDSA", "{jwks}");
+    let pass = live_pass(&app, "sale").await;
+    let mut tokens = vec![pass.clone()];
+    // The same claims signed by the ES256 key the secret also derives:
+    // not the published key, so refused.
+    let es256 = keys_of(SECRET, None);
+    let now = now_secs();
+    tokens.push(es256.sign("narabu", &RoomId::new("sale").unwrap(), "1", now, now + 60));
+    let verdicts = pyjwt(app.url("/.well-known/jwks.json"), "sale", tokens).await;
+    assert!(verdicts[0].starts_with("ok "), "{verdicts:?}");
+    assert_eq!(verdicts[1], "PyJWKClientError", "{verdicts:?}");
+    app.stop().await;
+}
