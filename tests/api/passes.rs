@@ -93,9 +93,24 @@ pub fn bad_passes(live: &str) -> Vec<(&'static str, String)> {
     );
     let none_header = b64.encode(r#"{"alg":"none","typ":"JWT"}"#);
     let unsigned = format!("{none_header}.{}.", b64.encode(claims.to_string()));
+    // The old confusion: HS256 with the public key's PEM as the secret.
+    let confused = {
+        use hmac::Mac as _;
+        let header = serde_json::json!({"alg": "HS256", "typ": "JWT", "kid": keys.kid()});
+        let signed = format!(
+            "{}.{}",
+            b64.encode(header.to_string()),
+            b64.encode(claims.to_string())
+        );
+        let mut mac =
+            hmac::Hmac::<sha2::Sha256>::new_from_slice(keys.public_pem().as_bytes()).unwrap();
+        mac.update(signed.as_bytes());
+        format!("{signed}.{}", b64.encode(mac.finalize().into_bytes()))
+    };
     vec![
         ("forged", forged),
         ("unsigned", unsigned),
+        ("HS256 with the public key", confused),
         (
             "expired",
             keys.sign("narabu", &sale, "1", now - 120, now - 60),
@@ -212,6 +227,7 @@ async fn pyjwt_verifies_live_passes_with_the_published_keys_and_refuses_bad_ones
     let expected = [
         ("forged", "InvalidSignatureError"),
         ("unsigned", "PyJWKClientError"),
+        ("HS256 with the public key", "InvalidAlgorithmError"),
         ("expired", "ExpiredSignatureError"),
         ("other room", "InvalidAudienceError"),
         ("retired key", "PyJWKClientError"),
