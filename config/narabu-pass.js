@@ -2,7 +2,8 @@
 // libnginx-mod-http-js): config/nginx-verify.conf asks `narabu.check` about
 // each request to the protected site, as an auth_request.
 //
-// A request with a valid pass (the cookie narabu_{room}_jwt: an ES256 JWT
+// A request with a valid pass (the cookie narabu_{room}_jwt, or
+// __Host-narabu_{room}_jwt with cookie_secure = true: an ES256 JWT
 // signed with the key in $narabu_pass_key, for this room, not expired) goes
 // through without asking Narabu. A request without a ticket at all is sent
 // to the queue without asking either. Anything else asks Narabu's gate once
@@ -61,14 +62,31 @@ function queueUrl(r, room) {
     return safe ? base + '?return=' + encodeURIComponent(uri) : base;
 }
 
+// A cookie of Narabu's, by the name it has with cookie_secure = true
+// (__Host-narabu_...) or without (narabu_...).
+function cookie(r, name) {
+    const wanted = ['__Host-' + name, name];
+    const pairs = (r.headersIn['Cookie'] || '').split(';');
+    // njs 0.7 has no for...of.
+    for (let i = 0; i < wanted.length; i++) {
+        for (let j = 0; j < pairs.length; j++) {
+            const at = pairs[j].indexOf('=');
+            if (at > 0 && pairs[j].slice(0, at).trim() === wanted[i]) {
+                return pairs[j].slice(at + 1).trim();
+            }
+        }
+    }
+    return '';
+}
+
 function hasTicket(r, room) {
     const auth = r.headersIn['Authorization'] || '';
-    return !!r.variables['cookie_narabu_' + room] || /^bearer /i.test(auth);
+    return !!cookie(r, 'narabu_' + room) || /^bearer /i.test(auth);
 }
 
 async function check(r) {
     const room = r.variables.narabu_room;
-    const token = r.variables['cookie_narabu_' + room + '_jwt'];
+    const token = cookie(r, 'narabu_' + room + '_jwt');
     try {
         if (token && await passIsValid(r, room, token)) {
             r.return(204);

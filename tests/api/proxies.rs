@@ -194,8 +194,20 @@ impl Jar {
         }
     }
 
+    /// The pass, under either of its names (`__Host-` with
+    /// `cookie_secure`).
     fn pass(&self) -> Option<&str> {
-        self.0.get("narabu_sale_jwt").map(String::as_str)
+        ["narabu_sale_jwt", "__Host-narabu_sale_jwt"]
+            .iter()
+            .find_map(|name| self.0.get(*name))
+            .map(String::as_str)
+    }
+
+    fn ticket(&self) -> Option<&str> {
+        ["narabu_sale", "__Host-narabu_sale"]
+            .iter()
+            .find_map(|name| self.0.get(*name))
+            .map(String::as_str)
     }
 
     /// Ask for `path` through the proxy with these cookies; answer the
@@ -258,12 +270,24 @@ fn until_expired(pass: &str) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nginx_verifying_passes_asks_the_gate_once_per_pass_lifetime() {
-    verify_through(Kind::NginxVerify).await;
+    verify_through(Kind::NginxVerify, false).await;
+}
+
+/// Over HTTPS (`cookie_secure`) the cookies carry the `__Host-` prefix;
+/// the shipped configurations read either name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_verifying_passes_reads_secure_cookies_too() {
+    verify_through(Kind::NginxVerify, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn haproxy_verifying_passes_reads_secure_cookies_too() {
+    verify_through(Kind::HaproxyVerify, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn haproxy_verifying_passes_asks_the_gate_once_per_pass_lifetime() {
-    verify_through(Kind::HaproxyVerify).await;
+    verify_through(Kind::HaproxyVerify, false).await;
 }
 
 /// A visitor behind a proxy that checks passes itself: sent to the queue
@@ -271,9 +295,14 @@ async fn haproxy_verifying_passes_asks_the_gate_once_per_pass_lifetime() {
 /// when admitted, then straight to the origin while the pass lives; renewed
 /// by the gate after it expires while the permit lives; and back to the
 /// queue once the permit is released and the pass has run out.
-async fn verify_through(kind: Kind) {
+async fn verify_through(kind: Kind, cookie_secure: bool) {
     let lifetime = Duration::from_secs(3);
-    let app = spawn_app(vec![super::passes::room_with_pass("sale", 1, lifetime)]).await;
+    let config = narabu::config::Config {
+        cookie_secure,
+        ..narabu_testkit::app::config()
+    };
+    let rooms = vec![super::passes::room_with_pass("sale", 1, lifetime)];
+    let app = narabu_testkit::app::spawn_app_with(config, rooms).await;
     let origin = spawn_origin().await;
     let proxy = Proxy::start(kind, app.base.trim_start_matches("http://"), &origin).await;
     let client = reqwest::Client::builder()
@@ -295,7 +324,12 @@ async fn verify_through(kind: Kind) {
     let page = client.get(format!("{base}{queue}")).send().await.unwrap();
     assert_eq!(page.status(), StatusCode::OK);
     jar.absorb(&page);
-    assert!(jar.0.contains_key("narabu_sale"), "{:?}", jar.0);
+    let prefix = if cookie_secure { "__Host-" } else { "" };
+    assert!(
+        jar.0.contains_key(&format!("{prefix}narabu_sale")),
+        "{:?}",
+        jar.0
+    );
     assert_eq!(
         jar.visit(&client, base, "/tickets").await.0,
         StatusCode::FOUND
@@ -316,6 +350,11 @@ async fn verify_through(kind: Kind) {
         .pass()
         .expect("the gate's pass reached the browser")
         .to_owned();
+    assert!(
+        jar.0.contains_key(&format!("{prefix}narabu_sale_jwt")),
+        "{:?}",
+        jar.0
+    );
     assert_eq!(gate_calls(&app).await, before + 2);
     for _ in 0..5 {
         assert_eq!(jar.visit(&client, base, "/tickets").await, expect_origin);
@@ -338,7 +377,7 @@ async fn verify_through(kind: Kind) {
     // The origin's backend releases the permit. The pass in the browser
     // stays good until it expires (the trade-off README describes); then
     // the gate sends the visitor to the queue.
-    let ticket = jar.0["narabu_sale"].clone();
+    let ticket = jar.ticket().unwrap().to_owned();
     let released = app
         .client
         .post(app.url("/api/rooms/sale/release"))
