@@ -147,6 +147,17 @@ impl Public {
     }
 }
 
+/// A pass signed a moment ago, kept to hand out again (see
+/// [`PassKeys::sign_or_reuse`]).
+struct Recent {
+    iat: u64,
+    exp: u64,
+    token: String,
+}
+
+/// How many passes may be kept before the expired ones are swept out.
+const RECENT_SWEEP_AT: usize = 4096;
+
 /// The instance's pass keys: the current one signs; it and the previous
 /// one are published.
 pub struct PassKeys {
@@ -159,6 +170,11 @@ pub struct PassKeys {
     jwks: String,
     pem: String,
     previous_pem: Option<String>,
+    /// The last pass signed per room and ticket. Signing ES256 costs about
+    /// a hundred times a gate check, and an app polling its status, or a
+    /// visitor asking the gate for passes in a loop, would otherwise have
+    /// one signed per request.
+    recent: dashmap::DashMap<(RoomId, String), Recent>,
 }
 
 impl fmt::Debug for PassKeys {
@@ -298,6 +314,7 @@ impl PassKeys {
             pem: current.pem(),
             previous_pem: previous.as_ref().map(Public::pem),
             signer,
+            recent: dashmap::DashMap::new(),
         }
     }
 
@@ -361,6 +378,42 @@ impl PassKeys {
     /// The previous public key as SPKI PEM, while rotating.
     pub fn previous_public_pem(&self) -> Option<&str> {
         self.previous_pem.as_deref()
+    }
+
+    /// A pass for ticket `sub` of `room` valid until at most `exp` (Unix
+    /// seconds): the one signed for it last if that still runs at least
+    /// `fresh_for` seconds past `now` and no later than `exp`, else a new
+    /// one from `now`. Answers the token, its `iat` and its `exp`.
+    pub fn sign_or_reuse(
+        &self,
+        iss: &str,
+        room: &RoomId,
+        sub: &str,
+        now: u64,
+        exp: u64,
+        fresh_for: u64,
+    ) -> (String, u64, u64) {
+        let key = (room.clone(), sub.to_owned());
+        if let Some(r) = self.recent.get(&key)
+            && r.exp >= now.saturating_add(fresh_for)
+            && r.exp <= exp
+            && r.iat <= now
+        {
+            return (r.token.clone(), r.iat, r.exp);
+        }
+        let token = self.sign(iss, room, sub, now, exp);
+        if self.recent.len() >= RECENT_SWEEP_AT {
+            self.recent.retain(|_, r| r.exp > now);
+        }
+        self.recent.insert(
+            key,
+            Recent {
+                iat: now,
+                exp,
+                token: token.clone(),
+            },
+        );
+        (token, now, exp)
     }
 
     /// A pass for ticket `sub` of `room`, from `iat` to `exp` (Unix

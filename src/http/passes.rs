@@ -120,17 +120,21 @@ pub async fn mint(
     let now_ms = state.clock.now_ms();
     let lifetime_ms = u64::try_from(lifetime.as_millis()).unwrap_or(u64::MAX);
     let exp_ms = now_ms.saturating_add(lifetime_ms).min(lapses_ms);
-    let (iat, exp) = (now_ms / 1000, exp_ms / 1000);
+    let (now, exp) = (now_ms / 1000, exp_ms / 1000);
     let iss = match state.settings.public_url.as_str() {
         "" => "narabu",
         url => url,
     };
-    let token = state
-        .passes
-        .sign(iss, room, &ticket.id.to_string(), iat, exp);
+    // A pass with at least half its life left is handed out again rather
+    // than signed anew.
+    let fresh_for = lifetime.as_secs() / 2;
+    let (token, _, exp) =
+        state
+            .passes
+            .sign_or_reuse(iss, room, &ticket.id.to_string(), now, exp, fresh_for);
     Some(Minted {
         token,
-        max_age_secs: exp.saturating_sub(iat),
+        max_age_secs: exp.saturating_sub(now),
     })
 }
 

@@ -200,3 +200,26 @@ fn debug_output_never_shows_a_private_key() {
     assert!(!keys.jwks().contains(&B64.encode([9u8; 32])));
     assert!(!keys.jwks().contains("\"d\""));
 }
+
+#[test]
+fn a_fresh_pass_is_handed_out_again_and_a_stale_one_is_not() {
+    let keys = PassKeys::derived(PassAlgorithm::ES256, &[7; 32], None);
+    let (sale, t) = (room(), now());
+    let (a, iat, exp) = keys.sign_or_reuse("narabu", &sale, "1", t, t + 60, 30);
+    assert_eq!((iat, exp), (t, t + 60));
+    // Half its life left: the same pass.
+    let again = keys.sign_or_reuse("narabu", &sale, "1", t + 30, t + 90, 30);
+    assert_eq!(again, (a.clone(), t, t + 60));
+    // Less than that, or another ticket: a new one.
+    let (b, iat, exp) = keys.sign_or_reuse("narabu", &sale, "1", t + 31, t + 91, 30);
+    assert_ne!(b, a);
+    assert_eq!((iat, exp), (t + 31, t + 91));
+    let (c, _, _) = keys.sign_or_reuse("narabu", &sale, "2", t + 31, t + 91, 30);
+    assert_ne!(c, b);
+    // A pass that would outlive what is allowed now (the permit lapses
+    // sooner, or the lifetime was shortened) is not handed out again.
+    let (d, _, exp) = keys.sign_or_reuse("https://queue.example", &sale, "1", t + 32, t + 50, 10);
+    assert_ne!(d, b);
+    assert_eq!(exp, t + 50);
+    assert!(check(&keys, &d, "sale").is_ok());
+}
