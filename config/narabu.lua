@@ -12,8 +12,10 @@
 --   txn.narabu_admitted  the gate answered 204: let the request through
 --   txn.narabu_queue     the gate answered 401: redirect here (the queue
 --                        page, with the original URI as its return path)
---   txn.narabu_pass      the signed pass cookie the gate sets while
---                        on_backend_error = "open": hand it to the browser
+--   txn.narabu_pass      a pass cookie the gate sets (the signed pass
+--                        asked for with ?pass=1, or the fail-open pass
+--                        while on_backend_error = "open"): hand it to the
+--                        browser; txn.narabu_pass_more a second one
 -- Neither of the first two is set when Narabu cannot be asked or answers
 -- anything else (an unknown room): haproxy.cfg refuses the request then.
 
@@ -57,9 +59,14 @@ core.register_action("narabu-gate", { "http-req" }, function(txn, gate)
     local answered = answer.headers or {}
     if answer.status == 204 then
         txn:set_var("txn.narabu_admitted", true)
-        local pass = values(answered["set-cookie"])[1]
-        if pass then
-            txn:set_var("txn.narabu_pass", pass)
+        -- The signed pass (asked for with ?pass=1) comes first, then the
+        -- fail-open pass: hand both on.
+        local cookies = values(answered["set-cookie"])
+        if cookies[1] then
+            txn:set_var("txn.narabu_pass", cookies[1])
+        end
+        if cookies[2] then
+            txn:set_var("txn.narabu_pass_more", cookies[2])
         end
     elseif answer.status == 401 then
         local queue = values(answered["x-narabu-queue"])[1]

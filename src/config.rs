@@ -32,15 +32,17 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 use crate::engine::{RoomId, RoomSettings};
+pub use crate::pass::PassAlgorithm;
 use crate::webhooks::EventType;
 use crate::webhooks::signing::SigningKey;
 
 use redis::RedisKeys;
 pub use redis::{RedisTarget, RedisWait, SentinelTarget};
 pub use room::{
-    CAPACITY_MAX, CAPACITY_MIN, OPENS_AT_MAX, RoomTable, TICK_MAX, TICK_MIN, TIMEOUT_MAX,
-    check_admit_per_minute, check_away_grace, check_capacity, check_stock, check_templates_dir,
-    check_tick, check_timeout, opt_duration, parse_rfc3339_ms, stock_mode, validate_room,
+    CAPACITY_MAX, CAPACITY_MIN, OPENS_AT_MAX, PASS_LIFETIME_MAX, PASS_LIFETIME_MIN, RoomTable,
+    TICK_MAX, TICK_MIN, TIMEOUT_MAX, check_admit_per_minute, check_away_grace, check_capacity,
+    check_pass_lifetime, check_stock, check_templates_dir, check_tick, check_timeout, opt_duration,
+    parse_rfc3339_ms, stock_mode, validate_room,
 };
 pub use secret::Secret;
 use values::{ProxyNet, RedactedUrl, check_http_url, check_public_url, listen_address};
@@ -223,6 +225,15 @@ pub struct Config {
     pub secret: Option<Secret>,
     /// The key before the last rotation; tickets it signed stay valid.
     pub previous_secret: Option<Secret>,
+    /// How signed passes are signed (`ES256` or `EdDSA`).
+    pub pass_algorithm: PassAlgorithm,
+    /// The pass signing key (PEM); when absent, one is derived from the
+    /// ticket key (`secret`, or the key file), so instances sharing it
+    /// sign alike.
+    pub pass_key_file: Option<PathBuf>,
+    /// The pass key before the last rotation (private or public PEM): still
+    /// published, so passes it signed verify until they expire.
+    pub previous_pass_key_file: Option<PathBuf>,
     /// Bearer token for the admin API; the admin API is off without it.
     pub admin_token: Option<Secret>,
     /// Bearer key the origin's backend may use for `release` only.
@@ -344,6 +355,9 @@ impl Default for Config {
             snapshot_interval: Self::DEFAULT_SNAPSHOT_INTERVAL,
             secret: None,
             previous_secret: None,
+            pass_algorithm: PassAlgorithm::default(),
+            pass_key_file: None,
+            previous_pass_key_file: None,
             admin_token: None,
             release_key: None,
             metrics_token: None,
@@ -386,6 +400,9 @@ struct FileConfig {
     redis_wait_timeout: Option<std::time::Duration>,
     secret: Option<Secret>,
     previous_secret: Option<Secret>,
+    pass_algorithm: PassAlgorithm,
+    pass_key_file: Option<PathBuf>,
+    previous_pass_key_file: Option<PathBuf>,
     admin_token: Option<Secret>,
     release_key: Option<Secret>,
     metrics_token: Option<Secret>,
@@ -556,6 +573,21 @@ impl FileConfig {
                 check_templates_dir(field, &dir.to_string_lossy())?;
             }
         }
+        for (field, path) in [
+            ("pass_key_file", &self.pass_key_file),
+            ("previous_pass_key_file", &self.previous_pass_key_file),
+        ] {
+            if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+                return Err(ConfigError::new(field, "must not be empty"));
+            }
+        }
+        if self.previous_pass_key_file.is_some() && self.pass_key_file.is_none() {
+            return Err(ConfigError::new(
+                "previous_pass_key_file",
+                "set only together with pass_key_file (a derived pass key rotates with \
+                 secret and previous_secret)",
+            ));
+        }
         let rooms = match self.rooms {
             None => defaults.rooms,
             Some(tables) => rooms_from_tables(tables)?,
@@ -568,6 +600,9 @@ impl FileConfig {
             snapshot_interval,
             secret: self.secret,
             previous_secret: self.previous_secret,
+            pass_algorithm: self.pass_algorithm,
+            pass_key_file: self.pass_key_file,
+            previous_pass_key_file: self.previous_pass_key_file,
             admin_token: self.admin_token,
             release_key: self.release_key,
             metrics_token: self.metrics_token,

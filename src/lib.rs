@@ -7,6 +7,7 @@ pub mod http;
 pub mod lean;
 pub mod metrics;
 pub mod monitor;
+pub mod pass;
 pub mod private_files;
 pub mod push;
 pub mod server;

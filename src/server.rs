@@ -34,6 +34,7 @@ use crate::http::state::{AppState, HttpSettings, Shared};
 use crate::lean::{self, First, Rewind};
 use crate::metrics::Metrics;
 use crate::monitor::Monitor;
+use crate::pass::PassKeys;
 use crate::token::Keyring;
 use crate::webhooks::Webhooks;
 
@@ -88,6 +89,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let keys = Keyring::from_config(&config).context("loading the ticket signing key")?;
+    let passes = PassKeys::from_config(&config, &keys).context("loading the pass signing key")?;
     // Before anything serves: a broken template stops the start here.
     let pages = Arc::new(PageBook::load(&config).context("loading the page templates")?);
     let settings = Arc::new(HttpSettings::from_config(&config));
@@ -134,6 +136,7 @@ pub async fn serve(
         monitor,
         backend: backend.clone(),
         keys: Arc::new(keys),
+        passes: Arc::new(passes),
         settings,
         shutdown: stop.clone(),
     });

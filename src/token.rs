@@ -108,6 +108,9 @@ pub const KEY_FILE: &str = "secret.key";
 pub struct Keyring {
     current: HmacSha256,
     previous: Option<HmacSha256>,
+    /// HKDF-Extract of each key for the signed passes ([`Self::pass_seeds`]).
+    pass_seed: [u8; 32],
+    previous_pass_seed: Option<[u8; 32]>,
 }
 
 impl fmt::Debug for Keyring {
@@ -122,6 +125,14 @@ impl fmt::Debug for Keyring {
 
 /// HMAC takes keys of any length; the configuration has already refused
 /// short secrets, so this cannot fail in practice.
+/// The HKDF pseudo-random key that the pass signing keys are expanded
+/// from: the secret is the input keying material, so the derived keys are
+/// as strong as it and tell nothing about it.
+fn pass_seed(secret: &[u8]) -> [u8; 32] {
+    let (prk, _) = hkdf::Hkdf::<Sha256>::extract(Some(crate::pass::DERIVE_SALT), secret);
+    prk.into()
+}
+
 fn keyed(secret: &[u8]) -> HmacSha256 {
     match HmacSha256::new_from_slice(secret) {
         Ok(mac) => mac,
@@ -135,6 +146,8 @@ impl Keyring {
         Self {
             current: keyed(current.expose().as_bytes()),
             previous: previous.map(|p| keyed(p.expose().as_bytes())),
+            pass_seed: pass_seed(current.expose().as_bytes()),
+            previous_pass_seed: previous.map(|p| pass_seed(p.expose().as_bytes())),
         }
     }
 
@@ -202,6 +215,8 @@ impl Keyring {
         Ok(Self {
             current: keyed(key),
             previous: None,
+            pass_seed: pass_seed(key),
+            previous_pass_seed: None,
         })
     }
 
@@ -218,6 +233,13 @@ impl Keyring {
                 .into()
         };
         (derive(&self.current), self.previous.as_ref().map(derive))
+    }
+
+    /// The seeds of the signed passes' keys, from the current key and the
+    /// previous one (HKDF-Extract; `crate::pass` expands them): every
+    /// instance that shares the secret derives the same pass keys.
+    pub fn pass_seeds(&self) -> ([u8; 32], Option<[u8; 32]>) {
+        (self.pass_seed, self.previous_pass_seed)
     }
 
     /// The token for a claim, signed with the current key.
@@ -248,16 +270,25 @@ impl Keyring {
         }
         // The decoder refuses non-canonical input (stray trailing bits), so
         // every token has exactly one spelling and no edit is harmless.
-        let payload = B64.decode(payload_b64).map_err(|_| TokenError::Malformed)?;
-        let tag = B64.decode(tag_b64).map_err(|_| TokenError::Malformed)?;
-        if tag.len() != MAC_LEN {
-            return Err(TokenError::Malformed);
-        }
-        let signed_by = |key: &HmacSha256| mac(key, &payload).verify_slice(&tag).is_ok();
+        // Decoded on the stack: the gate verifies a token on every check.
+        let mut payload = [0u8; HEADER_LEN + RoomId::MAX_LEN + 2];
+        let mut tag = [0u8; MAC_LEN + 2];
+        let payload = B64
+            .decode_slice(payload_b64, &mut payload)
+            .ok()
+            .and_then(|n| payload.get(..n))
+            .ok_or(TokenError::Malformed)?;
+        let tag = B64
+            .decode_slice(tag_b64, &mut tag)
+            .ok()
+            .and_then(|n| tag.get(..n))
+            .filter(|t| t.len() == MAC_LEN)
+            .ok_or(TokenError::Malformed)?;
+        let signed_by = |key: &HmacSha256| mac(key, payload).verify_slice(tag).is_ok();
         if !signed_by(&self.current) && !self.previous.as_ref().is_some_and(signed_by) {
             return Err(TokenError::BadSignature);
         }
-        decode_payload(&payload)
+        decode_payload(payload)
     }
 }
 

@@ -19,6 +19,9 @@ pub fn router() -> Router {
             "/api/rooms/{room}/join",
             post(|| async { (StatusCode::CREATED, "{}") }),
         )
+        // Any other path: a page, for the `pages` scenario's origin
+        // behind the proxies.
+        .fallback(|| async { "page" })
 }
 
 /// A running baseline server; dropping it stops it.

@@ -33,6 +33,10 @@ pub enum Scenario {
     Gate(HammerArgs),
     /// Joins as fast as the connections allow (every join a new ticket).
     Joins(HammerArgs),
+    /// Admitted visitors' page views through reverse proxies (each --proxy in turn), and
+    /// Narabu's gate calls and CPU per view: a proxy that verifies passes against one that
+    /// asks the gate on every request.
+    Pages(PagesArgs),
     /// A trivial axum handler inside the tool, hammered the same way: the yardstick.
     Baseline(HammerArgs),
     /// K waiting event streams: server memory per stream, fan-out of one change, hand-off latency.
@@ -156,6 +160,37 @@ pub struct HammerArgs {
     /// and commands per request from its own accounting (INFO commandstats).
     #[arg(long, value_parser = crate::probe::parse_redis_url)]
     pub redis: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PagesArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// A reverse proxy in front of the target and an origin, as host:port on
+    /// loopback (repeat it: each is run in turn with the same visitors).
+    #[arg(long = "proxy", value_parser = parse_proxy, required = true)]
+    pub proxies: Vec<SocketAddr>,
+    /// The protected page to ask for.
+    #[arg(long, default_value = "/page")]
+    pub path: String,
+    /// Visitors (one keep-alive connection each).
+    #[arg(long, default_value_t = 32)]
+    pub connections: usize,
+    /// How long each proxy's run lasts, in seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub seconds: f64,
+    /// Browse at this many views a second per visitor (keeping the fresh
+    /// pass each answer hands back) instead of as fast as possible.
+    #[arg(long)]
+    pub views_per_second: Option<f64>,
+    /// Narabu's process ids, for its CPU per page view.
+    #[arg(long = "server-pid", value_delimiter = ',')]
+    pub server_pids: Vec<u32>,
+}
+
+/// A proxy's address: loopback only, like every target.
+fn parse_proxy(s: &str) -> Result<SocketAddr, String> {
+    parse_target(&format!("http://{s}")).map(|t| t.addr)
 }
 
 #[derive(Debug, Clone, Args)]
@@ -428,6 +463,25 @@ pub fn validate(scenario: &Scenario) -> Result<(), String> {
             }
             if !(a.seconds > 0.0 && a.seconds <= 600.0) {
                 return Err("--seconds must be more than 0 and at most 600".into());
+            }
+            Ok(())
+        }
+        Scenario::Pages(a) => {
+            common(&a.common)?;
+            one_target(&a.common, "pages")?;
+            if a.connections == 0 || a.connections > 64 {
+                return Err("--connections must be 1 to 64 (each an admitted visitor)".into());
+            }
+            if !(a.seconds > 0.0 && a.seconds <= 3600.0) {
+                return Err("--seconds must be more than 0 and at most 3600".into());
+            }
+            if a.views_per_second
+                .is_some_and(|r| !(r > 0.0 && r <= 1000.0))
+            {
+                return Err("--views-per-second must be more than 0 and at most 1000".into());
+            }
+            if !a.path.starts_with('/') {
+                return Err("--path must start with /".into());
             }
             Ok(())
         }

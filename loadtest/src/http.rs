@@ -30,12 +30,16 @@ pub struct Head {
     pub chunked: bool,
     pub close: bool,
     pub content_type: Option<String>,
+    /// Every `Set-Cookie`, in order (a visitor behind a proxy keeps its
+    /// pass fresh from them).
+    pub set_cookies: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
 pub struct Response {
     pub status: u16,
     pub body: Vec<u8>,
+    pub set_cookies: Vec<String>,
 }
 
 impl Response {
@@ -152,6 +156,7 @@ impl Conn {
         Ok(Response {
             status: head.status,
             body,
+            set_cookies: head.set_cookies,
         })
     }
 
@@ -390,6 +395,7 @@ pub fn parse_head(raw: &[u8]) -> io::Result<Head> {
                 }
             }
             "content-type" => head.content_type = Some(value.to_owned()),
+            "set-cookie" => head.set_cookies.push(value.to_owned()),
             _ => {}
         }
     }

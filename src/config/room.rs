@@ -87,6 +87,14 @@ pub struct RoomTable {
     )]
     #[schema(value_type = Option<String>, example = "20s")]
     pub away_grace: Option<Duration>,
+    /// How long a signed pass is valid (1s to 1h).
+    #[serde(
+        default,
+        with = "opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>, example = "60s")]
+    pub pass_lifetime: Option<Duration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub join_limit_per_minute: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -159,6 +167,7 @@ impl RoomTable {
             arrival_grace: None,
             queue_idle: None,
             away_grace: None,
+            pass_lifetime: None,
             join_limit_per_minute: None,
             admit_per_minute: None,
             opens_at: None,
@@ -203,6 +212,9 @@ impl RoomTable {
         }
         if let Some(v) = self.away_grace {
             s.away_grace = v;
+        }
+        if let Some(v) = self.pass_lifetime {
+            s.pass_lifetime = v;
         }
         if let Some(v) = self.join_limit_per_minute {
             s.join_limit_per_minute = v;
@@ -288,6 +300,7 @@ impl From<&RoomSettings> for RoomTable {
             arrival_grace: Some(s.arrival_grace),
             queue_idle: Some(s.queue_idle),
             away_grace: Some(s.away_grace),
+            pass_lifetime: Some(s.pass_lifetime),
             join_limit_per_minute: Some(s.join_limit_per_minute),
             admit_per_minute: s.admit_per_minute,
             opens_at: s.opens_at,
@@ -324,6 +337,7 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
         check_timeout(&field(name), value)?;
     }
     check_away_grace(&field("away_grace"), s.away_grace, s.queue_idle)?;
+    check_pass_lifetime(&field("pass_lifetime"), s.pass_lifetime)?;
     if let Some(cap) = s.admit_per_minute {
         check_admit_per_minute(&field("admit_per_minute"), cap)?;
     }
@@ -458,6 +472,27 @@ pub fn check_timeout(field: &str, value: Duration) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+/// A signed pass lives at least a second (its times are whole seconds)
+/// and at most an hour: past that, a released permit's pass would let its
+/// holder on for too long to call the room's capacity a limit.
+pub const PASS_LIFETIME_MIN: Duration = Duration::from_secs(1);
+pub const PASS_LIFETIME_MAX: Duration = Duration::from_secs(60 * 60);
+
+pub fn check_pass_lifetime(field: &str, value: Duration) -> Result<(), ConfigError> {
+    if (PASS_LIFETIME_MIN..=PASS_LIFETIME_MAX).contains(&value) {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        field,
+        format!(
+            "must be between {} and {}, got {}",
+            show(PASS_LIFETIME_MIN),
+            show(PASS_LIFETIME_MAX),
+            show(value)
+        ),
+    ))
 }
 
 /// The shortest `away_grace`: below a second a stream's reconnect (the

@@ -122,6 +122,8 @@ fn every_commented_example_in_the_example_file_is_valid() {
     let access = &c.rooms[0].access;
     assert!(access.enqueue_key.is_some() && access.enqueue_previous_key.is_some());
     assert!(access.enqueue_public_key.is_some() && access.enqueue_previous_public_key.is_some());
+    assert_eq!(c.pass_algorithm, crate::pass::PassAlgorithm::ES256);
+    assert!(c.pass_key_file.is_some() && c.previous_pass_key_file.is_some());
     c.apply_env(env(&[]))
         .expect("the secret is set, so redis is fine");
 }
@@ -659,6 +661,39 @@ fn every_webhook_event_is_documented() {
             readme.contains(&format!("`{}`", e.name())),
             "{} is not in README.md",
             e.name()
+        );
+    }
+}
+
+#[test]
+fn pass_keys_and_lifetimes_are_checked() {
+    let c = parse("pass_algorithm = \"EdDSA\"\npass_key_file = \"/k.pem\"\n").unwrap();
+    assert_eq!(c.pass_algorithm, crate::pass::PassAlgorithm::EdDSA);
+    assert_eq!(c.pass_key_file.as_deref(), Some(Path::new("/k.pem")));
+    assert!(err("pass_algorithm = \"RS256\"").contains("pass_algorithm"));
+    assert_eq!(
+        err("previous_pass_key_file = \"/old.pem\""),
+        "test.toml: previous_pass_key_file: set only together with pass_key_file (a derived \
+         pass key rotates with secret and previous_secret)"
+    );
+    assert!(err("pass_key_file = \"\"").contains("pass_key_file: must not be empty"));
+    let room = |lifetime: &str| format!("[[rooms]]\nid = \"a\"\npass_lifetime = \"{lifetime}\"\n");
+    assert_eq!(
+        parse(&room("5m")).unwrap().rooms[0].pass_lifetime,
+        std::time::Duration::from_secs(300)
+    );
+    assert_eq!(
+        Config::default().rooms[0].pass_lifetime,
+        std::time::Duration::from_secs(60)
+    );
+    for bad in ["0s", "999ms", "61m"] {
+        assert_eq!(
+            err(&room(bad)),
+            format!(
+                "test.toml: rooms[0].pass_lifetime: must be between 1s and 1h, got {}",
+                humantime::format_duration(humantime::parse_duration(bad).unwrap())
+            ),
+            "{bad}"
         );
     }
 }

@@ -140,6 +140,12 @@ pub struct RoomSettings {
     /// when the room has no lanes.
     #[serde(default)]
     pub default_lane: Option<String>,
+    /// How long a signed pass (the JWT proxies verify by themselves) is
+    /// valid after the gate mints it. A released or revoked permit's pass
+    /// stays valid until then, so this bounds the admissions beyond
+    /// capacity to release rate × lifetime; a visitor asks the gate about
+    /// once per lifetime.
+    pub pass_lifetime: Duration,
 }
 
 /// One priority lane: its name (what an enqueue token's `lane` claim says)
@@ -176,6 +182,9 @@ impl RoomSettings {
     /// machine cannot fill the line at line rate. Bots are for proof of
     /// work and enqueue tokens to stop.
     pub const DEFAULT_JOIN_LIMIT_PER_MINUTE: u32 = 10_000;
+    /// A minute: a visitor browsing asks the gate about once a minute,
+    /// and a released permit's pass lets its holder on for at most that.
+    pub const DEFAULT_PASS_LIFETIME: Duration = Duration::from_secs(60);
 
     /// A room with the documented defaults.
     pub fn new(id: RoomId) -> Self {
@@ -198,6 +207,7 @@ impl RoomSettings {
             templates_dir: None,
             lanes: Vec::new(),
             default_lane: None,
+            pass_lifetime: Self::DEFAULT_PASS_LIFETIME,
         }
     }
 
@@ -303,6 +313,7 @@ pub struct RoomPatch {
     pub arrival_grace: Option<Duration>,
     pub queue_idle: Option<Duration>,
     pub away_grace: Option<Duration>,
+    pub pass_lifetime: Option<Duration>,
     pub join_limit_per_minute: Option<u32>,
     /// `Null` removes the cap.
     pub admit_per_minute: Patch<u32>,
@@ -347,6 +358,9 @@ impl RoomPatch {
         }
         if let Some(v) = self.away_grace {
             s.away_grace = v;
+        }
+        if let Some(v) = self.pass_lifetime {
+            s.pass_lifetime = v;
         }
         if let Some(v) = self.join_limit_per_minute {
             s.join_limit_per_minute = v;

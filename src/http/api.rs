@@ -17,6 +17,7 @@ use super::extract::{MaybeVisitor, ReleaseKey, Room, Visitor};
 use super::limits::ClientIp;
 use super::openapi::{ErrorBody, RoomParam};
 use super::origin::Provenance;
+use super::passes;
 use super::return_path::validate_return_path;
 use super::state::AppState;
 use super::ticket::{self, VisitorTicket};
@@ -35,6 +36,24 @@ struct JoinBody<'a> {
     ticket: &'a str,
     #[serde(flatten)]
     status: StatusBody,
+    /// For an admitted ticket: a signed pass (a JWT any proxy or app can
+    /// verify with `/.well-known/jwks.json`), also set as cookie
+    /// `narabu_{room}_jwt`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pass: Option<String>,
+}
+
+/// A status answer: the ticket's status and, once admitted, a signed pass.
+#[derive(Serialize, ToSchema)]
+#[schema(as = VisitorStatus)]
+pub struct StatusAnswer {
+    #[serde(flatten)]
+    status: StatusBody,
+    /// For an admitted ticket: a signed pass (a JWT any proxy or app can
+    /// verify with `/.well-known/jwks.json`), also set as cookie
+    /// `narabu_{room}_jwt`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pass: Option<String>,
 }
 
 /// The body a join may carry: a proof of work and an enqueue token, for
@@ -250,12 +269,18 @@ pub async fn join(
     } else {
         StatusCode::OK
     };
+    let minted = passes::mint(&state, &room, joined.ticket, &joined.status).await;
     let body = Json(JoinBody {
         ticket: &joined.token,
         status: status_body(&state, &room, &joined.status).await,
+        pass: minted.as_ref().map(|m| m.token.clone()),
     })
     .into_response();
-    Ok((code, [set_cookie(&state, &room, joined.token)], body).into_response())
+    let mut response = (code, [set_cookie(&state, &room, joined.token)], body).into_response();
+    if let Some(minted) = &minted {
+        passes::set_cookie(&state, &room, minted, &mut response);
+    }
+    Ok(response)
 }
 
 /// A ticket's status
@@ -269,7 +294,7 @@ pub async fn join(
     params(RoomParam),
     security(("ticket" = [])),
     responses(
-        (status = 200, description = "The ticket's status.", body = StatusBody),
+        (status = 200, description = "The ticket's status; once admitted, with a signed pass (also set as cookie `narabu_{room}_jwt`).", body = StatusAnswer),
         (status = 401, description = "No ticket, a damaged one, or one of another room.", body = ErrorBody),
         (status = 404, description = "No such room.", body = ErrorBody),
         (status = 410, description = "The line this ticket stood in was reset (the room started again): join again.", body = ErrorBody),
@@ -279,9 +304,18 @@ pub async fn join(
 pub async fn status(
     State(state): State<AppState>,
     Visitor { room, ticket }: Visitor,
-) -> Result<Json<StatusBody>, ApiError> {
+) -> Result<Response, ApiError> {
     let status = state.backend.status(&room, ticket.ticket, true).await?;
-    Ok(Json(status_body(&state, &room, &status).await))
+    let minted = passes::mint(&state, &room, ticket.ticket, &status).await;
+    let mut response = Json(StatusAnswer {
+        status: status_body(&state, &room, &status).await,
+        pass: minted.as_ref().map(|m| m.token.clone()),
+    })
+    .into_response();
+    if let Some(minted) = &minted {
+        passes::set_cookie(&state, &room, minted, &mut response);
+    }
+    Ok(response)
 }
 
 /// A status as it goes out, naming the ticket's lane in a room with lanes.
@@ -356,13 +390,18 @@ pub async fn leave(
     ))
 }
 
-/// Adds the removal of the fail-open pass cookie to a departure's answer:
-/// a pass left in the browser would still open the gate while the store
-/// is away.
+/// Adds the removal of the pass cookies to a departure's answer: a
+/// fail-open pass left in the browser would still open the gate while the
+/// store is away, and a signed pass would still open a verifying proxy
+/// until it expires.
 fn without_pass(state: &AppState, room: &RoomId, mut response: Response) -> Response {
-    let cookie = ticket::clear_pass_cookie(state, room);
-    if let Ok(v) = header::HeaderValue::from_str(&cookie.to_string()) {
-        response.headers_mut().append(header::SET_COOKIE, v);
+    for cookie in [
+        ticket::clear_pass_cookie(state, room),
+        passes::clear_cookie(state, room),
+    ] {
+        if let Ok(v) = header::HeaderValue::from_str(&cookie.to_string()) {
+            response.headers_mut().append(header::SET_COOKIE, v);
+        }
     }
     response
 }

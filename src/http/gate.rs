@@ -3,32 +3,82 @@
 //! ext_authz over HTTP): 204 lets the request through and renews the pass;
 //! 401 sends the visitor to the queue. Whatever the input, the answer is
 //! one of those (or 404 for a room that does not exist), never a 5xx that
-//! would turn into an error page at the proxy. The router marks every
-//! answer `Cache-Control: no-store`.
+//! would turn into an error page at the proxy. Every answer is
+//! `Cache-Control: no-store`: it is one visitor's.
+//!
+//! A check is the one request a proxy may make for every page view, so it
+//! is served ahead of the router ([`GateFirst`]): none of the layers every
+//! other request passes through (request id, log span, the route's
+//! timeout and header layers, the extractors) is worth its cost here. What
+//! a check keeps of them it does itself, cheaply: the header limit, its
+//! count and latency in the metrics (through handles resolved once), the
+//! caller's own request id echoed, and a bound on the wait for the backend.
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures_util::future::Either;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
+use tower::Service;
+use tower::util::{Oneshot, ServiceExt};
 
+use super::edge::HEADER_LIMIT;
 use super::error::ApiError;
-use super::extract::MaybeVisitor;
+use super::extract::Room;
 use super::openapi::{ErrorBody, RoomParam};
+use super::passes;
 use super::return_path::validate_return_path;
 use super::state::AppState;
 use super::ticket;
 use crate::backend::BackendError;
 use crate::config::OnBackendError;
 use crate::engine::{RoomId, TicketState};
+use crate::metrics::HttpLabels;
 use crate::token::PassClaim;
 
-/// `?redirect=1` answers a refusal with a 302 to the queue page instead
-/// of 401. Read by hand rather than with `Query`: any other query, even a
-/// malformed one, is ignored instead of answered with 400, and the common
-/// case (no query) costs nothing.
-fn wants_redirect(request: &Request) -> bool {
-    request.uri().query().is_some_and(|q| {
-        form_urlencoded::parse(q.as_bytes()).any(|(k, v)| k == "redirect" && v == "1")
-    })
+/// How long a check waits for the backend before answering as if it were
+/// down (`on_backend_error`): a proxy's own timeout would otherwise turn
+/// the wait into an error page. Longer than any healthy answer, shorter
+/// than the proxies' timeouts (narabu.lua gives the gate 5 s).
+const BACKEND_WAIT: Duration = Duration::from_secs(4);
+
+static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+static QUEUE: HeaderName = HeaderName::from_static("x-narabu-queue");
+static PASS_EXPIRES: HeaderName = HeaderName::from_static("x-narabu-pass-expires");
+
+/// What the query asks for: `redirect=1` answers a refusal with a 302 to
+/// the queue page instead of 401; `pass=1` mints a signed pass for an
+/// admitted visitor. Read by hand rather than with `Query`: any other
+/// query, even a malformed one, is ignored instead of answered with 400,
+/// and the common case (no query) costs nothing.
+#[derive(Default)]
+struct Asks {
+    redirect: bool,
+    pass: bool,
+}
+
+fn asks(request: &Parts) -> Asks {
+    let mut asks = Asks::default();
+    if let Some(q) = request.uri.query() {
+        for (k, v) in form_urlencoded::parse(q.as_bytes()) {
+            match (&*k, &*v) {
+                ("redirect", "1") => asks.redirect = true,
+                ("pass", "1") => asks.pass = true,
+                _ => {}
+            }
+        }
+    }
+    asks
 }
 
 /// The queue page URL for a refused request: the original URI (from the
@@ -53,15 +103,15 @@ pub fn queue_url(state: &AppState, room: &RoomId, headers: &HeaderMap) -> String
 fn refuse(state: &AppState, room: &RoomId, headers: &HeaderMap, redirect: bool) -> Response {
     let url = queue_url(state, room, headers);
     let value = HeaderValue::from_str(&url).unwrap_or_else(|_| HeaderValue::from_static("/"));
+    let mut response = Response::default();
     if redirect {
-        (StatusCode::FOUND, [(header::LOCATION, value)]).into_response()
+        *response.status_mut() = StatusCode::FOUND;
+        response.headers_mut().insert(header::LOCATION, value);
     } else {
-        (
-            StatusCode::UNAUTHORIZED,
-            [(header::HeaderName::from_static("x-narabu-queue"), value)],
-        )
-            .into_response()
+        *response.status_mut() = StatusCode::UNAUTHORIZED;
+        response.headers_mut().insert(QUEUE.clone(), value);
     }
+    response
 }
 
 /// `GET /gate/{room}`
@@ -73,6 +123,8 @@ fn refuse(state: &AppState, room: &RoomId, headers: &HeaderMap, redirect: bool) 
         RoomParam,
         ("redirect" = Option<String>, Query,
          description = "`1`: answer a visitor without a live pass with a 302 to the queue (ForwardAuth-style proxies)."),
+        ("pass" = Option<String>, Query,
+         description = "`1`: an admitted visitor's answer also sets a fresh signed pass (cookie `narabu_{room}_jwt`), for proxies that verify passes by themselves."),
         ("X-Original-URI" = Option<String>, Header,
          description = "The path the visitor asked for (nginx), for the queue's return path."),
         ("X-Forwarded-Uri" = Option<String>, Header,
@@ -80,8 +132,9 @@ fn refuse(state: &AppState, room: &RoomId, headers: &HeaderMap, redirect: bool) 
     ),
     security((), ("ticket" = [])),
     responses(
-        (status = 204, description = "An admitted visitor with a live pass: let the request through (the pass is renewed).",
-         headers(("X-Narabu-Pass-Expires" = String, description = "When the pass lapses without activity (RFC 3339)."))),
+        (status = 204, description = "An admitted visitor with a live pass: let the request through (the pass is renewed; with `?pass=1` a signed pass is set too).",
+         headers(("X-Narabu-Pass-Expires" = String, description = "When the pass lapses without activity (RFC 3339)."),
+                 ("Set-Cookie" = String, description = "With `?pass=1`: the signed pass (`narabu_{room}_jwt`); with `on_backend_error = \"open\"`: the fail-open pass."))),
         (status = 302, description = "`?redirect=1` and no live pass: to the queue.",
          headers(("Location" = String, description = "The queue page, with the return path."))),
         (status = 401, description = "No live pass: send the visitor to the queue.",
@@ -91,33 +144,60 @@ fn refuse(state: &AppState, room: &RoomId, headers: &HeaderMap, redirect: bool) 
 )]
 pub async fn gate(
     State(state): State<AppState>,
-    visitor: Result<MaybeVisitor, ApiError>,
+    room: Result<Room, ApiError>,
     // The request rather than a `HeaderMap`, which would be a copy of
     // every header on each check.
     request: Request,
 ) -> Response {
-    let headers = request.headers();
-    let MaybeVisitor { room, ticket } = match visitor {
-        Ok(v) => v,
-        Err(e) => return e.into_response(),
+    let (parts, _) = request.into_parts();
+    check(&state, room.map(|Room(r)| r), &parts).await
+}
+
+/// A gate check, whichever way it came (ahead of the router, or through
+/// it): the answer, marked `no-store`.
+async fn check(state: &AppState, room: Result<RoomId, ApiError>, request: &Parts) -> Response {
+    let mut response = match room {
+        Ok(room) => decide(state, &room, request).await,
+        Err(e) => e.into_response(),
     };
-    let redirect = wants_redirect(&request);
-    let Some(visitor) = ticket else {
-        // Without a pass the answer is the queue, unless there is no such
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+async fn decide(state: &AppState, room: &RoomId, request: &Parts) -> Response {
+    let headers = &request.headers;
+    let Asks { redirect, pass } = asks(request);
+    let Some(visitor) = ticket::find(state, room, headers).ok().flatten() else {
+        // Without a ticket the answer is the queue, unless there is no such
         // room to queue for: a misconfigured proxy should see that plainly.
-        if let Err(BackendError::NoSuchRoom(_)) = state.backend.room(&room).await {
-            return ApiError::from(BackendError::NoSuchRoom(room)).into_response();
+        if let Err(BackendError::NoSuchRoom(_)) = state.backend.epoch(room).await {
+            return ApiError::from(BackendError::NoSuchRoom(room.clone())).into_response();
         }
-        return refuse(&state, &room, headers, redirect);
+        return refuse(state, room, headers, redirect);
     };
-    match state.backend.status(&room, visitor.ticket, true).await {
+    let asked = tokio::time::timeout(
+        BACKEND_WAIT,
+        state.backend.status(room, visitor.ticket, true),
+    );
+    let status = match asked.await {
+        Ok(answer) => answer,
+        Err(_) => Err(BackendError::Unavailable(
+            "the backend did not answer the gate in time".into(),
+        )),
+    };
+    match status {
         Ok(status) if status.state == TicketState::Admitted && !status.closed => {
-            let mut response = StatusCode::NO_CONTENT.into_response();
+            let mut response = Response::new(axum::body::Body::empty());
+            *response.status_mut() = StatusCode::NO_CONTENT;
+            // First among the cookies: nginx hands the first on.
+            if pass && let Some(minted) = passes::mint(state, room, visitor.ticket, &status).await {
+                passes::set_cookie(state, room, &minted, &mut response);
+            }
             if let Some(expires) = status.pass_expires_at {
                 if let Ok(v) = HeaderValue::from_str(&expires.to_string()) {
-                    response
-                        .headers_mut()
-                        .insert(header::HeaderName::from_static("x-narabu-pass-expires"), v);
+                    response.headers_mut().insert(PASS_EXPIRES.clone(), v);
                 }
                 // Failing open needs something to trust while the backend
                 // is away: a signed pass that runs out with the real one,
@@ -133,9 +213,9 @@ pub async fn gate(
                             .ms()
                             .min(now.saturating_add(ticket::FAIL_OPEN_PASS_MS)),
                     };
-                    let cookie = ticket::pass_cookie(&state, &pass, now);
+                    let cookie = ticket::pass_cookie(state, &pass, now);
                     if let Ok(v) = HeaderValue::from_str(&cookie.to_string()) {
-                        response.headers_mut().insert(header::SET_COOKIE, v);
+                        response.headers_mut().append(header::SET_COOKIE, v);
                     }
                 }
             }
@@ -143,10 +223,10 @@ pub async fn gate(
         }
         // A reset line sends the visitor to the queue page, which says so.
         Ok(_) | Err(BackendError::NoSuchTicket | BackendError::LineReset) => {
-            refuse(&state, &room, headers, redirect)
+            refuse(state, room, headers, redirect)
         }
         Err(BackendError::NoSuchRoom(_)) => {
-            ApiError::from(BackendError::NoSuchRoom(room)).into_response()
+            ApiError::from(BackendError::NoSuchRoom(room.clone())).into_response()
         }
         Err(e) => {
             // The state store is down. When the operator chose to fail
@@ -155,13 +235,152 @@ pub async fn gate(
             // through; everyone else, the queue.
             tracing::warn!(room = %room, error = %e, "gate check failed");
             let open = state.settings.on_backend_error == OnBackendError::Open
-                && ticket::live_pass(&state, &room, visitor.ticket, headers, state.clock.now_ms())
+                && ticket::live_pass(state, room, visitor.ticket, headers, state.clock.now_ms())
                     .is_some();
             if open {
-                StatusCode::NO_CONTENT.into_response()
+                let mut response = Response::new(axum::body::Body::empty());
+                *response.status_mut() = StatusCode::NO_CONTENT;
+                response
             } else {
-                refuse(&state, &room, headers, redirect)
+                refuse(state, room, headers, redirect)
             }
         }
+    }
+}
+
+/// The gate's own metric handles, one pair per answer it gives, resolved
+/// on first use: counting a check is then two atomic updates, not two
+/// label-set lookups.
+struct GateMetrics {
+    metrics: Arc<crate::metrics::Metrics>,
+    /// 204, 302, 401, 404, 431.
+    slots: [OnceLock<(Counter, Histogram)>; 5],
+}
+
+impl GateMetrics {
+    fn observe(&self, status: StatusCode, took: Duration) {
+        let slot = match status.as_u16() {
+            204 => 0,
+            302 => 1,
+            401 => 2,
+            404 => 3,
+            431 => 4,
+            other => {
+                return self.metrics.observe_http(
+                    HttpLabels {
+                        method: "GET",
+                        route: ROUTE_LABEL,
+                        status: other,
+                    },
+                    took,
+                );
+            }
+        };
+        let (count, duration) = self.slots[slot].get_or_init(|| {
+            self.metrics.http_handles(HttpLabels {
+                method: "GET",
+                route: ROUTE_LABEL,
+                status: status.as_u16(),
+            })
+        });
+        count.inc();
+        duration.observe(took.as_secs_f64());
+    }
+}
+
+/// The route's label, as the router's matched path gives it to the other
+/// routes' metrics.
+const ROUTE_LABEL: &str = "/gate/:room";
+
+/// The service a connection is served by: `GET /gate/{room}` answered
+/// here, everything else by the router. The route stays in the router too
+/// (the OpenAPI document walks it, and a room name that needs
+/// percent-decoding goes that way).
+#[derive(Clone)]
+pub struct GateFirst {
+    state: AppState,
+    app: Router,
+    metrics: Arc<GateMetrics>,
+}
+
+impl GateFirst {
+    pub fn new(state: AppState, app: Router) -> Self {
+        let metrics = Arc::new(GateMetrics {
+            metrics: state.metrics.clone(),
+            slots: Default::default(),
+        });
+        Self {
+            state,
+            app,
+            metrics,
+        }
+    }
+}
+
+/// The room of a gate check's path, when it can be taken as it is.
+fn gate_room<'a>(method: &Method, path: &'a str) -> Option<&'a str> {
+    if method != Method::GET {
+        return None;
+    }
+    let room = path.strip_prefix("/gate/")?;
+    (!room.is_empty() && !room.contains(['/', '%'])).then_some(room)
+}
+
+type GateFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+impl Service<Request> for GateFirst {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Either<GateFuture, Oneshot<Router, Request>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        if gate_room(request.method(), request.uri().path()).is_none() {
+            return Either::Right(self.app.clone().oneshot(request));
+        }
+        let (request, _) = request.into_parts();
+        let state = self.state.clone();
+        let metrics = self.metrics.clone();
+        Either::Left(Box::pin(async move {
+            let start = Instant::now();
+            let too_large = request
+                .headers
+                .iter()
+                .map(|(name, value)| name.as_str().len() + value.len() + 4)
+                .sum::<usize>()
+                > HEADER_LIMIT;
+            let mut response = if too_large {
+                ApiError::new(
+                    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                    "headers_too_large",
+                    format!("The request's headers are larger than {HEADER_LIMIT} bytes."),
+                )
+                .into_response()
+            } else {
+                let room = gate_room(&request.method, request.uri.path())
+                    .map(RoomId::new)
+                    .unwrap_or(Err(crate::engine::InvalidRoomId))
+                    .map_err(ApiError::from);
+                check(&state, room, &request).await
+            };
+            if let Some(id) = request.headers.get(&REQUEST_ID) {
+                response
+                    .headers_mut()
+                    .insert(REQUEST_ID.clone(), id.clone());
+            }
+            // Only an error has a body a browser could sniff.
+            if response.status().is_client_error() && response.status() != StatusCode::UNAUTHORIZED
+            {
+                response.headers_mut().insert(
+                    header::X_CONTENT_TYPE_OPTIONS,
+                    HeaderValue::from_static("nosniff"),
+                );
+            }
+            metrics.observe(response.status(), start.elapsed());
+            Ok(response)
+        }))
     }
 }

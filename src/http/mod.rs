@@ -8,7 +8,9 @@
 //!   and the challenge endpoint; `draw`: the opening draw's public record
 //! - `events`: the Server-Sent Events stream a waiting page follows, and
 //!   the writers (a few per-core shards) that send every stream's events
-//! - `gate`: what a reverse proxy asks on every protected request
+//! - `gate`: what a reverse proxy asks on every protected request;
+//!   `passes`: the signed passes a proxy verifies by itself, their keys
+//!   and their cookie
 //! - `health`: liveness and readiness; `openapi`: this API described as
 //!   an OpenAPI 3.1 document, generated from the handlers and their types
 //! - `extract`: the room of the path, the visitor's ticket and operators'
@@ -44,6 +46,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod origin;
 pub mod pages;
+pub mod passes;
 pub mod presence;
 pub mod return_path;
 pub mod router;

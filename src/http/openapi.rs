@@ -86,6 +86,8 @@ impl Modify for Security {
         super::access::challenge,
         super::draw::draw,
         super::gate::gate,
+        super::passes::jwks,
+        super::passes::pem,
         super::visitor::queue,
         super::assets::serve,
         super::admin::list,

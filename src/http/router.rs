@@ -13,16 +13,19 @@ use tower_http::timeout::TimeoutLayer;
 use super::edge::EdgeLayer;
 use super::error::ApiError;
 use super::state::AppState;
-use super::{access, admin, api, assets, draw, events, gate, health, metrics, openapi, visitor};
+use super::{
+    access, admin, api, assets, draw, events, gate, health, metrics, openapi, passes, visitor,
+};
 
 /// Request bodies are tiny JSON objects; anything bigger is refused (413).
 const BODY_LIMIT: usize = 16 * 1024;
 /// Ordinary requests answer in milliseconds; event streams are exempt.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The service: [`routes`] with the layers every request passes through.
+/// The service: gate checks answered first ([`gate::GateFirst`]), then
+/// [`routes`] with the layers every other request passes through.
 pub fn router(state: AppState) -> Router {
-    routes()
+    let app = routes()
         // The request id, its log span, the metrics, the header limit and
         // nosniff; then the body limit. One `layer` call, so one boxed
         // service per route rather than one per layer.
@@ -31,7 +34,8 @@ pub fn router(state: AppState) -> Router {
                 .layer(EdgeLayer::new(state.metrics.clone()))
                 .layer(RequestBodyLimitLayer::new(BODY_LIMIT)),
         )
-        .with_state(state)
+        .with_state(state.clone());
+    Router::new().fallback_service(gate::GateFirst::new(state, app))
 }
 
 fn no_store() -> SetResponseHeaderLayer<HeaderValue> {
@@ -48,15 +52,9 @@ pub fn routes() -> Router<AppState> {
         // Join and status answers carry the ticket or the visitor's place:
         // one visitor's, never to be kept by a cache on the way.
         .route("/api/rooms/{room}/join", post(api::join).layer(no_store()))
-        // Every gate answer is one visitor's: a CDN or shared cache in front
-        // must never hand it to another.
-        .route(
-            "/gate/{room}",
-            get(gate::gate).layer(SetResponseHeaderLayer::overriding(
-                header::CACHE_CONTROL,
-                HeaderValue::from_static("no-store"),
-            )),
-        )
+        // Checks are answered ahead of the router (`gate::GateFirst`);
+        // the route answers a room name written with percent-escapes.
+        .route("/gate/{room}", get(gate::gate))
         .route(
             "/api/rooms/{room}/status",
             get(api::status).layer(no_store()),
@@ -65,6 +63,9 @@ pub fn routes() -> Router<AppState> {
         .route("/api/rooms/{room}/release", post(api::release))
         .route("/api/rooms/{room}/challenge", get(access::challenge))
         .route("/api/rooms/{room}/draw", get(draw::draw))
+        // The public keys of signed passes, for proxies, edges and apps.
+        .route("/.well-known/jwks.json", get(passes::jwks))
+        .route("/.well-known/narabu-pass.pem", get(passes::pem))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::metrics))

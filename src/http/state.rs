@@ -36,6 +36,9 @@ pub struct Shared {
     /// read from it, so tests on virtual time see one time everywhere.
     pub clock: Arc<dyn Clock>,
     pub keys: Arc<Keyring>,
+    /// Signs the passes proxies verify by themselves, and publishes their
+    /// public keys.
+    pub passes: Arc<crate::pass::PassKeys>,
     pub settings: Arc<HttpSettings>,
     /// Cancelled when the server shuts down; open streams end on it.
     pub shutdown: CancellationToken,

@@ -25,7 +25,7 @@ pub struct VisitorTicket {
 /// they carry the `__Host-` prefix, which a browser accepts only from this
 /// very host (Secure, `Path=/`, no `Domain`), so a sibling subdomain cannot
 /// plant one.
-fn cookie_prefix(state: &AppState) -> &'static str {
+pub fn cookie_prefix(state: &AppState) -> &'static str {
     if state.settings.cookie_secure {
         "__Host-narabu_"
     } else {

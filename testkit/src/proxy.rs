@@ -18,7 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Which proxy, and how it asks the gate.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// `auth_request`: the gate's 401 becomes nginx's own 302.
     Nginx,
@@ -28,6 +28,19 @@ pub enum Kind {
     Haproxy,
     /// `ForwardAuth` with `?redirect=1`, like Caddy.
     Traefik,
+    /// nginx checking signed passes itself (`config/nginx-verify.conf`,
+    /// njs): the gate only when the pass is missing or expired.
+    NginxVerify,
+    /// HAProxy checking signed passes itself (`config/haproxy-verify.cfg`,
+    /// `jwt_verify`): likewise.
+    HaproxyVerify,
+}
+
+impl Kind {
+    /// Whether the proxy verifies signed passes itself.
+    pub fn verifies(self) -> bool {
+        matches!(self, Self::NginxVerify | Self::HaproxyVerify)
+    }
 }
 
 /// A proxy as a child process on a free port, stopped on drop.
@@ -76,6 +89,21 @@ impl Proxy {
                 &address,
                 &rewrite(include_str!("../../config/traefik.yml")),
             ),
+            Kind::NginxVerify => {
+                let key = pass_key(dir.path(), narabu).await;
+                let script = dir.path().join("narabu-pass.js");
+                std::fs::write(&script, include_str!("../../config/narabu-pass.js")).unwrap();
+                let conf = rewrite(include_str!("../../config/nginx-verify.conf"))
+                    .replace("/etc/nginx/narabu-pass.pem", &key.display().to_string())
+                    .replace("/etc/nginx/narabu-pass.js", &script.display().to_string());
+                nginx(dir.path(), &conf)
+            }
+            Kind::HaproxyVerify => {
+                let key = pass_key(dir.path(), narabu).await;
+                let conf = rewrite(include_str!("../../config/haproxy-verify.cfg"))
+                    .replace("/etc/haproxy/narabu-pass.pem", &key.display().to_string());
+                haproxy(dir.path(), &conf)
+            }
         };
         // Its own log, shown if it fails to start: Caddy is chatty.
         let log = std::fs::File::create(dir.path().join("proxy.log")).unwrap();
@@ -107,6 +135,23 @@ impl Proxy {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("proxy.log")).unwrap_or_default()
     }
+}
+
+/// Narabu's public pass key, fetched as an operator would
+/// (`/.well-known/narabu-pass.pem`) into the proxy's directory.
+async fn pass_key(dir: &Path, narabu: &str) -> PathBuf {
+    let pem = reqwest::get(format!("http://{narabu}/.well-known/narabu-pass.pem"))
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(pem.starts_with("-----BEGIN PUBLIC KEY-----"), "{pem}");
+    let path = dir.join("narabu-pass.pem");
+    std::fs::write(&path, pem).unwrap();
+    path
 }
 
 fn nginx(dir: &Path, conf: &str) -> Command {

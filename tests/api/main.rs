@@ -5,6 +5,7 @@ mod fair;
 mod hostile;
 mod modes;
 mod openapi;
+mod passes;
 mod proxies;
 mod streams;
 mod verify_draw;
@@ -224,6 +225,68 @@ async fn no_gate_answer_may_be_cached() {
             "the {status} answer"
         );
     }
+    app.stop().await;
+}
+
+/// Gate checks are answered ahead of the router, without its layers: the
+/// answers are still counted per status, keep the header limit, echo a
+/// proxy's request id, and a room name written with percent-escapes is
+/// still understood (through the router).
+#[tokio::test]
+async fn gate_checks_skip_the_layers_but_keep_what_matters() {
+    let app = spawn_app(vec![room("sale", 1)]).await;
+    let admitted = app.join("sale").await;
+    app.tick("sale").await;
+    let get = |path: &str| app.client.get(app.url(path));
+    let cookie = format!("narabu_sale={}", admitted.token);
+    let ok = get("/gate/sale")
+        .header("cookie", &cookie)
+        .header("x-request-id", "proxy-id-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), StatusCode::NO_CONTENT);
+    assert_eq!(ok.headers()["x-request-id"], "proxy-id-1");
+    assert!(ok.headers().contains_key("x-narabu-pass-expires"));
+    let escaped = get("/gate/s%61le")
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(escaped.status(), StatusCode::NO_CONTENT);
+    let huge = get("/gate/sale")
+        .header("cookie", format!("junk={}", "x".repeat(20_000)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(huge.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    assert_eq!(huge.headers()["x-content-type-options"], "nosniff");
+    for bad in ["/gate/Sale", "/gate/sale/extra", "/gate/"] {
+        let answer = get(bad).send().await.unwrap();
+        assert_eq!(answer.status(), StatusCode::NOT_FOUND, "{bad}");
+    }
+    let head = app
+        .client
+        .head(app.url("/gate/sale"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.status(), StatusCode::NO_CONTENT);
+    let metrics = get("/metrics").send().await.unwrap().text().await.unwrap();
+    let count = |method: &str, status: &str| {
+        let labels = format!("{{method=\"{method}\",route=\"/gate/:room\",status=\"{status}\"}}");
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("narabu_http_requests_total{labels}")))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+    };
+    // One check through the fast path and the escaped one through the
+    // router count alike; so do the refusals the fast path gives itself.
+    assert_eq!(count("GET", "204"), Some(2), "{metrics}");
+    assert_eq!(count("HEAD", "204"), Some(1), "{metrics}");
+    assert_eq!(count("GET", "431"), Some(1), "{metrics}");
+    assert_eq!(count("GET", "404"), Some(1), "{metrics}");
     app.stop().await;
 }
 

@@ -168,3 +168,274 @@ async fn visit_through(kind: Kind) {
     drop(proxy);
     app.stop().await;
 }
+
+/// A browser's cookies, kept as a browser keeps them: every `Set-Cookie`
+/// of every answer, a removal (`Max-Age=0`) removing.
+#[derive(Default)]
+struct Jar(std::collections::BTreeMap<String, String>);
+
+impl Jar {
+    fn header(&self) -> String {
+        let pairs: Vec<String> = self.0.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        pairs.join("; ")
+    }
+
+    fn absorb(&mut self, response: &reqwest::Response) {
+        for set in response.headers().get_all(SET_COOKIE) {
+            let set = set.to_str().unwrap();
+            let (pair, attributes) = set.split_once(';').unwrap_or((set, ""));
+            let (name, value) = pair.split_once('=').unwrap();
+            if attributes.contains("Max-Age=0") || value.is_empty() {
+                self.0.remove(name.trim());
+            } else {
+                self.0
+                    .insert(name.trim().to_owned(), value.trim().to_owned());
+            }
+        }
+    }
+
+    /// The pass, under either of its names (`__Host-` with
+    /// `cookie_secure`).
+    fn pass(&self) -> Option<&str> {
+        ["narabu_sale_jwt", "__Host-narabu_sale_jwt"]
+            .iter()
+            .find_map(|name| self.0.get(*name))
+            .map(String::as_str)
+    }
+
+    fn ticket(&self) -> Option<&str> {
+        ["narabu_sale", "__Host-narabu_sale"]
+            .iter()
+            .find_map(|name| self.0.get(*name))
+            .map(String::as_str)
+    }
+
+    /// Ask for `path` through the proxy with these cookies; answer the
+    /// status and the body or the redirect's target.
+    async fn visit(
+        &mut self,
+        client: &reqwest::Client,
+        base: &str,
+        path: &str,
+    ) -> (StatusCode, String) {
+        let mut request = client.get(format!("{base}{path}"));
+        if !self.0.is_empty() {
+            request = request.header(COOKIE, self.header());
+        }
+        let response = request.send().await.unwrap();
+        self.absorb(&response);
+        let status = response.status();
+        if status == StatusCode::FOUND {
+            assert_eq!(response.headers()[CACHE_CONTROL], "no-store");
+            let location = response.headers()[LOCATION].to_str().unwrap();
+            return (
+                status,
+                location.strip_prefix(base).unwrap_or(location).to_owned(),
+            );
+        }
+        (status, response.text().await.unwrap())
+    }
+}
+
+/// How many times Narabu's gate has answered, from its own metrics.
+async fn gate_calls(app: &narabu_testkit::app::TestApp) -> u64 {
+    let text = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("narabu_http_requests_total{") && l.contains("route=\"/gate/:room\"")
+        })
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+/// Seconds until a pass has expired for certain (its `exp` is whole seconds).
+fn until_expired(pass: &str) -> Duration {
+    use base64::Engine as _;
+    let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(pass.split('.').nth(1).unwrap())
+        .unwrap();
+    let claims: Value = serde_json::from_slice(&payload).unwrap();
+    let exp_ms = claims["exp"].as_u64().unwrap() * 1000;
+    let now_ms = narabu::engine::Clock::now_ms(&narabu::engine::SystemClock);
+    Duration::from_millis(exp_ms.saturating_sub(now_ms) + 1100)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_verifying_passes_asks_the_gate_once_per_pass_lifetime() {
+    verify_through(Kind::NginxVerify, false).await;
+}
+
+/// Over HTTPS (`cookie_secure`) the cookies carry the `__Host-` prefix;
+/// the shipped configurations read either name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_verifying_passes_reads_secure_cookies_too() {
+    verify_through(Kind::NginxVerify, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn haproxy_verifying_passes_reads_secure_cookies_too() {
+    verify_through(Kind::HaproxyVerify, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn haproxy_verifying_passes_asks_the_gate_once_per_pass_lifetime() {
+    verify_through(Kind::HaproxyVerify, false).await;
+}
+
+/// A visitor behind a proxy that checks passes itself: sent to the queue
+/// without a gate call while they hold no ticket; through the gate once
+/// when admitted, then straight to the origin while the pass lives; renewed
+/// by the gate after it expires while the permit lives; and back to the
+/// queue once the permit is released and the pass has run out.
+async fn verify_through(kind: Kind, cookie_secure: bool) {
+    let lifetime = Duration::from_secs(3);
+    let config = narabu::config::Config {
+        cookie_secure,
+        ..narabu_testkit::app::config()
+    };
+    let rooms = vec![super::passes::room_with_pass("sale", 1, lifetime)];
+    let app = narabu_testkit::app::spawn_app_with(config, rooms).await;
+    let origin = spawn_origin().await;
+    let proxy = Proxy::start(kind, app.base.trim_start_matches("http://"), &origin).await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let base = proxy.base.as_str();
+    let mut jar = Jar::default();
+    let before = gate_calls(&app).await;
+
+    // No ticket: the queue, and Narabu is not asked.
+    let (status, queue) = jar.visit(&client, base, "/tickets?seat=a1").await;
+    assert_eq!(status, StatusCode::FOUND, "{}", proxy.log());
+    assert_eq!(queue, "/queue/sale?return=%2Ftickets%3Fseat%3Da1");
+    assert_eq!(gate_calls(&app).await, before, "{}", proxy.log());
+
+    // The queue page gives a ticket; waiting, the gate is asked and says
+    // "not yet".
+    let page = client.get(format!("{base}{queue}")).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    jar.absorb(&page);
+    let prefix = if cookie_secure { "__Host-" } else { "" };
+    assert!(
+        jar.0.contains_key(&format!("{prefix}narabu_sale")),
+        "{:?}",
+        jar.0
+    );
+    assert_eq!(
+        jar.visit(&client, base, "/tickets").await.0,
+        StatusCode::FOUND
+    );
+    assert_eq!(gate_calls(&app).await, before + 1);
+
+    // Admitted: one gate call mints the pass, and the next page views go
+    // to the origin without asking Narabu.
+    app.tick("sale").await;
+    let expect_origin = (StatusCode::OK, "origin page /tickets".to_owned());
+    assert_eq!(
+        jar.visit(&client, base, "/tickets").await,
+        expect_origin,
+        "{}",
+        proxy.log()
+    );
+    let first_pass = jar
+        .pass()
+        .expect("the gate's pass reached the browser")
+        .to_owned();
+    assert!(
+        jar.0.contains_key(&format!("{prefix}narabu_sale_jwt")),
+        "{:?}",
+        jar.0
+    );
+    assert_eq!(gate_calls(&app).await, before + 2);
+    for _ in 0..5 {
+        assert_eq!(jar.visit(&client, base, "/tickets").await, expect_origin);
+    }
+    assert_eq!(
+        gate_calls(&app).await,
+        before + 2,
+        "page views with a pass ask nobody"
+    );
+
+    // Expired: the gate renews it while the permit lives.
+    tokio::time::sleep(until_expired(&first_pass)).await;
+    assert_eq!(jar.visit(&client, base, "/tickets").await, expect_origin);
+    assert_eq!(gate_calls(&app).await, before + 3);
+    let renewed = jar.pass().unwrap().to_owned();
+    assert_ne!(renewed, first_pass);
+    assert_eq!(jar.visit(&client, base, "/tickets").await, expect_origin);
+    assert_eq!(gate_calls(&app).await, before + 3);
+
+    // The origin's backend releases the permit. The pass in the browser
+    // stays good until it expires (the trade-off README describes); then
+    // the gate sends the visitor to the queue.
+    let ticket = jar.ticket().unwrap().to_owned();
+    let released = app
+        .client
+        .post(app.url("/api/rooms/sale/release"))
+        .bearer_auth(narabu_testkit::app::ADMIN_TOKEN)
+        .json(&serde_json::json!({ "ticket": ticket }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(released.status(), StatusCode::NO_CONTENT);
+    tokio::time::sleep(until_expired(&renewed)).await;
+    let (status, queue) = jar.visit(&client, base, "/tickets").await;
+    assert_eq!(status, StatusCode::FOUND);
+    assert_eq!(queue, "/queue/sale?return=%2Ftickets");
+    assert_eq!(gate_calls(&app).await, before + 4);
+
+    drop(proxy);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verifying_proxies_refuse_forged_expired_other_room_and_retired_passes() {
+    let app = spawn_app(vec![room("sale", 1)]).await;
+    let origin = spawn_origin().await;
+    let live = super::passes::live_pass(&app, "sale").await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    for kind in [Kind::HaproxyVerify, Kind::NginxVerify] {
+        let proxy = Proxy::start(kind, app.base.trim_start_matches("http://"), &origin).await;
+        let base = proxy.base.as_str();
+        let before = gate_calls(&app).await;
+        // The live pass alone (no ticket cookie) opens the site: the proxy
+        // alone decided.
+        let mut jar = Jar::default();
+        jar.0.insert("narabu_sale_jwt".into(), live.clone());
+        assert_eq!(
+            jar.visit(&client, base, "/a").await,
+            (StatusCode::OK, "origin page /a".to_owned()),
+            "{kind:?}: {}",
+            proxy.log()
+        );
+        for (name, bad) in super::passes::bad_passes(&live) {
+            let mut jar = Jar::default();
+            jar.0.insert("narabu_sale_jwt".into(), bad);
+            let (status, _) = jar.visit(&client, base, "/a").await;
+            assert_eq!(
+                status,
+                StatusCode::FOUND,
+                "{kind:?} let a {name} pass through"
+            );
+        }
+        assert_eq!(
+            gate_calls(&app).await,
+            before,
+            "{kind:?}: no ticket, no gate call"
+        );
+        drop(proxy);
+    }
+    app.stop().await;
+}

@@ -256,7 +256,7 @@ async fn readings(
 }
 
 /// Up to `n` visitors admitted by the room, whose passes the gate checks.
-async fn admitted_passes(api: &Api, n: usize) -> anyhow::Result<Vec<String>> {
+pub(crate) async fn admitted_passes(api: &Api, n: usize) -> anyhow::Result<Vec<String>> {
     let mut conn = api
         .connect(None)
         .await

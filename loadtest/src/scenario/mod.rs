@@ -4,5 +4,6 @@
 pub mod bots;
 pub mod cadence;
 pub mod hammered;
+pub mod pages;
 pub mod streams;
 pub mod surge;

@@ -10,15 +10,15 @@ use serde::{Deserialize, Deserializer};
 
 use crate::access::{AccessPatch, ChallengeMode, EnqueueMode, SharedKey};
 use crate::config::{
-    ConfigError, check_admit_per_minute, check_away_grace, check_capacity, check_stock,
-    check_templates_dir, check_tick, check_timeout, opt_duration, stock_mode,
+    ConfigError, check_admit_per_minute, check_away_grace, check_capacity, check_pass_lifetime,
+    check_stock, check_templates_dir, check_tick, check_timeout, opt_duration, stock_mode,
 };
 use crate::engine::rules::Mode;
 use crate::engine::{Patch, RoomPatch, RoomSettings};
 
 /// The keys `PATCH` accepts: a room's running settings. `id`, `order` and
 /// `opens_at` shape a room's line and need a `PUT`.
-pub const PATCHABLE: [&str; 23] = [
+pub const PATCHABLE: [&str; 24] = [
     "capacity",
     "paused",
     "mode",
@@ -30,6 +30,7 @@ pub const PATCHABLE: [&str; 23] = [
     "arrival_grace",
     "queue_idle",
     "away_grace",
+    "pass_lifetime",
     "join_limit_per_minute",
     "challenge",
     "pow_difficulty",
@@ -84,6 +85,9 @@ pub struct PatchBody {
     #[serde(default, deserialize_with = "duration")]
     #[schema(value_type = Option<String>, example = "20s")]
     away_grace: Patch<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    #[schema(value_type = Option<String>, example = "60s")]
+    pass_lifetime: Patch<Duration>,
     #[serde(default)]
     #[schema(value_type = Option<u32>)]
     join_limit_per_minute: Patch<u32>,
@@ -182,6 +186,10 @@ impl PatchBody {
             }
         }
         let [(_, _, pass_idle), (_, _, arrival_grace), (_, _, queue_idle)] = timeouts;
+        let pass_lifetime = required("pass_lifetime", self.pass_lifetime)?;
+        if let Some(v) = pass_lifetime {
+            check_pass_lifetime("pass_lifetime", v)?;
+        }
         if let Patch::Value(dir) = &self.templates_dir {
             check_templates_dir("templates_dir", dir)?;
         }
@@ -204,6 +212,7 @@ impl PatchBody {
             arrival_grace,
             queue_idle,
             away_grace: required("away_grace", self.away_grace)?,
+            pass_lifetime,
             join_limit_per_minute: required("join_limit_per_minute", self.join_limit_per_minute)?,
             admit_per_minute: self.admit_per_minute,
             access: AccessPatch {
