@@ -138,7 +138,7 @@ fn is_events_path(path: &str) -> bool {
 pub async fn serve(
     mut socket: TcpStream,
     request: Box<Request<axum::body::Body>>,
-    app: axum::Router,
+    app: crate::http::gate::GateFirst,
 ) {
     let http10 = request.version() == Version::HTTP_10;
     let response = match app.oneshot(*request).await {

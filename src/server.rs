@@ -233,7 +233,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// needs a timer) above all.
 async fn accept_loop(
     listener: TcpListener,
-    app: axum::Router,
+    app: crate::http::gate::GateFirst,
     shutdown: impl Future<Output = ()> + Send + 'static,
     stop: CancellationToken,
 ) {
@@ -287,8 +287,12 @@ async fn accept_loop(
             };
             let service =
                 hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
-                    request.extensions_mut().insert(ConnectInfo(peer));
-                    router.clone().oneshot(request)
+                    // A gate check needs no address (and its map would be
+                    // allocated on every check); every other route may.
+                    if !request.uri().path().starts_with("/gate/") {
+                        request.extensions_mut().insert(ConnectInfo(peer));
+                    }
+                    router.clone().oneshot(request.map(axum::body::Body::new))
                 });
             let connection = builder
                 .serve_connection_with_upgrades(TokioIo::new(Rewind::new(prefix, socket)), service);

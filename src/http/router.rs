@@ -24,7 +24,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The service: gate checks answered first ([`gate::GateFirst`]), then
 /// [`routes`] with the layers every other request passes through.
-pub fn router(state: AppState) -> Router {
+pub fn router(state: AppState) -> gate::GateFirst {
     let app = routes()
         // The request id, its log span, the metrics, the header limit and
         // nosniff; then the body limit. One `layer` call, so one boxed
@@ -35,7 +35,7 @@ pub fn router(state: AppState) -> Router {
                 .layer(RequestBodyLimitLayer::new(BODY_LIMIT)),
         )
         .with_state(state.clone());
-    Router::new().fallback_service(gate::GateFirst::new(state, app))
+    gate::GateFirst::new(state, app)
 }
 
 fn no_store() -> SetResponseHeaderLayer<HeaderValue> {
