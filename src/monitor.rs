@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::{Backend, LineReset, RoomSnapshot};
 use crate::engine::rules::Mode;
 use crate::engine::{RoomId, Timestamp, WaitSnapshot};
-use crate::sync::lock;
+use crate::locks::lock;
 use crate::webhooks::{EventType, WebhookEvent, Webhooks};
 
 /// One sample a second, fifteen minutes of them.

@@ -34,7 +34,7 @@ use crate::engine::{
     Clock, Departure, DrawRecord, EventSink, Room, RoomEvent, RoomId, RoomSettings, TickReport,
     TicketId, TicketState, TicketStatus,
 };
-use crate::sync::{read, write};
+use crate::locks::{read, write};
 
 pub struct EmbeddedBackend {
     rooms: RwLock<HashMap<RoomId, RoomSlot>>,

@@ -52,7 +52,7 @@ use crate::engine::{
     Clock, Departure, DrawRecord, Replayer, Room, RoomId, RoomSettings, TickReport, TicketId,
     TicketState, TicketStatus,
 };
-use crate::sync::{read, write};
+use crate::locks::{read, write};
 
 /// How an instance serves shared rooms.
 #[derive(Clone, Debug)]
@@ -412,7 +412,7 @@ impl OwnedBackend {
     fn touched(&self, room: &RoomId, ticket: TicketRef) {
         let now = self.clock.now_ms();
         let first = {
-            let mut touches = crate::sync::lock(&self.touches);
+            let mut touches = crate::locks::lock(&self.touches);
             let first = touches.is_empty();
             touches.entry(room.clone()).or_default().push((ticket, now));
             first
@@ -420,7 +420,7 @@ impl OwnedBackend {
         if first && let Some(me) = self.weak.upgrade() {
             self.tasks.spawn(async move {
                 tokio::time::sleep(TOUCH_EVERY).await;
-                let rooms: Vec<RoomId> = crate::sync::lock(&me.touches).keys().cloned().collect();
+                let rooms: Vec<RoomId> = crate::locks::lock(&me.touches).keys().cloned().collect();
                 for room in rooms {
                     if let Err(e) = me.send_touches(&room).await {
                         tracing::debug!(room = %room, error = %e, "signs of life not sent");
@@ -432,7 +432,7 @@ impl OwnedBackend {
 
     /// Send the signs of life gathered for `room`, if any.
     async fn send_touches(&self, room: &RoomId) -> Result<(), BackendError> {
-        let Some(touches) = crate::sync::lock(&self.touches).remove(room) else {
+        let Some(touches) = crate::locks::lock(&self.touches).remove(room) else {
             return Ok(());
         };
         self.send(room, Cmd::Touch(touches)).await.map(|_| ())
@@ -464,7 +464,7 @@ impl OwnedBackend {
                 found => return found.map(|id| (view, id)),
             }
             let pending = TicketId::try_from(t.id).is_ok_and(|id| {
-                crate::sync::lock(&slot.replay)
+                crate::locks::lock(&slot.replay)
                     .as_ref()
                     .is_some_and(|(r, _)| r.is_pending(id))
             });
@@ -526,7 +526,7 @@ impl Wire {
 /// start the copy again from the image), and publish the view as of the
 /// replica's place in the log.
 fn view_moved(slot: &Arc<Slot>, replica: &Replica, moved: Moved<'_>, clock: &Arc<dyn Clock>) {
-    let mut replay = crate::sync::lock(&slot.replay);
+    let mut replay = crate::locks::lock(&slot.replay);
     let records = match (moved, replay.is_some()) {
         (Moved::Applied(records), true) => records,
         _ => {

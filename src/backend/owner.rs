@@ -88,7 +88,7 @@ impl Owned {
 
     /// The engine of the room's current incarnation.
     pub fn room(&self) -> Arc<Room> {
-        crate::sync::read(&self.room).clone()
+        crate::locks::read(&self.room).clone()
     }
 
     /// Replace the room with a new incarnation (a new epoch: the old
@@ -96,7 +96,7 @@ impl Owned {
     /// closed, and whatever it still does is kept out of the log, so no
     /// replica applies the old line's changes to the new one.
     pub fn replace(&self, settings: RoomSettings) -> Arc<Room> {
-        let mut current = crate::sync::write(&self.incarnation);
+        let mut current = crate::locks::write(&self.incarnation);
         *current += 1;
         let sink = Arc::new(IncarnationSink {
             writer: self.writer.clone(),
@@ -107,7 +107,7 @@ impl Owned {
         self.writer.created(&room.image());
         drop(current);
         self.writer.tally_from(&room);
-        let old = std::mem::replace(&mut *crate::sync::write(&self.room), room.clone());
+        let old = std::mem::replace(&mut *crate::locks::write(&self.room), room.clone());
         old.close();
         room
     }
@@ -125,7 +125,7 @@ impl EventSink for IncarnationSink {
     fn record(&self, event: crate::engine::RoomEvent<'_>) {
         // Held while appending, so a replacement's record cannot come
         // between the check and the append.
-        let current = crate::sync::read(&self.current);
+        let current = crate::locks::read(&self.current);
         if *current == self.mine {
             self.writer.record(event);
         }

@@ -14,7 +14,7 @@ use std::sync::RwLock;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::departures::Departures;
-use crate::sync::{read, write};
+use crate::locks::{read, write};
 
 /// One lane's head, departures and back set.
 #[derive(Debug, Default)]

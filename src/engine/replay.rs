@@ -26,7 +26,7 @@ use super::event::EventRecord;
 use super::room::Room;
 use super::rules::TicketState;
 use super::ticket::{Ticket, TicketId};
-use crate::sync::{lock, write};
+use crate::locks::{lock, write};
 
 /// A room kept by applying another room's records.
 pub struct Replayer {

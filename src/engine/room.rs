@@ -40,7 +40,7 @@ use super::settings::{Order, RoomId, RoomPatch, RoomSettings};
 use super::ticket::{Ticket, TicketId, TicketState};
 use super::view::{Counters, LaneView, PermitLedger, RoomStats, RoomView, WaitHistogram};
 use super::worker::Worker;
-use crate::sync::{lock, read, write};
+use crate::locks::{lock, read, write};
 
 /// Who a join is for, so that the same visitor joining twice (double click,
 /// refresh, retried request) gets the same ticket. The HTTP layer derives it

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::room::Room;
 use super::rules::AdmissionRate;
 use super::view::WaitSnapshot;
-use crate::sync::lock;
+use crate::locks::lock;
 
 /// A room's figures as its owner has them (see the module's comment).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

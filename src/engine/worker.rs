@@ -15,7 +15,7 @@ use super::room::{Line, Room, take_up_to};
 use super::rules::{self, AdmissionRate, SWEEP_BUDGET};
 use super::ticket::{TicketId, TicketState};
 use super::view::TickReport;
-use crate::sync::lock;
+use crate::locks::lock;
 
 #[derive(Debug)]
 pub(crate) struct Worker {

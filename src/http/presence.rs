@@ -29,7 +29,7 @@ use super::error::ApiError;
 use crate::backend::{Backend, StreamsHeard, StreamsReport, TicketRef};
 use crate::engine::RoomId;
 use crate::engine::rules;
-use crate::sync::lock;
+use crate::locks::lock;
 
 /// A change in the streams held is reported within this.
 pub const FRESH: Duration = Duration::from_millis(500);

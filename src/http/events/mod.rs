@@ -51,7 +51,7 @@ use super::extract::{ReturnTo, Visitor};
 use super::limits::ClientIp;
 use super::openapi::{ErrorBody, RoomParam};
 use super::state::AppState;
-use crate::sync::lock;
+use crate::locks::lock;
 
 /// The count ahead a reconnecting client last saw, from `Last-Event-ID`.
 fn last_seen(headers: &HeaderMap) -> Option<u64> {

@@ -18,7 +18,7 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::net::TcpStream;
 
 use super::Handoff;
-use crate::sync::lock;
+use crate::locks::lock;
 
 /// A client that has not taken this much of its stream has stopped
 /// reading: it is let go rather than buffered for.

@@ -34,7 +34,7 @@ use crate::backend::Backend;
 use crate::backend::feed::{LineMoves, RoomFeed};
 use crate::engine::rules::{LaneLoads, Mode, RoomFacts};
 use crate::engine::{Clock, RoomId};
-use crate::sync::lock;
+use crate::locks::lock;
 
 /// Streams looked at between two looks at the shard's own news.
 const GROUP: usize = 64;
