@@ -24,6 +24,18 @@ pub fn room_with_pass(id: &str, capacity: u32, lifetime: Duration) -> RoomSettin
     }
 }
 
+/// The keys the app publishes, as its JWKS.
+async fn published_keys(app: &narabu_testkit::app::TestApp) -> Value {
+    app.client
+        .get(app.url("/.well-known/jwks.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 fn now_secs() -> u64 {
     narabu::engine::Clock::now_ms(&narabu::engine::SystemClock) / 1000
 }
@@ -251,15 +263,7 @@ async fn a_rotated_key_keeps_its_passes_valid_and_a_retired_one_does_not() {
         ..config()
     };
     let app = spawn_app_with(config, vec![room("sale", 1)]).await;
-    let jwks: Value = app
-        .client
-        .get(app.url("/.well-known/jwks.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let jwks = published_keys(&app).await;
     let keys = jwks["keys"].as_array().unwrap();
     assert_eq!(keys.len(), 2, "{jwks}");
     assert_eq!(keys[0]["kid"], keys_of(SECRET, None).kid());
@@ -465,15 +469,7 @@ async fn eddsa_passes_verify_with_the_published_okp_key() {
         ..config()
     };
     let app = spawn_app_with(config, vec![room("sale", 1)]).await;
-    let jwks: Value = app
-        .client
-        .get(app.url("/.well-known/jwks.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let jwks = published_keys(&app).await;
     assert_eq!(jwks["keys"][0]["kty"], "OKP", "{jwks}");
     assert_eq!(jwks["keys"][0]["crv"], "Ed25519", "{jwks}");
     assert_eq!(jwks["keys"][0]["alg"], "EdDSA", "{jwks}");

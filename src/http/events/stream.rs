@@ -198,12 +198,12 @@ impl Stream {
                 }
             }));
         }
+        // How far the line had moved when a count was made: read first, so
+        // the count is at least as new.
+        let mut moved = self.feed.moves(self.lane);
         // A change between a look and its wait would be missed: look
         // again (a few times at most) while the line moved meanwhile.
         for _ in 0..3 {
-            // How far the line had moved when this count was made: read
-            // first, so the count is at least as new.
-            let moved = self.feed.moves(self.lane);
             let status = self.tracker.status(&*self.feed, now);
             let first = self.last_sent.is_none();
             let start = out.len();
@@ -250,9 +250,11 @@ impl Stream {
             self.copy = moved.copy;
             self.moves_at = needed.map_or(NEVER, |n| moved.count.saturating_add(n.max(1)));
             self.at_ms = look_at;
-            if !self.moved_enough(self.feed.moves(self.lane)) {
+            let since = self.feed.moves(self.lane);
+            if !self.moved_enough(since) {
                 break;
             }
+            moved = since;
         }
         Look::Wait
     }
