@@ -280,10 +280,18 @@ async fn accept_loop(
                     Err(_) => return,
                 },
             };
-            let prefix = match first {
+            let (socket, prefix) = match first {
                 First::Closed => return,
                 First::Stream(request) => return lean::serve(socket, request, router).await,
-                First::Other(prefix) => prefix,
+                First::Gate(buf) => {
+                    let served =
+                        lean::gate::serve(socket, buf, router.clone(), HEADER_READ_TIMEOUT, stop);
+                    match served.await {
+                        lean::gate::Ended::Closed => return,
+                        lean::gate::Ended::Handoff(socket, rest) => (socket, rest),
+                    }
+                }
+                First::Other(prefix) => (socket, prefix),
             };
             let service =
                 hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {

@@ -621,3 +621,100 @@ async fn a_client_that_trickles_its_headers_is_hung_up_on() {
     assert!(!String::from_utf8_lossy(&answer).contains(" 204 "));
     app.stop().await;
 }
+
+/// Reads one response (head, then a body of its `content-length`) from a
+/// raw connection, keeping any bytes after it for the next.
+async fn read_response(socket: &mut tokio::net::TcpStream, pending: &mut Vec<u8>) -> String {
+    loop {
+        if let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&pending[..end + 4]).into_owned();
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length: ")
+                        .map(str::to_owned)
+                })
+                .map_or(0, |n| n.trim().parse::<usize>().unwrap());
+            if pending.len() >= end + 4 + length {
+                let whole: Vec<u8> = pending.drain(..end + 4 + length).collect();
+                return String::from_utf8_lossy(&whole).into_owned();
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(10), socket.read(&mut chunk))
+            .await
+            .expect("an answer in time")
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed early; read so far: {}",
+            String::from_utf8_lossy(pending)
+        );
+        pending.extend_from_slice(&chunk[..n]);
+    }
+}
+
+#[tokio::test]
+async fn a_connection_that_asks_the_gate_gets_every_answer_in_order_then_anything_else() {
+    let app = spawn_app(vec![room("sale", 1)]).await;
+    let admitted = app.join("sale").await;
+    app.tick("sale").await;
+    let cookie = format!("narabu_sale={}", admitted.token);
+    let address = app.base.trim_start_matches("http://").to_owned();
+    let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
+    // Three checks in one send (a stranger, the admitted visitor, a room
+    // that does not exist), then a request the gate path does not serve:
+    // four answers, in order, on one connection.
+    let sent = format!(
+        "GET /gate/sale HTTP/1.1\r\nHost: x\r\nX-Request-Id: one\r\n\r\n\
+         GET /gate/sale?pass=1 HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\n\r\n\
+         GET /gate/nosuch HTTP/1.1\r\nHost: x\r\n\r\n\
+         GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    );
+    socket.write_all(sent.as_bytes()).await.unwrap();
+    let mut pending = Vec::new();
+    let stranger = read_response(&mut socket, &mut pending).await;
+    assert!(stranger.starts_with("HTTP/1.1 401 "), "{stranger}");
+    assert!(stranger.contains("x-request-id: one\r\n"), "{stranger}");
+    assert!(stranger.contains("x-narabu-queue: "), "{stranger}");
+    let passed = read_response(&mut socket, &mut pending).await;
+    assert!(passed.starts_with("HTTP/1.1 204 "), "{passed}");
+    assert!(passed.contains("set-cookie: narabu_sale_jwt="), "{passed}");
+    let missing = read_response(&mut socket, &mut pending).await;
+    assert!(missing.starts_with("HTTP/1.1 404 "), "{missing}");
+    assert!(missing.contains("\"unknown_room\""), "{missing}");
+    let health = read_response(&mut socket, &mut pending).await;
+    assert!(health.starts_with("HTTP/1.1 200 "), "{health}");
+
+    // A gate connection that then trickles a head is hung up on, as the
+    // first request's would be.
+    let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
+    socket
+        .write_all(b"GET /gate/sale HTTP/1.1\r\nHost: x\r\n\r\nGET /gate/sale HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    let mut pending = Vec::new();
+    let first = read_response(&mut socket, &mut pending).await;
+    assert!(first.starts_with("HTTP/1.1 401 "), "{first}");
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(40), socket.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "the server never hung up");
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+
+    // HTTP/1.0 without keep-alive: one answer, then the server closes.
+    let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
+    socket
+        .write_all(b"GET /gate/sale HTTP/1.0\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), socket.read_to_end(&mut answer))
+        .await
+        .expect("closed after the answer")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 401 "), "{answer}");
+    assert!(answer.contains("connection: close\r\n"), "{answer}");
+    app.stop().await;
+}

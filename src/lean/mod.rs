@@ -1,4 +1,5 @@
-//! A lean connection path for event streams.
+//! Lean connection paths: event streams, and connections that only ask
+//! the gate ([`gate`]).
 //!
 //! hyper keeps an 8 KiB read buffer and an 8 KiB write buffer for every
 //! connection for as long as it is open (its `INIT_BUFFER_SIZE`, which its
@@ -11,8 +12,10 @@
 //! visitor's event stream as a head, then the socket goes to the stream
 //! writers (`http::events`), which write each event straight to it with no
 //! buffer kept between events; any other stream event by event, anything
-//! else whole, then the connection closes. Every other connection goes to hyper with the bytes read so far
-//! put back in front ([`Rewind`]).
+//! else whole, then the connection closes. A connection whose first
+//! request is a gate check is served by [`gate`]. Every other connection
+//! goes to hyper with the bytes read so far put back in front
+//! ([`Rewind`]).
 //!
 //! Only a connection's first request can take this path; an event stream
 //! asked for on a kept-alive connection is served by hyper as before (so
@@ -31,6 +34,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tower::ServiceExt;
 
+pub mod gate;
+
 /// The most a head may take on this path; a bigger one goes to hyper and
 /// on to the router, whose edge layer refuses it (431).
 const MAX_HEAD: usize = 16 * 1024 + 1024;
@@ -41,6 +46,8 @@ const MAX_HEADERS: usize = 64;
 pub enum First {
     /// The head of an event-stream request, to serve here.
     Stream(Box<Request<axum::body::Body>>),
+    /// A gate check (and whatever followed it), to serve with [`gate`].
+    Gate(BytesMut),
     /// Anything else: the bytes read so far, for hyper.
     Other(Bytes),
     /// The peer closed (or failed) before sending a whole head.
@@ -48,17 +55,21 @@ pub enum First {
 }
 
 /// Read the connection's first request head, or as much of it as tells it
-/// is not an event-stream request. The caller bounds this in time.
+/// is neither an event-stream request nor a gate check. The caller bounds
+/// this in time.
 pub async fn read_first(socket: &mut TcpStream, peer: SocketAddr) -> First {
-    const PREFIX: &[u8] = b"GET /api/rooms/";
+    const PREFIXES: [&[u8]; 2] = [b"GET /api/rooms/", b"GET /gate/"];
     let mut buf = BytesMut::with_capacity(1024);
     loop {
         match socket.read_buf(&mut buf).await {
             Ok(0) | Err(_) => return First::Closed,
             Ok(_) => {}
         }
-        let n = buf.len().min(PREFIX.len());
-        if buf[..n] != PREFIX[..n] {
+        let may_be_ours = PREFIXES.iter().any(|prefix| {
+            let n = buf.len().min(prefix.len());
+            buf[..n] == prefix[..n]
+        });
+        if !may_be_ours {
             return First::Other(buf.freeze());
         }
         match parse(&buf, peer) {
@@ -68,6 +79,7 @@ pub async fn read_first(socket: &mut TcpStream, peer: SocketAddr) -> First {
                 }
             }
             Parsed::Stream(request) => return First::Stream(request),
+            Parsed::Gate => return First::Gate(buf),
             Parsed::Partial | Parsed::Other => return First::Other(buf.freeze()),
         }
     }
@@ -76,6 +88,8 @@ pub async fn read_first(socket: &mut TcpStream, peer: SocketAddr) -> First {
 enum Parsed {
     Partial,
     Stream(Box<Request<axum::body::Body>>),
+    /// A whole gate check: [`gate`] reads it again, with what follows.
+    Gate,
     Other,
 }
 
@@ -89,14 +103,16 @@ fn parse(buf: &[u8], peer: SocketAddr) -> Parsed {
         Ok(httparse::Status::Partial) => return Parsed::Partial,
         Err(_) => return Parsed::Other,
     };
-    // Pipelined bytes after the head belong to hyper's keep-alive logic.
-    if len != buf.len() {
-        return Parsed::Other;
-    }
     let (Some(path), Some(minor)) = (head.path, head.version) else {
         return Parsed::Other;
     };
-    if !is_events_path(path.split('?').next().unwrap_or("")) {
+    let route = path.split('?').next().unwrap_or("");
+    if head.method == Some("GET") && crate::http::gate::gate_room(&Method::GET, route).is_some() {
+        return Parsed::Gate;
+    }
+    // Pipelined bytes after a stream's head belong to hyper's keep-alive
+    // logic.
+    if len != buf.len() || !is_events_path(route) {
         return Parsed::Other;
     }
     let mut builder = Request::builder()
