@@ -13,13 +13,15 @@
 //! configuration (no room, no key, no token), so it is the same for every
 //! caller and every instance.
 
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
-use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
+use utoipa::openapi::{RefOr, Schema};
+use utoipa::{IntoParams, Modify, OpenApi, PartialSchema, ToSchema};
 
 /// The room of the path: `[a-z0-9][a-z0-9-]{0,63}`; any other name is
 /// answered 404, as a room that does not exist.
@@ -37,6 +39,158 @@ pub struct ErrorBody {
     pub error: String,
     /// A human sentence; its wording may change.
     pub message: String,
+}
+
+/// One event of an event stream as an `EventSource` (and schemathesis)
+/// parses it: its name (`event`), `id`, `retry` and `data`, the JSON text
+/// a handler parses. One schema per event name; each `data` is described
+/// by `contentSchema` and its start checked by a `pattern`, since a
+/// validator checks only the text, not the JSON inside it.
+fn sse_events(events: serde_json::Value) -> RefOr<Schema> {
+    serde_json::from_value(serde_json::json!({ "oneOf": events }))
+        .expect("the event schemas are well-formed")
+}
+
+/// An event with a fixed name (or one of several), an `id` schema and a
+/// `data` whose JSON has `content`.
+fn sse_event(
+    names: &[&str],
+    id: serde_json::Value,
+    pattern: &str,
+    content: serde_json::Value,
+) -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "required": ["event", "data"],
+        "additionalProperties": false,
+        "properties": {
+            "event": { "type": "string", "enum": names },
+            "id": id,
+            "retry": { "type": "integer", "minimum": 0 },
+            "data": {
+                "type": "string",
+                "pattern": pattern,
+                "contentMediaType": "application/json",
+                "contentSchema": content,
+            },
+        },
+    })
+}
+
+/// The events of a visitor's stream (`GET /api/rooms/{room}/events`):
+/// `position` while waiting (its `id` the number ahead, which a
+/// reconnecting browser sends back as `Last-Event-ID`), then one event
+/// that ends the stream with `id: end`.
+pub struct VisitorEvent;
+
+impl PartialSchema for VisitorEvent {
+    fn schema() -> RefOr<Schema> {
+        let end = serde_json::json!({ "type": "string", "enum": ["end"] });
+        sse_events(serde_json::json!([
+            sse_event(
+                &["position"],
+                serde_json::json!({ "type": "string", "pattern": "^[0-9]+$" }),
+                r#"^\{"status":"waiting","#,
+                serde_json::json!({ "$ref": "#/components/schemas/VisitorStatus" }),
+            ),
+            sse_event(
+                &["admitted"],
+                end.clone(),
+                r#"^\{"status":"admitted","#,
+                serde_json::json!({
+                    "type": "object",
+                    "required": ["status"],
+                    "properties": {
+                        "status": { "type": "string", "enum": ["admitted"] },
+                        "redirect": { "type": ["string", "null"], "description": "Where to go now: the return path." },
+                        "pass_expires_at": { "type": ["string", "null"], "format": "date-time" },
+                    },
+                }),
+            ),
+            sse_event(
+                &["expired", "left"],
+                end.clone(),
+                r#"^\{"status":"(expired|left)"\}$"#,
+                serde_json::json!({
+                    "type": "object",
+                    "required": ["status"],
+                    "properties": { "status": { "type": "string", "enum": ["expired", "left"] } },
+                }),
+            ),
+            sse_event(
+                &["closed"],
+                end.clone(),
+                r#"^\{"status":"closed","reason":"(sold_out|closed)"\}$"#,
+                serde_json::json!({
+                    "type": "object",
+                    "required": ["status", "reason"],
+                    "properties": {
+                        "status": { "type": "string", "enum": ["closed"] },
+                        "reason": { "type": "string", "enum": ["sold_out", "closed"] },
+                    },
+                }),
+            ),
+            sse_event(
+                &["reset"],
+                end,
+                r#"^\{"status":"reset"\}$"#,
+                serde_json::json!({
+                    "type": "object",
+                    "required": ["status"],
+                    "properties": { "status": { "type": "string", "enum": ["reset"] } },
+                }),
+            ),
+        ]))
+    }
+}
+
+impl ToSchema for VisitorEvent {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("VisitorEvent")
+    }
+}
+
+/// The events of the operators' stream (`GET /admin/events`): `history`
+/// once (each room's last minutes of figures), then `update` every second
+/// (every room's view).
+pub struct DashboardEvent;
+
+impl PartialSchema for DashboardEvent {
+    fn schema() -> RefOr<Schema> {
+        let none = serde_json::json!({ "type": "string" });
+        sse_events(serde_json::json!([
+            sse_event(
+                &["history"],
+                none.clone(),
+                r#"^\{"rooms":\{"#,
+                serde_json::json!({
+                    "type": "object",
+                    "required": ["rooms"],
+                    "properties": { "rooms": {
+                        "type": "object",
+                        "description": "Per room, its figures a second apart, oldest first.",
+                        "additionalProperties": { "type": "array", "items": { "type": "object" } },
+                    } },
+                }),
+            ),
+            sse_event(
+                &["update"],
+                none,
+                r#"^\{"rooms":\["#,
+                serde_json::json!({
+                    "type": "object",
+                    "required": ["rooms"],
+                    "properties": { "rooms": { "type": "array", "items": { "type": "object" } } },
+                }),
+            ),
+        ]))
+    }
+}
+
+impl ToSchema for DashboardEvent {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("DashboardEvent")
+    }
 }
 
 /// Names the two bearer schemes the operations refer to.

@@ -35,7 +35,7 @@ use super::api::{self, PurchaseBody};
 use super::auth::require_admin;
 use super::error::ApiError;
 use super::extract::{Admin, Room};
-use super::openapi::{ErrorBody, RoomParam};
+use super::openapi::{DashboardEvent, ErrorBody, RoomParam};
 use super::pages::PageError;
 use super::state::AppState;
 use crate::backend::{BackendError, RoomSnapshot, TicketRef};
@@ -637,7 +637,7 @@ pub async fn purchases(
     tag = "admin",
     security(("admin" = [])),
     responses(
-        (status = 200, description = "The stream.", content_type = "text/event-stream", body = String),
+        (status = 200, description = "The stream: `history` once, then an `update` a second.", content_type = "text/event-stream", body = DashboardEvent),
         (status = 401, description = "No admin token, or a wrong one.", body = ErrorBody),
         (status = 404, description = "The admin API is off.", body = ErrorBody),
     ),

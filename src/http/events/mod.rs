@@ -49,7 +49,7 @@ pub use writers::{Start, Writers};
 use super::error::ApiError;
 use super::extract::{ReturnTo, Visitor};
 use super::limits::ClientIp;
-use super::openapi::{ErrorBody, RoomParam};
+use super::openapi::{ErrorBody, RoomParam, VisitorEvent};
 use super::state::AppState;
 use crate::locks::lock;
 
@@ -100,7 +100,7 @@ impl Handoff {
     ),
     security(("ticket" = [])),
     responses(
-        (status = 200, description = "The stream.", content_type = "text/event-stream", body = String),
+        (status = 200, description = "The stream: `position` events while waiting, then one that ends it.", content_type = "text/event-stream", body = VisitorEvent),
         (status = 400, description = "`return` is not a relative path on this site.", body = ErrorBody),
         (status = 401, description = "No ticket, a damaged one, or one of another room.", body = ErrorBody),
         (status = 404, description = "No such room.", body = ErrorBody),
