@@ -102,7 +102,7 @@ pub struct AccessSettings {
 
 impl AccessSettings {
     /// About a second of WebCrypto hashing on a phone (2^15 hashes on
-    /// average; README's "Proof of work" section has the measurements).
+    /// average; the "Proof of work" section of docs/fair-access.md has the measurements).
     pub const DEFAULT_DIFFICULTY: u8 = 15;
     pub const DEFAULT_RISE_PER_SECOND: u32 = 50;
     /// How many bits below the room's current difficulty a solution is

@@ -12,7 +12,7 @@
 //! joined without breaking the published commitment.
 //!
 //! [`DrawRecord`] is what a room publishes of its draw, for anyone to check
-//! with [`LotterySeed::verify`] (or with `sha256sum`: the README shows how).
+//! with [`LotterySeed::verify`] (or with `sha256sum`: docs/fair-access.md shows how).
 
 use sha2::{Digest, Sha256};
 

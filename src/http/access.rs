@@ -219,7 +219,7 @@ impl AccessBook {
     }
 }
 
-/// A challenge as JSON: what a solver needs (`README.md`, "Proof of work").
+/// A challenge as JSON: what a solver needs (`docs/fair-access.md`, "Proof of work").
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = Challenge)]
 pub struct ChallengeBody {

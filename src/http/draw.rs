@@ -4,7 +4,7 @@
 //! Before opening it holds the commitment (SHA-256 of the secret seed);
 //! after, also the seed and the pre-queue's ticket ids in drawn order, so
 //! that anyone can recompute the order (`narabu verify-draw URL`, or a few
-//! lines of shell in the README) and see that nobody chose it. A visitor
+//! lines of shell in docs/fair-access.md) and see that nobody chose it. A visitor
 //! finds their own place from their ticket: a request carrying one (the
 //! room cookie, or `Authorization: Bearer`) gets its ticket id and place,
 //! and `?ticket=<id>` looks any ticket up.

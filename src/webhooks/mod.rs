@@ -52,7 +52,7 @@ macro_rules! event_types {
         }
 
         impl EventType {
-            /// Every event type, in the order the README lists them.
+            /// Every event type, in the order docs/operating.md lists them.
             pub const ALL: &[EventType] = &[$(EventType::$variant,)*];
 
             /// The `type` receivers see, such as `room.paused`.
@@ -202,7 +202,7 @@ impl Webhooks {
                 "webhook secret is a plain string, not a Standard Webhooks `whsec_` secret: \
                  deliveries also carry the old X-Narabu-Signature header; move the receiver \
                  to a Standard Webhooks library, then configure the secret as whsec_ and \
-                 its base64 (README, Webhooks)"
+                 its base64 (docs/operating.md, Webhooks)"
             );
         }
         if targets.is_empty() {

@@ -155,11 +155,11 @@ mod tests {
         );
     }
 
-    /// The README's worked example (its signature made by the Python
+    /// The operators' guide's worked example (its signature made by the Python
     /// reference library) is what Narabu sends.
     #[test]
-    fn the_readme_example_is_signed_as_shown() {
-        let readme = include_str!("../../README.md");
+    fn the_documented_example_is_signed_as_shown() {
+        let readme = include_str!("../../docs/operating.md");
         let k = key("whsec_cmVwbGFjZS13aXRoLW9wZW5zc2wtcmFuZC1iYXNlNjQtMzI=").expect("valid");
         let body = readme
             .lines()

@@ -96,7 +96,7 @@ async fn deliveries_verify_with_the_standard_webhooks_library() {
     let current = whsec(&rand_key());
     let previous = whsec(&rand_key());
     // A receiver still on a plain secret: for the library, the same key is
-    // `whsec_` and the base64 of the string (the README's way off it).
+    // `whsec_` and the base64 of the string (docs/operating.md's way off it).
     let plain = "plain-secret-from-before-the-standard-0123";
     let mut receiver = Receiver::start(&json!({
         "/hook": {"secret": current, "previous": previous},

@@ -27,7 +27,7 @@ fn pow_room(id: &str) -> RoomSettings {
     s
 }
 
-/// A solver written from the README's description alone: the smallest n
+/// A solver written from docs/fair-access.md's description alone: the smallest n
 /// with SHA-256(token || decimal n) starting with `bits` zero bits.
 fn solve(token: &str, bits: u8) -> u64 {
     (0u64..)

@@ -375,7 +375,7 @@ async fn verify_through(kind: Kind, cookie_secure: bool) {
     assert_eq!(gate_calls(&app).await, before + 3);
 
     // The origin's backend releases the permit. The pass in the browser
-    // stays good until it expires (the trade-off README describes); then
+    // stays good until it expires (the trade-off docs/proxies.md describes); then
     // the gate sends the visitor to the queue.
     let ticket = jar.ticket().unwrap().to_owned();
     let released = app

@@ -15,7 +15,7 @@
 //! than capacity were admitted at once, every permit is accounted for at
 //! rest, and admissions resumed after the failover. With
 //! `redis_wait_replicas = 0` the same run prints how many acknowledged
-//! tickets were lost (a figure for the README, not a failure).
+//! tickets were lost (a figure for docs/redis.md, not a failure).
 //! `cargo test --test redis acknowledged -- --nocapture` prints the figures.
 
 use std::collections::HashMap;

@@ -9,7 +9,7 @@
 //!
 //! A handler describes a page as data: the [`Visit`] (language, room,
 //! return path) and one of [`Page`]'s variants. Together they form the
-//! template's context, whose every variable is documented in the README
+//! template's context, whose every variable is documented in docs/pages.md
 //! ("Your own pages") and known in advance, which is what lets a template
 //! that names an unknown variable be refused when it is loaded instead of
 //! failing in front of a visitor.
