@@ -57,7 +57,7 @@ pub struct RoomTable {
         with = "opt_duration",
         skip_serializing_if = "Option::is_none"
     )]
-    #[schema(value_type = Option<String>, example = "10m")]
+    #[schema(value_type = Option<String>, example = "250ms")]
     pub tick: Option<Duration>,
     #[serde(
         default,
@@ -122,10 +122,13 @@ pub struct RoomTable {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub challenge: Option<ChallengeMode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 32)]
     pub pow_difficulty: Option<u8>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 32)]
     pub pow_difficulty_max: Option<u8>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
     pub pow_rise_per_second: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enqueue: Option<EnqueueMode>,

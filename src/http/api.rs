@@ -232,7 +232,8 @@ pub fn set_cookie(state: &AppState, room: &RoomId, token: String) -> (header::He
         ("Idempotency-Key" = Option<String>, Header,
          description = "A client-side retry id (16 to 255 visible ASCII characters, e.g. a UUID): \
                         one live ticket per key and room. It does not recover the ticket's token: \
-                        a repeat from a client without the ticket is 409."),
+                        a repeat from a client without the ticket is 409.",
+         pattern = r"^[!-~]{16,255}$"),
     ),
     request_body(content = Option<Proof>, content_type = "application/json",
                  description = "Empty (or `null`), or the proof a room asks for."),

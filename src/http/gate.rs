@@ -130,7 +130,7 @@ fn refuse(state: &AppState, room: &RoomId, headers: &HeaderMap, redirect: bool) 
         ("X-Forwarded-Uri" = Option<String>, Header,
          description = "The same, as Traefik and Caddy send it."),
     ),
-    security((), ("ticket" = [])),
+    security(("ticket" = []), ()),
     responses(
         (status = 204, description = "An admitted visitor with a live pass: let the request through (the pass is renewed; with `?pass=1` a signed pass is set too).",
          headers(("X-Narabu-Pass-Expires" = String, description = "When the pass lapses without activity (RFC 3339)."),

@@ -56,13 +56,13 @@ pub const FIXED: [&str; 5] = ["id", "order", "opens_at", "lanes", "default_lane"
 #[serde(deny_unknown_fields)]
 pub struct PatchBody {
     #[serde(default)]
-    #[schema(value_type = Option<u32>, minimum = 1, maximum = 1_000_000)]
+    #[schema(value_type = u32, required = false, minimum = 1, maximum = 1_000_000)]
     capacity: Patch<u32>,
     #[serde(default)]
-    #[schema(value_type = Option<bool>)]
+    #[schema(value_type = bool, required = false)]
     paused: Patch<bool>,
     #[serde(default)]
-    #[schema(value_type = Option<Mode>)]
+    #[schema(value_type = Mode, required = false)]
     mode: Patch<Mode>,
     #[serde(default)]
     #[schema(value_type = Option<u64>)]
@@ -71,43 +71,43 @@ pub struct PatchBody {
     #[schema(value_type = Option<bool>)]
     open_now: Patch<bool>,
     #[serde(default, deserialize_with = "duration")]
-    #[schema(value_type = Option<String>, example = "10m")]
+    #[schema(value_type = String, required = false, example = "250ms")]
     tick: Patch<Duration>,
     #[serde(default, deserialize_with = "duration")]
-    #[schema(value_type = Option<String>, example = "10m")]
+    #[schema(value_type = String, required = false, example = "10m")]
     pass_idle: Patch<Duration>,
     #[serde(default, deserialize_with = "duration")]
-    #[schema(value_type = Option<String>, example = "10m")]
+    #[schema(value_type = String, required = false, example = "10m")]
     arrival_grace: Patch<Duration>,
     #[serde(default, deserialize_with = "duration")]
-    #[schema(value_type = Option<String>, example = "10m")]
+    #[schema(value_type = String, required = false, example = "10m")]
     queue_idle: Patch<Duration>,
     #[serde(default, deserialize_with = "duration")]
-    #[schema(value_type = Option<String>, example = "20s")]
+    #[schema(value_type = String, required = false, example = "20s")]
     away_grace: Patch<Duration>,
     #[serde(default, deserialize_with = "duration")]
-    #[schema(value_type = Option<String>, example = "60s")]
+    #[schema(value_type = String, required = false, example = "60s")]
     pass_lifetime: Patch<Duration>,
     #[serde(default)]
-    #[schema(value_type = Option<u32>)]
+    #[schema(value_type = u32, required = false)]
     join_limit_per_minute: Patch<u32>,
     #[serde(default)]
     #[schema(value_type = Option<u32>, minimum = 1)]
     admit_per_minute: Patch<u32>,
     #[serde(default)]
-    #[schema(value_type = Option<ChallengeMode>)]
+    #[schema(value_type = ChallengeMode, required = false)]
     challenge: Patch<ChallengeMode>,
     #[serde(default)]
-    #[schema(value_type = Option<u8>)]
+    #[schema(value_type = u8, required = false, minimum = 1, maximum = 32)]
     pow_difficulty: Patch<u8>,
     #[serde(default)]
-    #[schema(value_type = Option<u8>)]
+    #[schema(value_type = u8, required = false, minimum = 1, maximum = 32)]
     pow_difficulty_max: Patch<u8>,
     #[serde(default)]
-    #[schema(value_type = Option<u32>)]
+    #[schema(value_type = u32, required = false, minimum = 1)]
     pow_rise_per_second: Patch<u32>,
     #[serde(default)]
-    #[schema(value_type = Option<EnqueueMode>)]
+    #[schema(value_type = EnqueueMode, required = false)]
     enqueue: Patch<EnqueueMode>,
     #[serde(default)]
     #[schema(value_type = Option<String>, write_only)]
@@ -128,7 +128,7 @@ pub struct PatchBody {
     /// New weights (1 to 1000) of some of the room's priority lanes, by
     /// name: `{"members": 50}`. The next permits follow them.
     #[serde(default)]
-    #[schema(value_type = Option<std::collections::BTreeMap<String, u32>>)]
+    #[schema(value_type = std::collections::BTreeMap<String, u32>, required = false)]
     lane_weights: Patch<std::collections::BTreeMap<String, u32>>,
 }
 
