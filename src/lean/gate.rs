@@ -31,7 +31,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{MAX_HEAD, MAX_HEADERS, push_header, write_all};
+use super::{MAX_HEAD, MAX_HEADERS, status_and_headers, write_all};
 use crate::http::gate::{GateFirst, gate_room};
 
 /// What became of a gate connection.
@@ -203,27 +203,7 @@ async fn encode(response: Response, version: Version, close: bool) -> Vec<u8> {
         .map(|c| c.to_bytes())
         .unwrap_or_default();
     let mut out = Vec::with_capacity(256 + body.len());
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(parts.status.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(
-        parts
-            .status
-            .canonical_reason()
-            .unwrap_or("Unknown")
-            .as_bytes(),
-    );
-    out.extend_from_slice(b"\r\n");
-    for (name, value) in &parts.headers {
-        if name == header::CONNECTION
-            || name == header::CONTENT_LENGTH
-            || name == header::TRANSFER_ENCODING
-            || name == header::DATE
-        {
-            continue;
-        }
-        push_header(&mut out, name.as_str(), value);
-    }
+    status_and_headers(&mut out, &parts);
     date::push(&mut out);
     // A 204 carries no length (nor a body).
     if parts.status != StatusCode::NO_CONTENT {

@@ -248,6 +248,21 @@ fn peer_gone(socket: &TcpStream) -> bool {
 /// request per connection.
 fn head(parts: &http::response::Parts, length: Option<usize>, chunked: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(512);
+    status_and_headers(&mut out, parts);
+    if let Some(length) = length {
+        out.extend_from_slice(format!("content-length: {length}\r\n").as_bytes());
+    }
+    if chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    out.extend_from_slice(b"connection: close\r\n\r\n");
+    out
+}
+
+/// A response's status line and its headers, but for those that say how
+/// the body is framed and whether the connection stays (and `date`),
+/// which the caller writes for the way it sends.
+fn status_and_headers(out: &mut Vec<u8>, parts: &http::response::Parts) {
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(parts.status.as_str().as_bytes());
     out.push(b' ');
@@ -263,19 +278,12 @@ fn head(parts: &http::response::Parts, length: Option<usize>, chunked: bool) -> 
         if name == header::CONNECTION
             || name == header::CONTENT_LENGTH
             || name == header::TRANSFER_ENCODING
+            || name == header::DATE
         {
             continue;
         }
-        push_header(&mut out, name.as_str(), value);
+        push_header(out, name.as_str(), value);
     }
-    if let Some(length) = length {
-        out.extend_from_slice(format!("content-length: {length}\r\n").as_bytes());
-    }
-    if chunked {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-    }
-    out.extend_from_slice(b"connection: close\r\n\r\n");
-    out
 }
 
 fn push_header(out: &mut Vec<u8>, name: &str, value: &HeaderValue) {
