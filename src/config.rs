@@ -21,7 +21,6 @@
 
 mod redis;
 mod room;
-mod secret;
 mod values;
 
 use std::fmt;
@@ -36,6 +35,8 @@ pub use crate::pass::PassAlgorithm;
 use crate::webhooks::EventType;
 use crate::webhooks::signing::SigningKey;
 
+pub use crate::secret::Secret;
+pub use crate::webhooks::WebhookConfig;
 use redis::RedisKeys;
 pub use redis::{RedisTarget, RedisWait, SentinelTarget};
 pub use room::{
@@ -44,8 +45,7 @@ pub use room::{
     check_pass_lifetime, check_stock, check_templates_dir, check_tick, check_timeout, opt_duration,
     parse_rfc3339_ms, stock_mode, validate_room,
 };
-pub use secret::Secret;
-use values::{ProxyNet, RedactedUrl, check_http_url, check_public_url, listen_address};
+use values::{ProxyNet, check_http_url, check_public_url, listen_address};
 
 /// What is wrong with the configuration, and where.
 ///
@@ -180,34 +180,6 @@ pub enum OnBackendError {
     Closed,
     /// Let visitors through: the sale goes on unprotected.
     Open,
-}
-
-/// One webhook receiver.
-#[derive(Clone)]
-pub struct WebhookConfig {
-    pub url: String,
-    /// Signs each delivery (Standard Webhooks) so the receiver can check
-    /// where it came from.
-    pub secret: SigningKey,
-    /// The secret before a rotation: deliveries are signed with both while
-    /// the receiver moves to the new one.
-    pub previous_secret: Option<SigningKey>,
-    /// The events to send; empty means every event.
-    pub events: Vec<EventType>,
-    /// Also notify when a room's queue grows past this many waiting.
-    pub queue_threshold: Option<u64>,
-}
-
-impl fmt::Debug for WebhookConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WebhookConfig")
-            .field("url", &RedactedUrl(&self.url))
-            .field("secret", &self.secret)
-            .field("previous_secret", &self.previous_secret)
-            .field("events", &self.events)
-            .field("queue_threshold", &self.queue_threshold)
-            .finish()
-    }
 }
 
 /// The whole configuration, validated.

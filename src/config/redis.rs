@@ -6,8 +6,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::values::{RedactedUrl, check_redis_url};
+use super::values::check_redis_url;
 use super::{ConfigError, Secret};
+use crate::secret::RedactedUrl;
 
 /// How to reach Redis.
 #[derive(Clone)]

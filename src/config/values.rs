@@ -61,26 +61,6 @@ pub(super) fn check_public_url(url: &str) -> Result<String, ConfigError> {
     Ok(url.trim_end_matches('/').to_owned())
 }
 
-/// Shows a URL's scheme and host only: user info may hold a password, and
-/// the path or query of a webhook URL is often a token itself.
-pub(super) struct RedactedUrl<'a>(pub(super) &'a str);
-
-impl fmt::Debug for RedactedUrl<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Some((scheme, rest)) = self.0.split_once("://") else {
-            return f.write_str("\"[redacted]\"");
-        };
-        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        let (authority, tail) = rest.split_at(end);
-        let host = match authority.rsplit_once('@') {
-            Some((_, host)) => format!("[redacted]@{host}"),
-            None => authority.to_owned(),
-        };
-        let tail = if tail.is_empty() { "" } else { "/[redacted]" };
-        write!(f, "\"{scheme}://{host}{tail}\"")
-    }
-}
-
 pub(super) fn listen_address<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<SocketAddr>, D::Error> {

@@ -23,7 +23,7 @@ use p256::pkcs8::{DecodePrivateKey, EncodePrivateKey};
 use serde::Serialize;
 use sha2::Sha256;
 
-use crate::config::Secret;
+use crate::secret::Secret;
 
 /// HKDF `info` for the VAPID key; the counter after it lets the rare
 /// output that is not a valid scalar be replaced deterministically.

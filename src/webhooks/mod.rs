@@ -19,6 +19,7 @@
 
 pub mod signing;
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,8 +28,9 @@ use serde::Serialize;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::WebhookConfig;
 use crate::metrics::Metrics;
+use crate::secret::RedactedUrl;
+use signing::SigningKey;
 
 /// Deliveries waiting to be sent; past this, new ones are dropped.
 const QUEUE: usize = 1024;
@@ -39,6 +41,34 @@ pub const MAX_ATTEMPTS: u32 = 6;
 /// The wait before the first retry; it doubles each time (0.25 s … 8 s).
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One webhook receiver.
+#[derive(Clone)]
+pub struct WebhookConfig {
+    pub url: String,
+    /// Signs each delivery (Standard Webhooks) so the receiver can check
+    /// where it came from.
+    pub secret: SigningKey,
+    /// The secret before a rotation: deliveries are signed with both while
+    /// the receiver moves to the new one.
+    pub previous_secret: Option<SigningKey>,
+    /// The events to send; empty means every event.
+    pub events: Vec<EventType>,
+    /// Also notify when a room's queue grows past this many waiting.
+    pub queue_threshold: Option<u64>,
+}
+
+impl fmt::Debug for WebhookConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WebhookConfig")
+            .field("url", &RedactedUrl(&self.url))
+            .field("secret", &self.secret)
+            .field("previous_secret", &self.previous_secret)
+            .field("events", &self.events)
+            .field("queue_threshold", &self.queue_threshold)
+            .finish()
+    }
+}
 
 /// Declares the event types once: the enum, its wire names and the list a
 /// configuration's `events` is checked against. A new event is one line

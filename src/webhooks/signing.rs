@@ -21,7 +21,7 @@ use base64::engine::general_purpose::{STANDARD, STANDARD_PAD_INDIFFERENT};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::config::Secret;
+use crate::secret::Secret;
 
 /// How the specification presents a symmetric secret.
 pub const SECRET_PREFIX: &str = "whsec_";

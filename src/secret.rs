@@ -1,5 +1,5 @@
-//! A string that must never be shown: signing keys, the admin token and
-//! webhook secrets.
+//! What must never be shown: secret strings (signing keys, the admin
+//! token, webhook secrets) and the parts of URLs that may carry one.
 //!
 //! Configuration is logged at start-up and errors travel into logs and HTTP
 //! responses, so the only way to read a `Secret` is to ask for it by name
@@ -58,6 +58,26 @@ impl fmt::Display for Secret {
 impl<'de> Deserialize<'de> for Secret {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         String::deserialize(d).map(Secret)
+    }
+}
+
+/// Shows a URL's scheme and host only: user info may hold a password, and
+/// the path or query of a webhook URL is often a token itself.
+pub struct RedactedUrl<'a>(pub &'a str);
+
+impl fmt::Debug for RedactedUrl<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some((scheme, rest)) = self.0.split_once("://") else {
+            return f.write_str("\"[redacted]\"");
+        };
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(end);
+        let host = match authority.rsplit_once('@') {
+            Some((_, host)) => format!("[redacted]@{host}"),
+            None => authority.to_owned(),
+        };
+        let tail = if tail.is_empty() { "" } else { "/[redacted]" };
+        write!(f, "\"{scheme}://{host}{tail}\"")
     }
 }
 
