@@ -38,6 +38,21 @@ enum Command {
         /// queue page (https://HOST/queue/ROOM).
         url: String,
     },
+    /// Check a visitor's receipt against a room's published keys: the
+    /// signature, that it is a receipt (not a pass), and its room. Prints
+    /// what it says. Exits 0 when it checks out, 1 when it does not.
+    VerifyReceipt {
+        /// The receipt: the JWT itself, or a file holding it (or holding the
+        /// JSON of GET /api/rooms/ROOM/receipt).
+        receipt: String,
+        /// The published keys: https://HOST/.well-known/jwks.json, or a
+        /// file with that document.
+        #[arg(long, value_name = "URL|FILE")]
+        keys: String,
+        /// The room the receipt must be of.
+        #[arg(long)]
+        room: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -49,6 +64,11 @@ fn main() -> ExitCode {
             data_dir,
         } => (config, listen, data_dir),
         Command::VerifyDraw { url } => return verify_draw(&url),
+        Command::VerifyReceipt {
+            receipt,
+            keys,
+            room,
+        } => return verify_receipt(&receipt, &keys, room.as_deref()),
     };
     let mut config = match &config {
         Some(path) => match Config::load(path) {
@@ -178,6 +198,55 @@ fn verify_draw(url: &str) -> ExitCode {
         Err(e) => {
             eprintln!("narabu: {}", escaped(&format!("{e:#}")));
             println!("{VERDICT}NOT VERIFIED: the draw could not be checked");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn verify_receipt(receipt: &str, keys: &str, room: Option<&str>) -> ExitCode {
+    use narabu::verify::{SERVER, VERDICT, escaped, shown};
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("narabu: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let checked = runtime.block_on(async {
+        let token = narabu::receipt::read_token(receipt)?;
+        let jwks = narabu::receipt::load_jwks(keys).await?;
+        anyhow::Ok(narabu::receipt::verify(&token, &jwks, room))
+    });
+    match checked {
+        Ok(Ok(c)) => {
+            println!("{SERVER}room       {}", shown(&c.room));
+            println!("{SERVER}epoch      {}", c.epoch);
+            println!("{SERVER}ticket     {}", c.ticket);
+            match c.number {
+                Some(n) => println!("{SERVER}number     {n}"),
+                None => println!("{SERVER}number     (in the pre-queue: placed by the draw)"),
+            }
+            if let Some(lane) = &c.lane {
+                println!("{SERVER}lane       {}", shown(lane));
+            }
+            println!(
+                "{SERVER}joined at  {}",
+                narabu::engine::Timestamp(c.joined_at)
+            );
+            println!("{SERVER}issuer     {}", shown(&c.iss));
+            println!(
+                "{VERDICT}VERIFIED: a receipt of room {}, signed with a published key",
+                shown(&c.room)
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(Err(why)) => {
+            println!("{VERDICT}NOT VERIFIED: {}", escaped(&why.to_string()));
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("narabu: {}", escaped(&format!("{e:#}")));
+            println!("{VERDICT}NOT VERIFIED: the receipt could not be checked");
             ExitCode::FAILURE
         }
     }

@@ -18,6 +18,7 @@ use super::limits::ClientIp;
 use super::openapi::{ErrorBody, RoomParam};
 use super::origin::Provenance;
 use super::passes;
+use super::receipts;
 use super::return_path::validate_return_path;
 use super::state::AppState;
 use super::ticket::{self, VisitorTicket};
@@ -41,6 +42,10 @@ struct JoinBody<'a> {
     /// `narabu_{room}_jwt`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pass: Option<String>,
+    /// A signed receipt of this ticket (room, epoch, ticket id, number,
+    /// lane, time of joining; no identity), checked with the keys at
+    /// `/.well-known/jwks.json`: see `GET /api/rooms/{room}/receipt`.
+    receipt: String,
 }
 
 /// A status answer: the ticket's status and, once admitted, a signed pass.
@@ -270,10 +275,19 @@ pub async fn join(
         StatusCode::OK
     };
     let minted = passes::mint(&state, &room, joined.ticket, &joined.status).await;
+    let status = status_body(&state, &room, &joined.status).await;
+    let receipt = receipts::sign(
+        &state,
+        &room,
+        joined.ticket,
+        &joined.status,
+        status.lane.clone(),
+    );
     let body = Json(JoinBody {
         ticket: &joined.token,
-        status: status_body(&state, &room, &joined.status).await,
+        status,
         pass: minted.as_ref().map(|m| m.token.clone()),
+        receipt,
     })
     .into_response();
     let mut response = (code, [set_cookie(&state, &room, joined.token)], body).into_response();

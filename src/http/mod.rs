@@ -48,6 +48,7 @@ pub mod origin;
 pub mod pages;
 pub mod passes;
 pub mod presence;
+pub mod receipts;
 pub mod return_path;
 pub mod router;
 pub mod state;

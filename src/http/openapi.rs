@@ -80,6 +80,7 @@ impl Modify for Security {
     paths(
         super::api::join,
         super::api::status,
+        super::receipts::receipt,
         super::events::events,
         super::api::leave,
         super::api::release,

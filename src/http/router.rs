@@ -14,7 +14,8 @@ use super::edge::EdgeLayer;
 use super::error::ApiError;
 use super::state::AppState;
 use super::{
-    access, admin, api, assets, draw, events, gate, health, metrics, openapi, passes, visitor,
+    access, admin, api, assets, draw, events, gate, health, metrics, openapi, passes, receipts,
+    visitor,
 };
 
 /// Request bodies are tiny JSON objects; anything bigger is refused (413).
@@ -58,6 +59,10 @@ pub fn routes() -> Router<AppState> {
         .route(
             "/api/rooms/{room}/status",
             get(api::status).layer(no_store()),
+        )
+        .route(
+            "/api/rooms/{room}/receipt",
+            get(receipts::receipt).layer(no_store()),
         )
         .route("/api/rooms/{room}/leave", post(api::leave))
         .route("/api/rooms/{room}/release", post(api::release))
