@@ -61,7 +61,7 @@ pub use holds::{HolderId, StreamReport};
 pub use image::{RoomImage, TicketImage};
 pub use lane::LaneIndex;
 pub use lottery::{DrawMismatch, DrawRecord, LotterySeed};
-pub use record::{AdmissionRecord, CHECKPOINT, Chained, Entry, EntryKind};
+pub use record::{AdmissionRecord, CHECKPOINT, Chained, Entry, EntryKind, Page};
 pub use replay::Replayer;
 pub use room::{Binding, Departure, Handoff, Identity, JoinError, Joined, Room};
 pub use rules::{

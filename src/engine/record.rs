@@ -146,6 +146,20 @@ pub struct AdmissionRecord {
     early: Vec<(TicketId, Entry)>,
 }
 
+/// A page of the record as served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Page {
+    /// The line the record is of.
+    pub epoch: u64,
+    /// Entries in the whole record.
+    pub total: u64,
+    /// The hash of its last entry.
+    pub head: [u8; 32],
+    /// The hash before the page's first entry.
+    pub previous: [u8; 32],
+    pub entries: Vec<Chained>,
+}
+
 /// One entry as served: its number, the entry and its hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Chained {
@@ -307,12 +321,28 @@ impl AdmissionRecord {
         }
     }
 
+    /// What a reader is served: up to `limit` entries after the first
+    /// `after`, and the record's length and head.
+    pub fn read(&self, after: u64, limit: usize) -> Page {
+        let (previous, entries) = self.page(after, limit);
+        Page {
+            epoch: self.epoch,
+            total: self.len(),
+            head: self.head,
+            previous,
+            entries,
+        }
+    }
+
     /// Up to `limit` entries after the first `after`, with their hashes,
     /// and the hash before them.
     pub fn page(&self, after: u64, limit: usize) -> ([u8; 32], Vec<Chained>) {
         let after = usize::try_from(after)
             .unwrap_or(usize::MAX)
             .min(self.entries.len());
+        if after == self.entries.len() {
+            return (self.head, Vec::new());
+        }
         let from = after / CHECKPOINT;
         let mut hash = self.checkpoints[from.min(self.checkpoints.len() - 1)];
         let start = from * CHECKPOINT;
@@ -363,7 +393,13 @@ mod tests {
         };
         for id in 0..200 {
             apply(&mut r, joined(id, 0, Some(id)));
-            apply(&mut r, EventRecord::Admitted { ticket: id, at: 1000 + u64::from(id) });
+            apply(
+                &mut r,
+                EventRecord::Admitted {
+                    ticket: id,
+                    at: 1000 + u64::from(id),
+                },
+            );
         }
         assert_eq!(r.len(), 200);
         let (before, all) = r.page(0, 1000);
@@ -395,7 +431,13 @@ mod tests {
         r.apply(3, &joined(1, 0, None));
         r.apply(4, &joined(2, 1, None));
         r.apply(5, &joined(3, 0, None));
-        r.apply(6, &EventRecord::Opened { order: vec![3, 2, 1], at: 9 });
+        r.apply(
+            6,
+            &EventRecord::Opened {
+                order: vec![3, 2, 1],
+                at: 9,
+            },
+        );
         r.apply(7, &EventRecord::Admitted { ticket: 1, at: 10 });
         let (_, page) = r.page(1, 10);
         assert_eq!(page[0].entry.line(2), "2 draw 3 0 0 9");

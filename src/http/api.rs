@@ -46,6 +46,10 @@ struct JoinBody<'a> {
     /// lane, time of joining; no identity), checked with the keys at
     /// `/.well-known/jwks.json`: see `GET /api/rooms/{room}/receipt`.
     receipt: String,
+    /// The room's admission record as it stands: how many entries, and
+    /// the hash of the last (`GET /api/rooms/{room}/record`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    record: Option<super::record::HeadBody>,
 }
 
 /// A status answer: the ticket's status and, once admitted, a signed pass.
@@ -59,6 +63,10 @@ pub struct StatusAnswer {
     /// `narabu_{room}_jwt`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pass: Option<String>,
+    /// The room's admission record as it stands: how many entries, and
+    /// the hash of the last (`GET /api/rooms/{room}/record`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    record: Option<super::record::HeadBody>,
 }
 
 /// The body a join may carry: a proof of work and an enqueue token, for
@@ -288,6 +296,7 @@ pub async fn join(
         status,
         pass: minted.as_ref().map(|m| m.token.clone()),
         receipt,
+        record: super::record::head(&state, &room).await,
     })
     .into_response();
     let mut response = (code, [set_cookie(&state, &room, joined.token)], body).into_response();
@@ -324,6 +333,7 @@ pub async fn status(
     let mut response = Json(StatusAnswer {
         status: status_body(&state, &room, &status).await,
         pass: minted.as_ref().map(|m| m.token.clone()),
+        record: super::record::head(&state, &room).await,
     })
     .into_response();
     if let Some(minted) = &minted {

@@ -86,6 +86,7 @@ impl Modify for Security {
         super::api::release,
         super::access::challenge,
         super::draw::draw,
+        super::record::record,
         super::gate::gate,
         super::passes::jwks,
         super::passes::pem,

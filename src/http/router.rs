@@ -15,7 +15,7 @@ use super::error::ApiError;
 use super::state::AppState;
 use super::{
     access, admin, api, assets, draw, events, gate, health, metrics, openapi, passes, receipts,
-    visitor,
+    record, visitor,
 };
 
 /// Request bodies are tiny JSON objects; anything bigger is refused (413).
@@ -68,6 +68,7 @@ pub fn routes() -> Router<AppState> {
         .route("/api/rooms/{room}/release", post(api::release))
         .route("/api/rooms/{room}/challenge", get(access::challenge))
         .route("/api/rooms/{room}/draw", get(draw::draw))
+        .route("/api/rooms/{room}/record", get(record::record))
         // The public keys of signed passes, for proxies, edges and apps.
         .route("/.well-known/jwks.json", get(passes::jwks))
         .route("/.well-known/narabu-pass.pem", get(passes::pem))
