@@ -15,4 +15,5 @@ pub mod receipt;
 pub mod server;
 pub mod token;
 pub mod verify;
+pub mod verify_record;
 pub mod webhooks;

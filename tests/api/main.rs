@@ -8,6 +8,7 @@ mod openapi;
 mod passes;
 mod proxies;
 mod receipts;
+mod record;
 mod streams;
 mod verify_draw;
 mod visitor;
