@@ -11,6 +11,7 @@
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use narabu::backend::Backend;
 use narabu::engine::RoomSettings;
 use narabu_testkit::app::{ADMIN_TOKEN, TestApp, Visitor, spawn_app};
 use narabu_testkit::room;
@@ -313,4 +314,237 @@ async fn bad_pages_are_refused_with_the_field_named() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     app.stop().await;
+}
+
+const HS_KEY: &str = "origin-shared-key-origin-shared-key-01";
+
+/// A launch with a members lane (30) beside the general one (70), joined
+/// by enqueue tokens, with an opening draw an hour away.
+fn launch() -> RoomSettings {
+    use narabu::access::{EnqueueMode, SharedKey};
+    let mut s = quick_away("launch", 2);
+    s.access.enqueue = EnqueueMode::Token;
+    s.access.enqueue_key = Some(SharedKey::new(HS_KEY));
+    s.opens_at = Some(narabu::engine::Clock::now_ms(&narabu::engine::SystemClock) + 3_600_000);
+    narabu_testkit::with_lanes(s, &[("members", 30), ("general", 70)], "general")
+}
+
+/// Joins `n` visitors to the launch, alternating lanes, accounts from
+/// `first`.
+async fn token_joins(app: &TestApp, first: usize, n: usize) -> Vec<Visitor> {
+    let exp = narabu::engine::Clock::now_ms(&narabu::engine::SystemClock) / 1000 + 600;
+    let mut out = Vec::new();
+    for i in first..first + n {
+        let mut claims = json!({"aud": "launch", "sub": format!("a{i}"), "exp": exp});
+        if i % 2 == 0 {
+            claims["lane"] = json!("members");
+        }
+        let token = jsonwebtoken::encode(
+            &jsonwebtoken::Header::default(),
+            &claims,
+            &jsonwebtoken::EncodingKey::from_secret(HS_KEY.as_bytes()),
+        )
+        .unwrap();
+        let r = app
+            .client
+            .post(app.url("/api/rooms/launch/join"))
+            .json(&json!({"enqueue_token": token}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+        let body: Value = r.json().await.unwrap();
+        out.push(Visitor {
+            token: body["ticket"].as_str().unwrap().to_owned(),
+            number: body["number"].as_u64().unwrap_or(0),
+            body,
+        });
+    }
+    out
+}
+
+/// Before the change: six join the pre-queue, the room opens (the draw),
+/// two are admitted, one of them released, one visitor leaves.
+async fn before_the_change(app: &TestApp) -> Vec<Visitor> {
+    let v = token_joins(app, 0, 6).await;
+    app.backend
+        .patch_room(
+            &narabu::engine::RoomId::new("launch").unwrap(),
+            narabu::backend::RoomPatch {
+                open_now: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    app.tick("launch").await;
+    app.tick("launch").await;
+    let admitted: Vec<&Visitor> = {
+        let mut a = Vec::new();
+        for w in &v {
+            if app.status("launch", w).await["status"] == "admitted" {
+                a.push(w);
+            }
+        }
+        a
+    };
+    assert!(!admitted.is_empty(), "the opening admits");
+    release(app, "launch", admitted[0]).await;
+    for w in &v {
+        if app.status("launch", w).await["status"] == "waiting" {
+            assert_eq!(app.leave("launch", w).await, StatusCode::NO_CONTENT);
+            break;
+        }
+    }
+    v
+}
+
+/// After it: four more join (first come, first served now), and every
+/// permit is handed on until all have had their turn.
+async fn after_the_change(app: &TestApp, before: &[Visitor]) {
+    let later = token_joins(app, 6, 4).await;
+    for _ in 0..8 {
+        for w in before.iter().chain(&later) {
+            let s = app.status("launch", w).await;
+            if s["status"] == "admitted" {
+                release(app, "launch", w).await;
+            }
+        }
+        app.tick("launch").await;
+    }
+}
+
+/// The record read whole, as a sceptic would check it; its head.
+async fn checked(app: &TestApp, saved: Option<&str>) -> (String, String) {
+    let mut args = vec![app.url("/api/rooms/launch/record")];
+    if let Some(head) = saved {
+        args.extend(["--head".to_owned(), head.to_owned()]);
+    }
+    let out = verify_record(args).await;
+    let said = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("draw: verified"), "{said}");
+    assert!(said.contains("0 unexplained"), "{said}");
+    assert!(said.contains("share: lane general:"), "{said}");
+    let body: Value = app
+        .client
+        .get(app.url("/api/rooms/launch/record"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    (body["head"].as_str().unwrap().to_owned(), said)
+}
+
+/// On the embedded backend: a snapshot in the middle, a restart after; on
+/// Redis: two instances that must serve the same record, then the owner
+/// stops and the other takes the room over (from the image it stored and
+/// the log after it). Either way the record afterwards goes on from the
+/// same head, and checks out with the saved head on its chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_record_survives_a_restart_or_an_owner_change_with_lanes_and_a_draw() {
+    use narabu_testkit::app::{config, spawn_with};
+    if std::env::var("NARABU_TEST_BACKEND").as_deref() == Ok("redis") {
+        use narabu::backend::owner::OwnerOptions;
+        use narabu_testkit::redis_server::{RedisServer, owners_on};
+        let redis = RedisServer::start().await;
+        let options = OwnerOptions {
+            ticks: false,
+            image_every: Duration::from_millis(200),
+            lease: Duration::from_secs(2),
+        };
+        let mut apps = Vec::new();
+        for _ in 0..2 {
+            let backend = owners_on(
+                &redis,
+                vec![launch()],
+                std::sync::Arc::new(narabu::engine::SystemClock),
+                options.clone(),
+                narabu::config::RedisWait::OFF,
+            )
+            .await;
+            apps.push((backend.clone(), spawn_with(config(), backend).await));
+        }
+        let visitors = before_the_change(&apps[0].1).await;
+        // Images are stored and the log trimmed behind them meanwhile.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let (head, _) = checked(&apps[0].1, None).await;
+        let mut same = false;
+        for _ in 0..100 {
+            let other: Value = apps[1]
+                .1
+                .client
+                .get(apps[1].1.url("/api/rooms/launch/record"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if other["head"] == head.as_str() {
+                same = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(same, "the other instance serves the same record");
+        let id = narabu::engine::RoomId::new("launch").unwrap();
+        let owner = usize::from(!apps[0].0.owns(&id));
+        let (backend, app) = apps.remove(owner);
+        app.stop().await;
+        backend.shutdown().await;
+        drop(backend);
+        let (_, app) = apps.remove(0);
+        after_the_change(&app, &visitors).await;
+        let (after, said) = checked(&app, Some(&head)).await;
+        assert_ne!(after, head);
+        assert!(said.contains("saved head: entry"), "{said}");
+        assert!(said.contains("share: lane members:"), "{said}");
+        app.stop().await;
+    } else {
+        use narabu::backend::embedded::{EmbeddedBackend, Persistence};
+        let dir = tempfile::tempdir().unwrap();
+        let open = || async {
+            EmbeddedBackend::open(
+                vec![launch()],
+                std::sync::Arc::new(narabu::engine::SystemClock),
+                Persistence {
+                    data_dir: dir.path().to_owned(),
+                    durability: narabu::config::Durability::Fsync,
+                    snapshot_interval: Duration::from_secs(3600),
+                },
+                false,
+            )
+            .await
+            .unwrap()
+        };
+        let backend = open().await;
+        let app = spawn_with(config(), backend.clone()).await;
+        let v = token_joins(&app, 100, 2).await;
+        backend.snapshot().await.unwrap();
+        let mut visitors = before_the_change(&app).await;
+        visitors.extend(v);
+        let (head, _) = checked(&app, None).await;
+        let whole = pages(&app, "launch", 1000).await;
+        app.stop().await;
+        backend.shutdown().await;
+        drop(backend);
+
+        let backend = open().await;
+        let app = spawn_with(config(), backend.clone()).await;
+        assert_eq!(
+            pages(&app, "launch", 1000).await,
+            whole,
+            "the same record after the restart"
+        );
+        after_the_change(&app, &visitors).await;
+        let (after, said) = checked(&app, Some(&head)).await;
+        assert_ne!(after, head);
+        assert!(said.contains("saved head: entry"), "{said}");
+        assert!(said.contains("share: lane members:"), "{said}");
+        app.stop().await;
+        backend.shutdown().await;
+    }
 }
