@@ -548,3 +548,63 @@ async fn the_record_survives_a_restart_or_an_owner_change_with_lanes_and_a_draw(
         backend.shutdown().await;
     }
 }
+
+/// README's few lines of shell (curl, jq, sha256sum), run as they are
+/// against a live record read in pages, find the chain intact and end on
+/// the head the server states.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_shell_recipe_checks_the_chain() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme
+        .find("# The record's chain with curl, jq and sha256sum")
+        .expect("README has the recipe");
+    let recipe = &readme[start..start + readme[start..].find("```").unwrap()];
+    let app = spawn_app(vec![quick_away("sale", 2)]).await;
+    churn(&app, "sale").await;
+    // Two pages' worth and more.
+    for _ in 0..12 {
+        app.join("sale").await;
+    }
+    for _ in 0..3 {
+        app.tick("sale").await;
+    }
+    let head: Value = app
+        .client
+        .get(app.url("/api/rooms/sale/record"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let url = app.url("/api/rooms/sale/record");
+    let script = recipe.replace(
+        "URL=https://queue.example.com/api/rooms/sale/record",
+        &format!("URL={url}"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = tokio::task::spawn_blocking({
+        let dir = dir.path().to_owned();
+        move || {
+            Command::new("bash")
+                .args(["-c", &script])
+                .current_dir(dir)
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    let said = stdout(&out);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains(&format!("head {}", head["head"].as_str().unwrap())),
+        "{said}"
+    );
+    app.stop().await;
+}
