@@ -12,6 +12,7 @@ pub mod pass;
 pub mod private_files;
 pub mod push;
 pub mod receipt;
+pub mod report;
 pub mod server;
 pub mod token;
 pub mod verify;

@@ -540,6 +540,15 @@ impl Backend for EmbeddedBackend {
         Ok(crate::locks::lock(&sink.record).read(after, limit))
     }
 
+    async fn admission_record(&self, room: &RoomId) -> Result<AdmissionRecord, BackendError> {
+        let sink = self
+            .read()
+            .get(room)
+            .map(|s| s.sink.clone())
+            .ok_or_else(|| BackendError::NoSuchRoom(room.clone()))?;
+        Ok(crate::locks::lock(&sink.record).clone())
+    }
+
     async fn join(&self, id: &RoomId, request: JoinRequest) -> Result<JoinOutcome, BackendError> {
         let room = self.get(id)?;
         let journal = self.journal.clone();

@@ -328,6 +328,12 @@ pub trait Backend: Send + Sync + 'static {
         limit: usize,
     ) -> Result<crate::engine::Page, BackendError>;
 
+    /// A copy of the room's whole admission record, for the sale's report.
+    async fn admission_record(
+        &self,
+        room: &RoomId,
+    ) -> Result<crate::engine::AdmissionRecord, BackendError>;
+
     /// Run one worker turn of a room now. Workers call it every tick; tests
     /// call it on virtual time with workers off.
     async fn tick(&self, room: &RoomId) -> Result<TickReport, BackendError>;

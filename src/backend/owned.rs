@@ -892,6 +892,18 @@ impl Backend for OwnedBackend {
             .ok_or_else(|| BackendError::Unavailable("the room's log is not read yet".into()))
     }
 
+    async fn admission_record(
+        &self,
+        room: &RoomId,
+    ) -> Result<crate::engine::AdmissionRecord, BackendError> {
+        let slot = self.slot(room)?;
+        in_touch(&slot).await?;
+        slot.follower
+            .get()
+            .and_then(|f| f.read(|r| r.map(|r| r.record.clone())))
+            .ok_or_else(|| BackendError::Unavailable("the room's log is not read yet".into()))
+    }
+
     async fn tick(&self, room: &RoomId) -> Result<TickReport, BackendError> {
         match self.command(room, Cmd::Tick).await?.0 {
             Answer::Ticked(report) => Ok(report),

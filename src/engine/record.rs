@@ -119,11 +119,13 @@ pub fn chain(previous: &[u8; 32], line: &str) -> [u8; 32] {
         .into()
 }
 
-/// A ticket's lane, and number (0: none yet).
+/// A ticket's lane, number (0: none yet) and when it joined (what the
+/// sale's report counts joins and waits from).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct Place {
     lane: u8,
     number: u32,
+    joined_at: u64,
 }
 
 /// A lane no ticket has: the ticket's join has not been applied.
@@ -215,6 +217,7 @@ impl AdmissionRecord {
                 Place {
                     lane: UNKNOWN,
                     number: 0,
+                    joined_at: 0,
                 },
             );
         }
@@ -261,6 +264,7 @@ impl AdmissionRecord {
                 ticket,
                 lane,
                 index,
+                at,
                 ..
             } => {
                 let place = self.place(*ticket);
@@ -270,6 +274,7 @@ impl AdmissionRecord {
                 *place = Place {
                     lane: *lane,
                     number: index.map_or(0, |i| i + 1),
+                    joined_at: *at,
                 };
                 let place = *place;
                 if self.early.iter().any(|(t, _)| t == ticket) {
@@ -297,10 +302,8 @@ impl AdmissionRecord {
                     let place = self.place(id);
                     let lane = if place.lane == UNKNOWN { 0 } else { place.lane };
                     next[usize::from(lane)] += 1;
-                    *place = Place {
-                        lane,
-                        number: next[usize::from(lane)],
-                    };
+                    place.lane = lane;
+                    place.number = next[usize::from(lane)];
                 }
                 self.push(Entry {
                     kind: EntryKind::Draw,
@@ -319,6 +322,21 @@ impl AdmissionRecord {
             }),
             EventRecord::Arrived { .. } | EventRecord::Settings(_) => {}
         }
+    }
+
+    /// Every entry, in order.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// Every ticket whose join was applied: id, lane, number (0: none)
+    /// and when it joined.
+    pub fn tickets(&self) -> impl Iterator<Item = (TicketId, u8, u32, u64)> + '_ {
+        self.places
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.lane != UNKNOWN)
+            .map(|(id, p)| (id as TicketId, p.lane, p.number, p.joined_at))
     }
 
     /// What a reader is served: up to `limit` entries after the first

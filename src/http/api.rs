@@ -189,7 +189,11 @@ pub async fn join_room(
             let spent = access::Refusal::Pow(Some(PowError::Spent));
             return Err(access::refuse(state, room, &policy, spent));
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            let e = ApiError::from(e);
+            state.metrics.join_refused(room.as_str(), e.code);
+            return Err(e);
+        }
     };
     if outcome.is_new {
         access::admitted(state, room, &cleared);

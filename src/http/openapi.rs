@@ -99,6 +99,7 @@ impl Modify for Security {
         super::admin::delete_room,
         super::admin::revoke,
         super::admin::purchases,
+        super::admin::report::report,
         super::admin::events,
         super::admin::dashboard,
         super::health::healthz,

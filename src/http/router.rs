@@ -97,6 +97,7 @@ pub fn routes() -> Router<AppState> {
         )
         .route("/admin/rooms/{room}/revoke", post(admin::revoke))
         .route("/admin/rooms/{room}/purchases", post(admin::purchases))
+        .route("/admin/rooms/{room}/report", get(admin::report::report))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,

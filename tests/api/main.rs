@@ -9,6 +9,7 @@ mod passes;
 mod proxies;
 mod receipts;
 mod record;
+mod report;
 mod streams;
 mod verify_draw;
 mod visitor;
