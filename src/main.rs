@@ -351,7 +351,8 @@ async fn check_record(
         println!("saved head: entry {n} of the chain: nothing before it was rewritten");
     }
     if from_server {
-        match narabu::verify::verify(input.replace("/record", "/draw").as_str()).await {
+        let draw = vr::record_url(input).map(|u| vr::sibling(&u, "draw").to_string());
+        match narabu::verify::verify(draw.as_deref().unwrap_or(input)).await {
             Ok(narabu::verify::Verdict::Verified(draw)) => {
                 let order = draw.order.unwrap_or_default();
                 if let Err(broken) = vr::check_draw_numbers(&record, &order) {

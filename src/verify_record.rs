@@ -110,13 +110,29 @@ pub fn assemble(pages: Vec<RecordBody>) -> anyhow::Result<Fetched> {
 }
 
 /// The record's address for what a person may paste: the record, or a
-/// room's queue page.
+/// room's queue page (whose room the draw's address names alike).
 pub fn record_url(input: &str) -> anyhow::Result<url::Url> {
-    let draw = crate::verify::record_url(&input.replace("/record", "/draw"))?;
-    let mut url = draw;
-    let path = url.path().trim_end_matches("/draw").to_owned();
-    url.set_path(&format!("{path}/record"));
-    Ok(url)
+    let url = url::Url::parse(input.trim()).with_context(|| format!("not a URL: {input}"))?;
+    let is_record = url
+        .path_segments()
+        .is_some_and(|s| s.collect::<Vec<_>>().ends_with(&["record"]));
+    let url = if is_record {
+        sibling(&url, "draw")
+    } else {
+        url
+    };
+    Ok(sibling(&crate::verify::record_url(url.as_str())?, "record"))
+}
+
+/// `url` with its last path segment replaced by `last`, and no query.
+pub fn sibling(url: &url::Url, last: &str) -> url::Url {
+    let mut url = url.clone();
+    if let Ok(mut segments) = url.path_segments_mut() {
+        segments.pop().push(last);
+    }
+    url.set_query(None);
+    url.set_fragment(None);
+    url
 }
 
 /// Reads every page of the record at `input`.
@@ -498,6 +514,23 @@ mod tests {
             at,
             hash: String::new(),
         }
+    }
+
+    #[test]
+    fn records_and_queue_pages_name_the_record() {
+        for (input, want) in [
+            (
+                "https://record.example/api/rooms/sale/record?after=3",
+                "https://record.example/api/rooms/sale/record",
+            ),
+            (
+                "https://shop.example/queue/sale?return=/buy",
+                "https://shop.example/api/rooms/sale/record",
+            ),
+        ] {
+            assert_eq!(record_url(input).unwrap().as_str(), want, "{input}");
+        }
+        assert!(record_url("https://x/elsewhere").is_err());
     }
 
     #[test]
