@@ -69,7 +69,40 @@ struct JournalSink {
     admissions: DashMap<TicketId, u64>,
     /// The room's admission record. Held while a record is appended, so
     /// the record takes the room's records in the journal's order.
-    record: std::sync::Mutex<AdmissionRecord>,
+    record: std::sync::Mutex<Recorded>,
+}
+
+/// The admission record, and where it stood before each journal record
+/// that added entries and is not yet durable: readers are shown the record
+/// up to the first of those, so no one keeps a head a crash could take
+/// back.
+struct Recorded {
+    record: AdmissionRecord,
+    /// (entries, head) before the journal record `seq` was applied.
+    pending: std::collections::VecDeque<(u64, [u8; 32], u64)>,
+}
+
+impl Recorded {
+    /// Forget the marks of records now durable.
+    fn settle(&mut self, journal: Option<&Journal>) {
+        let Some(journal) = journal else { return };
+        while let Some(&(_, _, seq)) = self.pending.front() {
+            if !journal.is_durable(seq) {
+                break;
+            }
+            self.pending.pop_front();
+        }
+    }
+
+    /// What readers are shown: the record up to its first entry not yet
+    /// durable.
+    fn read(&mut self, journal: Option<&Journal>, after: u64, limit: usize) -> crate::engine::Page {
+        self.settle(journal);
+        match self.pending.front() {
+            Some(&(n, head, _)) => self.record.read_first(n, head, after, limit),
+            None => self.record.read(after, limit),
+        }
+    }
 }
 
 impl EventSink for JournalSink {
@@ -81,15 +114,20 @@ impl EventSink for JournalSink {
             room: self.room.clone(),
             event: event.into(),
         };
-        let mut admissions = crate::locks::lock(&self.record);
+        let mut recorded = crate::locks::lock(&self.record);
         let seq = match &self.journal {
             Some(journal) => journal.append(&record),
-            None => admissions.applied() + 1,
+            None => recorded.record.applied() + 1,
         };
+        let before = (recorded.record.len(), recorded.record.head());
         if let Record::Room { event, .. } = &record {
-            admissions.apply(seq, event);
+            recorded.record.apply(seq, event);
         }
-        drop(admissions);
+        if self.journal.is_some() && recorded.record.len() > before.0 {
+            recorded.settle(self.journal.as_deref());
+            recorded.pending.push_back((before.0, before.1, seq));
+        }
+        drop(recorded);
         match event {
             RoomEvent::Admitted { ticket, .. } => {
                 self.admissions.insert(ticket, seq);
@@ -266,7 +304,10 @@ impl EmbeddedBackend {
             room: room.clone(),
             journal: self.journal.clone(),
             admissions: DashMap::new(),
-            record: std::sync::Mutex::new(record),
+            record: std::sync::Mutex::new(Recorded {
+                record,
+                pending: Default::default(),
+            }),
         })
     }
 
@@ -349,7 +390,10 @@ impl EmbeddedBackend {
         // it never holds one a crash could take back.
         let records: Vec<(RoomId, AdmissionRecord)> = rooms
             .iter()
-            .map(|(room, sink)| (room.id().clone(), crate::locks::lock(&sink.record).clone()))
+            .map(|(room, sink)| {
+                let record = crate::locks::lock(&sink.record).record.clone();
+                (room.id().clone(), record)
+            })
             .collect();
         let images: Vec<RoomImage> = rooms.iter().map(|(room, _)| room.image()).collect();
         let newest = records.iter().map(|(_, r)| r.applied()).max().unwrap_or(0);
@@ -537,7 +581,7 @@ impl Backend for EmbeddedBackend {
             .get(room)
             .map(|s| s.sink.clone())
             .ok_or_else(|| BackendError::NoSuchRoom(room.clone()))?;
-        Ok(crate::locks::lock(&sink.record).read(after, limit))
+        Ok(crate::locks::lock(&sink.record).read(sink.journal.as_deref(), after, limit))
     }
 
     async fn admission_record(&self, room: &RoomId) -> Result<AdmissionRecord, BackendError> {
@@ -546,7 +590,7 @@ impl Backend for EmbeddedBackend {
             .get(room)
             .map(|s| s.sink.clone())
             .ok_or_else(|| BackendError::NoSuchRoom(room.clone()))?;
-        Ok(crate::locks::lock(&sink.record).clone())
+        Ok(crate::locks::lock(&sink.record).record.clone())
     }
 
     async fn join(&self, id: &RoomId, request: JoinRequest) -> Result<JoinOutcome, BackendError> {

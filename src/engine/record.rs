@@ -342,11 +342,25 @@ impl AdmissionRecord {
     /// What a reader is served: up to `limit` entries after the first
     /// `after`, and the record's length and head.
     pub fn read(&self, after: u64, limit: usize) -> Page {
-        let (previous, entries) = self.page(after, limit);
+        self.read_first(self.len(), self.head, after, limit)
+    }
+
+    /// [`Self::read`] of the record's first `n` entries, whose last hash
+    /// is `head` (what a backend shows while later entries are not yet
+    /// durable).
+    pub fn read_first(&self, n: u64, head: [u8; 32], after: u64, limit: usize) -> Page {
+        let n = n.min(self.len());
+        let after = after.min(n);
+        let (previous, entries) = if after == n {
+            (head, Vec::new())
+        } else {
+            let room = usize::try_from(n - after).unwrap_or(usize::MAX);
+            self.page(after, limit.min(room))
+        };
         Page {
             epoch: self.epoch,
-            total: self.len(),
-            head: self.head,
+            total: n,
+            head,
             previous,
             entries,
         }
@@ -432,6 +446,15 @@ mod tests {
         let (prev, page) = r.page(130, 10);
         assert_eq!(prev, all[129].hash);
         assert_eq!(page[0], all[130]);
+        // The first entries alone, as a backend shows them while the rest
+        // are not durable: their head, and no entry past them.
+        let shown = r.read_first(100, all[99].hash, 95, 1000);
+        assert_eq!((shown.total, shown.head), (100, all[99].hash));
+        assert_eq!(shown.entries.len(), 5);
+        assert_eq!(
+            r.read_first(100, all[99].hash, 500, 0).previous,
+            all[99].hash
+        );
         // A record applied again changes nothing.
         let head = r.head();
         r.apply(3, &EventRecord::Admitted { ticket: 1, at: 5 });
