@@ -550,8 +550,8 @@ async fn the_record_survives_a_restart_or_an_owner_change_with_lanes_and_a_draw(
 }
 
 /// README's few lines of shell (curl, jq, sha256sum), run as they are
-/// against a live record read in pages, find the chain intact and end on
-/// the head the server states.
+/// against a live record of two pages, find the chain intact and end on
+/// the head the server states; so does `verify-record`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_shell_recipe_checks_the_chain() {
     let readme =
@@ -560,14 +560,15 @@ async fn the_readme_shell_recipe_checks_the_chain() {
         .find("# The record's chain with curl, jq and sha256sum")
         .expect("README has the recipe");
     let recipe = &readme[start..start + readme[start..].find("```").unwrap()];
-    let app = spawn_app(vec![quick_away("sale", 2)]).await;
-    churn(&app, "sale").await;
-    // Two pages' worth and more.
-    for _ in 0..12 {
-        app.join("sale").await;
+    let app = spawn_app(vec![room("sale", 700)]).await;
+    // Two pages' worth: 600 admissions and 600 departures.
+    let mut visitors = Vec::new();
+    for _ in 0..600 {
+        visitors.push(app.join("sale").await);
     }
-    for _ in 0..3 {
-        app.tick("sale").await;
+    app.tick("sale").await;
+    for v in &visitors {
+        app.leave("sale", v).await;
     }
     let head: Value = app
         .client
@@ -603,8 +604,17 @@ async fn the_readme_shell_recipe_checks_the_chain() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        said.contains(&format!("head {}", head["head"].as_str().unwrap())),
+        said.contains(&format!(
+            "chain intact: 1200 entries, head {}",
+            head["head"].as_str().unwrap()
+        )),
         "{said}"
     );
+    assert!(head["next"].is_string(), "more than one page");
+    // verify-record reads both pages too.
+    let out = verify_record(vec![url]).await;
+    let said = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("entries     1200"), "{said}");
     app.stop().await;
 }
