@@ -502,6 +502,33 @@ async fn the_record_survives_a_restart_or_an_owner_change_with_lanes_and_a_draw(
         assert_ne!(after, head);
         assert!(said.contains("saved head: entry"), "{said}");
         assert!(said.contains("share: lane members:"), "{said}");
+        // An instance that starts now reads the room from its stored image
+        // (the log before it trimmed) and serves the same record.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let late = owners_on(
+            &redis,
+            vec![launch()],
+            std::sync::Arc::new(narabu::engine::SystemClock),
+            options.clone(),
+            narabu::config::RedisWait::OFF,
+        )
+        .await;
+        let late_app = spawn_with(config(), late.clone()).await;
+        let want = pages(&app, "launch", 1000).await;
+        let mut same = false;
+        for _ in 0..100 {
+            if pages(&late_app, "launch", 1000).await == want {
+                same = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            same,
+            "an instance started from the image serves the same record"
+        );
+        late_app.stop().await;
+        late.shutdown().await;
         app.stop().await;
     } else {
         use narabu::backend::embedded::{EmbeddedBackend, Persistence};
