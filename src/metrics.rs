@@ -83,6 +83,9 @@ pub struct Metrics {
     enqueue_accepted: Family<RoomLabels, Counter>,
     enqueue_refused: Family<RefusalLabels, Counter>,
     line_resets: Family<RoomLabels, Counter>,
+    /// Refused joins by room and reason, for the sale's report (which
+    /// reads them back; the Prometheus families above only count).
+    refused_joins: std::sync::Mutex<std::collections::BTreeMap<(String, String), u64>>,
     /// axum's matched path (`/gate/{room}`) to its label (`/gate/:room`).
     /// Keys are the router's declared routes, a fixed set, so the leaked
     /// labels are bounded; a hit takes a read lock and no allocation.
@@ -188,6 +191,7 @@ impl Metrics {
         );
         Self {
             registry,
+            refused_joins: Default::default(),
             line_resets,
             challenges_issued,
             challenges_solved,
@@ -273,6 +277,24 @@ impl Metrics {
             .inc();
     }
 
+    /// A join refused, for the sale's report: `reason` is the error code
+    /// the visitor got (`challenge_required`, `enqueue_token_invalid`,
+    /// `too_many_joins`, …) or, for a refused proof or token, its reason.
+    pub fn join_refused(&self, room: &str, reason: &str) {
+        *crate::locks::lock(&self.refused_joins)
+            .entry((room.to_owned(), reason.to_owned()))
+            .or_default() += 1;
+    }
+
+    /// This instance's refused joins of `room`, by reason.
+    pub fn joins_refused(&self, room: &str) -> Vec<(String, u64)> {
+        crate::locks::lock(&self.refused_joins)
+            .iter()
+            .filter(|((r, _), _)| r == room)
+            .map(|((_, reason), &n)| (reason.clone(), n))
+            .collect()
+    }
+
     fn refusal_count(family: &Family<RefusalLabels, Counter>, room: &str, reason: &'static str) {
         family
             .get_or_create(&RefusalLabels {
@@ -292,6 +314,7 @@ impl Metrics {
 
     /// A join refused for its proof of work (`missing` when it had none).
     pub fn challenge_refused(&self, room: &str, reason: &'static str) {
+        self.join_refused(room, &format!("proof of work: {reason}"));
         Self::refusal_count(&self.challenges_refused, room, reason);
     }
 
@@ -300,6 +323,7 @@ impl Metrics {
     }
 
     pub fn enqueue_refused(&self, room: &str, reason: &'static str) {
+        self.join_refused(room, &format!("enqueue token: {reason}"));
         Self::refusal_count(&self.enqueue_refused, room, reason);
     }
 

@@ -165,6 +165,9 @@ pub struct PassKeys {
     signer: Signer,
     /// `base64url(header) "."`, the same for every pass.
     header: String,
+    /// The same for receipts, which say their type (`typ`) so that no
+    /// verifier mistakes one for a pass.
+    receipt_header: String,
     current_kid: String,
     previous_kid: Option<String>,
     jwks: String,
@@ -300,6 +303,11 @@ impl PassKeys {
         let current = signer.public();
         let current_kid = current.thumbprint();
         let header = serde_json::json!({"alg": alg.as_str(), "typ": "JWT", "kid": current_kid});
+        let receipt_header = serde_json::json!({
+            "alg": alg.as_str(),
+            "typ": crate::receipt::TYPE,
+            "kid": current_kid,
+        });
         let mut keys = vec![current.jwk(alg)];
         // A previous key equal to the current one (a rotation not begun)
         // is published once.
@@ -308,6 +316,7 @@ impl PassKeys {
         Self {
             alg,
             header: format!("{}.", B64.encode(header.to_string())),
+            receipt_header: format!("{}.", B64.encode(receipt_header.to_string())),
             current_kid,
             previous_kid: previous.as_ref().map(Public::thumbprint),
             jwks: serde_json::json!({ "keys": keys }).to_string(),
@@ -426,9 +435,19 @@ impl PassKeys {
             iat,
             exp,
         };
-        let payload = serde_json::to_vec(&claims).unwrap_or_default();
-        let mut token = String::with_capacity(self.header.len() + 300);
-        token.push_str(&self.header);
+        self.sign_json(&self.header, &claims)
+    }
+
+    /// A visitor's receipt, signed with the key that signs passes (so the
+    /// same published keys check it) under a header of its own type.
+    pub fn sign_receipt(&self, claims: &crate::receipt::ReceiptClaims) -> String {
+        self.sign_json(&self.receipt_header, claims)
+    }
+
+    fn sign_json(&self, header: &str, claims: &impl Serialize) -> String {
+        let payload = serde_json::to_vec(claims).unwrap_or_default();
+        let mut token = String::with_capacity(header.len() + 300);
+        token.push_str(header);
         B64.encode_string(payload, &mut token);
         let signature = self.signer.sign(token.as_bytes());
         token.push('.');

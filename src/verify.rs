@@ -188,7 +188,7 @@ pub async fn verify(input: &str) -> anyhow::Result<Verdict> {
 
 /// Reads at most `cap` bytes of a reply: past it, an error, or with
 /// `cut` what was read so far.
-async fn read_capped(
+pub(crate) async fn read_capped(
     mut response: reqwest::Response,
     cap: u64,
     cut: bool,

@@ -54,6 +54,123 @@
     });
   }
 
+  // ----- the sale's report ------------------------------------------------
+
+  // Bars of several series side by side per group: `groups` are labels,
+  // `series` {label, cls, values}; the values' unit is `unit` ("ms" or "").
+  function bars(id, title, groups, series, unit) {
+    var svg = document.createElementNS(SVG, "svg");
+    svg.setAttribute("viewBox", "0 0 480 220");
+    svg.setAttribute("role", "img");
+    svg.setAttribute("aria-label", title);
+    svg.setAttribute("id", id);
+    var W = 480, H = 220, L = 56, R = 8, T = 10, B = 34;
+    var max = 0;
+    series.forEach(function (s) { s.values.forEach(function (v) { if (v > max) { max = v; } }); });
+    max = unit === "ms" ? niceTimeMax(max || 1) : niceMax(max || 1);
+    var y = function (v) { return T + (1 - v / max) * (H - T - B); };
+    for (var i = 0; i <= 4; i++) {
+      var v = max * i / 4, gy = y(v);
+      svg.appendChild(el("line", { x1: L, x2: W - R, y1: gy, y2: gy, class: i === 0 ? "axis" : "grid" }));
+      svg.appendChild(el("text", { x: L - 6, y: gy + 4, class: "ylabel" }, unit === "ms" ? fmtMs(v) : fmtNum(Math.round(v))));
+    }
+    if (!groups.length) {
+      svg.appendChild(el("text", { x: W / 2, y: H / 2, class: "empty" }, "no data"));
+      return svg;
+    }
+    var band = (W - L - R) / groups.length, bw = Math.max(2, band * 0.8 / series.length);
+    groups.forEach(function (g, gi) {
+      series.forEach(function (s, si) {
+        var v = s.values[gi] || 0, x = L + gi * band + band * 0.1 + si * bw;
+        var rect = el("rect", { x: x, y: y(v), width: bw, height: Math.max(0, y(0) - y(v)), class: "bar " + s.cls });
+        rect.appendChild(el("title", {}, s.label + " " + g + ": " + (unit === "ms" ? fmtMs(v) : v)));
+        svg.appendChild(rect);
+      });
+      var every = Math.ceil(groups.length / 8);
+      if (gi % every === 0) {
+        svg.appendChild(el("text", { x: L + gi * band + band / 2, y: H - 12, class: "xlabel" }, g));
+      }
+    });
+    return svg;
+  }
+
+  function figure(title, legend, svg) {
+    var keys = h("p", { class: "legend" });
+    legend.forEach(function (s) { keys.appendChild(h("span", { class: "key " + s.cls, text: s.label })); });
+    return h("figure", { class: "chart" }, [h("figcaption", { text: title }), keys, svg]);
+  }
+
+  function spread(s) {
+    if (!s || !s.count) { return "–"; }
+    return fmtMs(s.p50_ms) + " / " + fmtMs(s.p90_ms) + " / " + fmtMs(s.p99_ms) + " (" + fmtNum(s.count) + ")";
+  }
+
+  function showReport(id) {
+    var box = $("report-" + id);
+    api("GET", "/admin/rooms/" + encodeURIComponent(id) + "/report").then(function (rep) {
+      while (box.firstChild) { box.removeChild(box.firstChild); }
+      var pct = function (x) { return (100 * x).toFixed(1) + "%"; };
+      var rate = rep.rate.observed_per_minute.toFixed(1) + " / min" +
+        (rep.rate.configured_per_minute ? " (configured " + rep.rate.configured_per_minute + " / min)" : " (no rate set; capacity " + rep.rate.capacity + ")");
+      var rows = [
+        ["Joins", fmtNum(rep.joins)],
+        ["Admissions", fmtNum(rep.admissions)],
+        ["Wait p50 / p90 / p99", spread(rep.waits)],
+        ["Time on site p50 / p90 / p99", spread(rep.time_on_site)],
+        ["Abandonment (left + abandoned)", pct(rep.endings.abandonment) + " (" + rep.endings.left + " left, " + rep.endings.abandoned + " abandoned)"],
+        ["Released / revoked / expired", rep.endings.released + " / " + rep.endings.revoked + " / " + rep.endings.expired],
+        ["Away: skipped / returned / admitted after", rep.away.skips + " / " + rep.away.returns + " / " + rep.away.admitted_after_return],
+        ["Admission rate", rate],
+        ["Out of order (Kendall-tau)", rep.fairness.inversions + " (" + rep.fairness.unexplained + " unexplained)"],
+        ["Record", rep.fairness.entries + " entries, head " + rep.fairness.head.slice(0, 16) + "…"]
+      ];
+      rep.refused.forEach(function (f) { rows.push(["Refused: " + f.reason, fmtNum(f.count)]); });
+      rep.fairness.shares.forEach(function (s) {
+        rows.push(["Share of " + s.lane, pct(s.share) + " of admissions (weight " + pct(s.weight_share) + ")"]);
+      });
+      var table = h("table", { class: "report-figures", id: "report-figures-" + id }, rows.map(function (r) {
+        return h("tr", {}, [h("th", { scope: "row", text: r[0] }), h("td", { text: r[1] })]);
+      }));
+      var minutes = rep.timeline.map(function (m) { return new Date(m.at).toISOString().slice(11, 16); });
+      var timeline = bars("report-timeline-" + id, "Joins and admissions per minute", minutes, [
+        { label: "joins", cls: "s-queue", values: rep.timeline.map(function (m) { return m.joins; }) },
+        { label: "admissions", cls: "s-admitted", values: rep.timeline.map(function (m) { return m.admissions; }) }], "");
+      var places = rep.waits_by_place.map(function (p) { return p.from + "–" + p.to; });
+      var waits = bars("report-waits-" + id, "Waits by place in line", places, [
+        { label: "p50", cls: "s-p50", values: rep.waits_by_place.map(function (p) { return p.p50_ms || 0; }) },
+        { label: "p90", cls: "s-rate", values: rep.waits_by_place.map(function (p) { return p.p90_ms || 0; }) },
+        { label: "p99", cls: "s-p95", values: rep.waits_by_place.map(function (p) { return p.p99_ms || 0; }) }], "ms");
+      var csv = h("button", { type: "button", id: "report-csv-" + id, text: "Download CSV" });
+      csv.addEventListener("click", function () {
+        fetch("/admin/rooms/" + encodeURIComponent(id) + "/report?format=csv", { headers: { Authorization: "Bearer " + token() } })
+          .then(function (r) { return r.blob(); })
+          .then(function (blob) {
+            var a = h("a", { href: URL.createObjectURL(blob), download: id + "-report.csv" });
+            document.body.appendChild(a);
+            a.click();
+            a.remove();
+          });
+      });
+      var print = h("button", { type: "button", id: "report-print-" + id, text: "Print" });
+      print.addEventListener("click", function () {
+        document.body.setAttribute("data-printing", id);
+        $("room-" + id).classList.add("printing");
+        window.print();
+        $("room-" + id).classList.remove("printing");
+        document.body.removeAttribute("data-printing");
+      });
+      box.appendChild(h("h3", { text: "Sale report: " + id }));
+      box.appendChild(h("div", { class: "controls no-print" }, [csv, print]));
+      box.appendChild(table);
+      box.appendChild(h("div", { class: "charts" }, [
+        figure("Joins and admissions per minute", [{ cls: "s-queue", label: "joins" }, { cls: "s-admitted", label: "admissions" }], timeline),
+        figure("Waits by place in line", [{ cls: "s-p50", label: "p50" }, { cls: "s-rate", label: "p90" }, { cls: "s-p95", label: "p99" }], waits)
+      ]));
+      box.hidden = false;
+      say("Report of " + id + " ready.");
+    }).catch(function (e) { say("The report of " + id + " could not be read: " + e.message, true); });
+  }
+
   function forget(reason) {
     sessionStorage.removeItem(TOKEN_KEY);
     if (controller) { controller.abort(); controller = null; }
@@ -299,6 +416,8 @@
     open.addEventListener("click", function () {
       patch(id, { open_now: true }, "Opened " + id + ".");
     });
+    var reportButton = h("button", { type: "button", id: "report-open-" + id, text: "Sale report" });
+    reportButton.addEventListener("click", function () { showReport(id); });
     var charts = h("div", { class: "charts" });
     CHARTS.forEach(function (c) {
       var legend = h("p", { class: "legend" });
@@ -320,8 +439,9 @@
         h("span", { class: "cap", id: "cap-" + id })
       ]),
       figs,
-      h("div", { class: "controls" }, [capForm, modeForm, pause, open]),
-      charts
+      h("div", { class: "controls" }, [capForm, modeForm, pause, open, reportButton]),
+      charts,
+      h("section", { class: "report", id: "report-" + id, hidden: "hidden", "aria-label": "Sale report of " + id })
     ]);
     $("rooms").appendChild(card);
     r.el = card;

@@ -218,3 +218,87 @@ async fn next_refresh(driver: &Driver, room: &str) {
         )
         .await;
 }
+
+/// The sale's report on the dashboard: a button on the room opens it with
+/// its figures and two charts (joins and admissions per minute, waits by
+/// place in line), drawn from the report the admin API serves. A
+/// screenshot is saved to `target/e2e/report.png`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sale_report_shows_its_figures_and_charts() {
+    let mut sale = room("sale", 4);
+    sale.tick = std::time::Duration::from_millis(100);
+    sale.join_limit_per_minute = 0;
+    let backend = EmbeddedBackend::new(vec![sale], Arc::new(SystemClock));
+    let app = spawn_with(config(), backend.clone()).await;
+    let mut visitors = Vec::new();
+    for _ in 0..30 {
+        visitors.push(app.join("sale").await);
+    }
+    // Admitted ones give their permits back as the line moves.
+    let id = RoomId::new("sale").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut released = 0;
+    while released < 12 {
+        assert!(Instant::now() < deadline, "the line never moved");
+        for v in &visitors {
+            if app.status("sale", v).await["status"] == "admitted" {
+                let claim = narabu::token::Keyring::from_secrets(
+                    &narabu::config::Secret::new(narabu_testkit::app::SECRET),
+                    None,
+                )
+                .verify(&v.token)
+                .unwrap();
+                let t = narabu::backend::TicketRef {
+                    epoch: claim.epoch,
+                    id: claim.ticket,
+                };
+                if backend.release(&id, t).await.is_ok() {
+                    released += 1;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    app.leave("sale", &visitors[29]).await;
+
+    let driver = Driver::start().await;
+    driver.goto(&app.url("/admin")).await;
+    driver
+        .wait_until(
+            "the login form shows",
+            "return !document.getElementById('login').hidden",
+        )
+        .await;
+    driver.type_into("#token", ADMIN_TOKEN).await;
+    driver.click("#login-submit").await;
+    driver
+        .wait_until(
+            "the room appears",
+            "return !!document.getElementById('report-open-sale')",
+        )
+        .await;
+    driver.click("#report-open-sale").await;
+    driver
+        .wait_until(
+            "the report shows its figures and both charts with bars",
+            "var t = document.getElementById('report-figures-sale'); \
+             return !!t && /Admissions/.test(t.textContent) && \
+             document.querySelectorAll('#report-timeline-sale rect.bar').length >= 2 && \
+             document.querySelectorAll('#report-waits-sale rect.bar').length >= 3",
+        )
+        .await;
+    let figures = driver
+        .script("return document.getElementById('report-figures-sale').textContent")
+        .await;
+    let figures = figures.as_str().unwrap();
+    assert!(figures.contains("Joins30"), "{figures}");
+    assert!(figures.contains("0 unexplained"), "{figures}");
+    driver
+        .script("document.getElementById('report-sale').scrollIntoView()")
+        .await;
+    let shot = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/e2e/report.png");
+    driver.screenshot(&shot).await;
+    assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
+    driver.quit().await;
+    app.stop().await;
+}

@@ -31,8 +31,8 @@ use super::{
 use crate::config::Durability;
 use crate::engine::rules::StockTaken;
 use crate::engine::{
-    Clock, Departure, DrawRecord, EventSink, Room, RoomEvent, RoomId, RoomSettings, TickReport,
-    TicketId, TicketState, TicketStatus,
+    AdmissionRecord, Clock, Departure, DrawRecord, EventSink, Room, RoomEvent, RoomId, RoomImage,
+    RoomSettings, TickReport, TicketId, TicketState, TicketStatus,
 };
 use crate::locks::{read, write};
 
@@ -58,12 +58,51 @@ pub struct EmbeddedBackend {
 /// Forwards one room's events to the journal, and remembers which record
 /// admitted each admitted ticket, so that nobody is shown "admitted" (or
 /// let through the gate) before that admission would survive a crash.
+/// Each record also goes to the room's admission record, numbered as the
+/// journal numbers it.
 struct JournalSink {
     room: RoomId,
-    journal: Arc<Journal>,
+    /// `None` for a room kept in memory only.
+    journal: Option<Arc<Journal>>,
     /// Admitted ticket → sequence number of its admission record
     /// (`u64::MAX` while it is being appended).
     admissions: DashMap<TicketId, u64>,
+    /// The room's admission record. Held while a record is appended, so
+    /// the record takes the room's records in the journal's order.
+    record: std::sync::Mutex<Recorded>,
+}
+
+/// The admission record, and where it stood before each journal record
+/// that added entries and is not yet durable: readers are shown the record
+/// up to the first of those, so no one keeps a head a crash could take
+/// back.
+struct Recorded {
+    record: AdmissionRecord,
+    /// (entries, head) before the journal record `seq` was applied.
+    pending: std::collections::VecDeque<(u64, [u8; 32], u64)>,
+}
+
+impl Recorded {
+    /// Forget the marks of records now durable.
+    fn settle(&mut self, journal: Option<&Journal>) {
+        let Some(journal) = journal else { return };
+        while let Some(&(_, _, seq)) = self.pending.front() {
+            if !journal.is_durable(seq) {
+                break;
+            }
+            self.pending.pop_front();
+        }
+    }
+
+    /// What readers are shown: the record up to its first entry not yet
+    /// durable.
+    fn read(&mut self, journal: Option<&Journal>, after: u64, limit: usize) -> crate::engine::Page {
+        self.settle(journal);
+        match self.pending.front() {
+            Some(&(n, head, _)) => self.record.read_first(n, head, after, limit),
+            None => self.record.read(after, limit),
+        }
+    }
 }
 
 impl EventSink for JournalSink {
@@ -71,10 +110,24 @@ impl EventSink for JournalSink {
         if let RoomEvent::Admitted { ticket, .. } = event {
             self.admissions.insert(ticket, u64::MAX);
         }
-        let seq = self.journal.append(&Record::Room {
+        let record = Record::Room {
             room: self.room.clone(),
             event: event.into(),
-        });
+        };
+        let mut recorded = crate::locks::lock(&self.record);
+        let seq = match &self.journal {
+            Some(journal) => journal.append(&record),
+            None => recorded.record.applied() + 1,
+        };
+        let before = (recorded.record.len(), recorded.record.head());
+        if let Record::Room { event, .. } = &record {
+            recorded.record.apply(seq, event);
+        }
+        if self.journal.is_some() && recorded.record.len() > before.0 {
+            recorded.settle(self.journal.as_deref());
+            recorded.pending.push_back((before.0, before.1, seq));
+        }
+        drop(recorded);
         match event {
             RoomEvent::Admitted { ticket, .. } => {
                 self.admissions.insert(ticket, seq);
@@ -91,13 +144,14 @@ impl JournalSink {
     /// The record to wait for before showing this ticket as admitted, if
     /// it may not be durable yet.
     fn admission_pending(&self, ticket: TicketId) -> Option<u64> {
+        let journal = self.journal.as_ref()?;
         let seq = *self.admissions.get(&ticket)?;
         let seq = if seq == u64::MAX {
-            self.journal.appended()
+            journal.appended()
         } else {
             seq
         };
-        if self.journal.is_durable(seq) {
+        if journal.is_durable(seq) {
             self.admissions.remove(&ticket);
             None
         } else {
@@ -116,7 +170,7 @@ pub struct Persistence {
 
 struct RoomSlot {
     room: Arc<Room>,
-    sink: Option<Arc<JournalSink>>,
+    sink: Arc<JournalSink>,
     /// Stops this room's worker when the room is replaced.
     stop: CancellationToken,
 }
@@ -145,7 +199,7 @@ impl EmbeddedBackend {
             backend.sweep_join_log();
         }
         for settings in rooms {
-            backend.install(Room::new(settings, backend.clock.clone()), None);
+            backend.create(settings);
         }
         backend
     }
@@ -204,9 +258,14 @@ impl EmbeddedBackend {
         let backend = Self::empty(clock, run_workers, Some(journal.clone()));
         backend.sweep_join_log();
         let mut found = std::collections::HashSet::new();
+        let mut records = recovered.records;
         for image in recovered.rooms {
             let id = image.settings.id.clone();
-            let sink = backend.sink(&id);
+            let record = records
+                .remove(&id)
+                .filter(|r| r.epoch() == image.epoch)
+                .unwrap_or_else(|| AdmissionRecord::new(id.as_str(), image.epoch));
+            let sink = backend.sink(&id, record);
             let room = Room::restore(image, backend.clock.clone(), Some(sink.clone()));
             tracing::info!(
                 room = %id,
@@ -215,7 +274,7 @@ impl EmbeddedBackend {
                 "room restored from the data directory"
             );
             found.insert(id);
-            backend.install(room, Some(sink));
+            backend.install(room, sink);
         }
         if recovered.replayed > 0 || recovered.torn.is_some() {
             tracing::info!(records = recovered.replayed, "journal replayed");
@@ -240,15 +299,15 @@ impl EmbeddedBackend {
         Ok(backend)
     }
 
-    fn sink(&self, room: &RoomId) -> Arc<JournalSink> {
-        let journal = self
-            .journal
-            .clone()
-            .expect("only journalled backends make sinks");
+    fn sink(&self, room: &RoomId, record: AdmissionRecord) -> Arc<JournalSink> {
         Arc::new(JournalSink {
             room: room.clone(),
-            journal,
+            journal: self.journal.clone(),
             admissions: DashMap::new(),
+            record: std::sync::Mutex::new(Recorded {
+                record,
+                pending: Default::default(),
+            }),
         })
     }
 
@@ -280,7 +339,7 @@ impl EmbeddedBackend {
         let pending = self
             .read()
             .get(id)
-            .and_then(|s| s.sink.clone())
+            .map(|s| s.sink.clone())
             .and_then(|sink| sink.admission_pending(ticket));
         if let Some(seq) = pending {
             journal
@@ -293,20 +352,15 @@ impl EmbeddedBackend {
 
     /// A new room (or a new incarnation of one), journalled first.
     fn create(&self, settings: RoomSettings) -> Arc<Room> {
-        let (room, sink) = match &self.journal {
-            None => (Room::new(settings, self.clock.clone()), None),
-            Some(journal) => {
-                let sink = self.sink(&settings.id);
-                let room = Room::create(
-                    settings,
-                    self.clock.clone(),
-                    rand::random(),
-                    Some(sink.clone()),
-                );
-                journal.append(&Record::Created(Box::new(room.image())));
-                (room, Some(sink))
-            }
-        };
+        let epoch = rand::random();
+        let sink = self.sink(
+            &settings.id,
+            AdmissionRecord::new(settings.id.as_str(), epoch),
+        );
+        let room = Room::create(settings, self.clock.clone(), epoch, Some(sink.clone()));
+        if let Some(journal) = &self.journal {
+            journal.append(&Record::Created(Box::new(room.image())));
+        }
         self.install(room.clone(), sink);
         room
     }
@@ -318,15 +372,39 @@ impl EmbeddedBackend {
             return Ok(());
         };
         let _one_at_a_time = self.snapshot_lock.lock().await;
-        let rooms: Vec<Arc<Room>> = self.read().values().map(|s| s.room.clone()).collect();
-        tokio::task::spawn_blocking(move || {
-            let seq = journal.rotate()?;
-            let images = rooms.iter().map(|r| r.image()).collect();
-            journal.write_snapshot(seq, images)
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())
+        let rooms: Vec<(Arc<Room>, Arc<JournalSink>)> = self
+            .read()
+            .values()
+            .map(|s| (s.room.clone(), s.sink.clone()))
+            .collect();
+        let rotating = journal.clone();
+        let seq = tokio::task::spawn_blocking(move || rotating.rotate())
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        // Each admission record as of a journal record it names (the
+        // record's own order), and the rooms copied after: replay then
+        // applies exactly the records after that one to the admission
+        // record, and idempotently the others to the rooms. The snapshot
+        // waits until the admission records' last records are on disk, so
+        // it never holds one a crash could take back.
+        let records: Vec<(RoomId, AdmissionRecord)> = rooms
+            .iter()
+            .map(|(room, sink)| {
+                let record = crate::locks::lock(&sink.record).record.clone();
+                (room.id().clone(), record)
+            })
+            .collect();
+        let images: Vec<RoomImage> = rooms.iter().map(|(room, _)| room.image()).collect();
+        let newest = records.iter().map(|(_, r)| r.applied()).max().unwrap_or(0);
+        journal
+            .wait_durable(newest)
+            .await
+            .map_err(|()| "the journal cannot be written".to_owned())?;
+        tokio::task::spawn_blocking(move || journal.write_snapshot(seq, images, records))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())
     }
 
     async fn snapshot_periodically(&self, every: Duration, stop: CancellationToken) {
@@ -360,7 +438,7 @@ impl EmbeddedBackend {
         read(&self.rooms)
     }
 
-    fn install(&self, room: Arc<Room>, sink: Option<Arc<JournalSink>>) {
+    fn install(&self, room: Arc<Room>, sink: Arc<JournalSink>) {
         let stop = self.shutdown.child_token();
         if self.run_workers {
             self.workers.spawn(run_worker(room.clone(), stop.clone()));
@@ -490,6 +568,29 @@ impl Backend for EmbeddedBackend {
 
     async fn draw(&self, room: &RoomId) -> Result<Option<DrawRecord>, BackendError> {
         Ok(self.get(room)?.draw_record())
+    }
+
+    async fn record(
+        &self,
+        room: &RoomId,
+        after: u64,
+        limit: usize,
+    ) -> Result<crate::engine::Page, BackendError> {
+        let sink = self
+            .read()
+            .get(room)
+            .map(|s| s.sink.clone())
+            .ok_or_else(|| BackendError::NoSuchRoom(room.clone()))?;
+        Ok(crate::locks::lock(&sink.record).read(sink.journal.as_deref(), after, limit))
+    }
+
+    async fn admission_record(&self, room: &RoomId) -> Result<AdmissionRecord, BackendError> {
+        let sink = self
+            .read()
+            .get(room)
+            .map(|s| s.sink.clone())
+            .ok_or_else(|| BackendError::NoSuchRoom(room.clone()))?;
+        Ok(crate::locks::lock(&sink.record).record.clone())
     }
 
     async fn join(&self, id: &RoomId, request: JoinRequest) -> Result<JoinOutcome, BackendError> {

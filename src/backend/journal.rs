@@ -46,7 +46,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::config::Durability;
-use crate::engine::{EventRecord, RoomId, RoomImage};
+use crate::engine::{AdmissionRecord, EventRecord, RoomId, RoomImage};
 use format::{Damage, FILE_HEADER, SEGMENT_MAGIC, SNAPSHOT_MAGIC};
 
 /// One journal record.
@@ -59,10 +59,12 @@ pub enum Record {
     Room { room: RoomId, event: EventRecord },
 }
 
-/// Every room, as stored in a snapshot.
+/// Every room, as stored in a snapshot, with each room's admission
+/// record as of the journal record it names.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Snapshot {
     rooms: Vec<RoomImage>,
+    records: Vec<(RoomId, AdmissionRecord)>,
 }
 
 /// Why start-up cannot trust the data directory.
@@ -121,6 +123,8 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> JournalError + '_ {
 #[derive(Debug, Default)]
 pub struct Recovered {
     pub rooms: Vec<RoomImage>,
+    /// Each room's admission record, with every record replayed.
+    pub records: BTreeMap<RoomId, AdmissionRecord>,
     /// Records replayed after the snapshot.
     pub replayed: u64,
     /// The torn tail that was dropped, if any: (file, offset).
@@ -365,9 +369,14 @@ impl Journal {
 
     /// Store every room as the state after record `seq` (from
     /// [`Self::rotate`]), then delete what it makes redundant.
-    pub fn write_snapshot(&self, seq: u64, rooms: Vec<RoomImage>) -> Result<(), JournalError> {
+    pub fn write_snapshot(
+        &self,
+        seq: u64,
+        rooms: Vec<RoomImage>,
+        records: Vec<(RoomId, AdmissionRecord)>,
+    ) -> Result<(), JournalError> {
         let mut bytes = format::file_header(SNAPSHOT_MAGIC, seq).to_vec();
-        format::encode_frame(&Snapshot { rooms }, &mut bytes);
+        format::encode_frame(&Snapshot { rooms, records }, &mut bytes);
         let path = self.dir.join(snapshot_name(seq));
         format::write_atomically(&path, &bytes).map_err(io_err(&path))?;
         self.shared.since_snapshot.store(0, Ordering::Relaxed);
@@ -508,6 +517,7 @@ fn older_format(path: &Path, bytes: &[u8]) -> Result<(), JournalError> {
 /// Load the newest snapshot and replay the segments after it.
 fn recover(dir: &Path) -> Result<(Recovered, u64), JournalError> {
     let mut rooms: BTreeMap<RoomId, RoomImage> = BTreeMap::new();
+    let mut records: BTreeMap<RoomId, AdmissionRecord> = BTreeMap::new();
     let mut last_seq = 0;
     if let Some((_, path)) = numbered(dir, "snapshot-", ".bin")?.pop() {
         let bytes = std::fs::read(&path).map_err(io_err(&path))?;
@@ -530,8 +540,11 @@ fn recover(dir: &Path) -> Result<(Recovered, u64), JournalError> {
             }
             (None, n) => return Err(damaged(FILE_HEADER as u64, format!("{n} frames, not 1"))),
         }
-        for image in frames.items.into_iter().flat_map(|s| s.rooms) {
-            rooms.insert(image.settings.id.clone(), image);
+        for snapshot in frames.items {
+            for image in snapshot.rooms {
+                rooms.insert(image.settings.id.clone(), image);
+            }
+            records.extend(snapshot.records);
         }
         last_seq = seq;
     }
@@ -611,16 +624,23 @@ fn recover(dir: &Path) -> Result<(Recovered, u64), JournalError> {
             recovered.replayed += 1;
             match record {
                 Record::Created(image) => {
-                    rooms.insert(image.settings.id.clone(), *image);
+                    let id = image.settings.id.clone();
+                    records.insert(id.clone(), AdmissionRecord::new(id.as_str(), image.epoch));
+                    rooms.insert(id, *image);
                 }
                 Record::Room { room, event } => {
                     if let Some(image) = rooms.get_mut(&room) {
                         image.apply(event.as_event());
+                        records
+                            .entry(room)
+                            .or_insert_with_key(|id| AdmissionRecord::new(id.as_str(), image.epoch))
+                            .apply(last_seq, &event);
                     }
                 }
             }
         }
     }
     recovered.rooms = rooms.into_values().collect();
+    recovered.records = records;
     Ok((recovered, last_seq))
 }

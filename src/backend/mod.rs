@@ -319,6 +319,21 @@ pub trait Backend: Send + Sync + 'static {
     /// The opening draw as published: `None` for a room without one.
     async fn draw(&self, room: &RoomId) -> Result<Option<DrawRecord>, BackendError>;
 
+    /// The room's admission record as this instance holds it: up to
+    /// `limit` entries after the first `after`, with its head.
+    async fn record(
+        &self,
+        room: &RoomId,
+        after: u64,
+        limit: usize,
+    ) -> Result<crate::engine::Page, BackendError>;
+
+    /// A copy of the room's whole admission record, for the sale's report.
+    async fn admission_record(
+        &self,
+        room: &RoomId,
+    ) -> Result<crate::engine::AdmissionRecord, BackendError>;
+
     /// Run one worker turn of a room now. Workers call it every tick; tests
     /// call it on virtual time with workers off.
     async fn tick(&self, room: &RoomId) -> Result<TickReport, BackendError>;

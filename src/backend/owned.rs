@@ -205,6 +205,8 @@ impl OwnedBackend {
     /// has none.
     fn serve_room(self: &Arc<Self>, id: RoomId, settings: Option<RoomSettings>) -> Arc<Slot> {
         let stop = self.shutdown.child_token();
+        let followed: Arc<std::sync::OnceLock<std::sync::Weak<Follower>>> = Arc::default();
+        let recorded = followed.clone();
         let contention = Contender {
             store: self.store.clone(),
             room: id.clone(),
@@ -212,6 +214,12 @@ impl OwnedBackend {
             settings,
             clock: self.clock.clone(),
             options: self.options.owner.clone(),
+            recorded: Some(Arc::new(move || {
+                recorded
+                    .get()?
+                    .upgrade()?
+                    .read(|r| r.map(|r| (r.last, r.at, r.record.clone())))
+            })),
         }
         .spawn(stop.clone());
         let slot = Arc::new(Slot {
@@ -234,6 +242,7 @@ impl OwnedBackend {
                 }
             },
         );
+        let _ = followed.set(Arc::downgrade(&follower));
         let _ = slot.follower.set(follower);
         self.tasks
             .spawn(answer_commands(self.clone(), id.clone(), slot.clone()));
@@ -867,6 +876,32 @@ impl Backend for OwnedBackend {
 
     async fn draw(&self, room: &RoomId) -> Result<Option<DrawRecord>, BackendError> {
         Ok(self.view(room).await?.room.draw_record())
+    }
+
+    async fn record(
+        &self,
+        room: &RoomId,
+        after: u64,
+        limit: usize,
+    ) -> Result<crate::engine::Page, BackendError> {
+        let slot = self.slot(room)?;
+        in_touch(&slot).await?;
+        slot.follower
+            .get()
+            .and_then(|f| f.read(|r| r.map(|r| r.record.read(after, limit))))
+            .ok_or_else(|| BackendError::Unavailable("the room's log is not read yet".into()))
+    }
+
+    async fn admission_record(
+        &self,
+        room: &RoomId,
+    ) -> Result<crate::engine::AdmissionRecord, BackendError> {
+        let slot = self.slot(room)?;
+        in_touch(&slot).await?;
+        slot.follower
+            .get()
+            .and_then(|f| f.read(|r| r.map(|r| r.record.clone())))
+            .ok_or_else(|| BackendError::Unavailable("the room's log is not read yet".into()))
     }
 
     async fn tick(&self, room: &RoomId) -> Result<TickReport, BackendError> {

@@ -24,8 +24,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::room_log::{LogWriter, Replica, encode_image};
-use super::store::{Fence, RoomStore, StoreError};
-use crate::engine::{Clock, EventSink, Room, RoomId, RoomSettings};
+use super::store::{Fence, LogPos, RoomStore, StoreError};
+use crate::engine::{AdmissionRecord, Clock, EventSink, Room, RoomId, RoomSettings};
 
 /// How an instance holds rooms.
 #[derive(Clone, Debug)]
@@ -145,7 +145,15 @@ pub struct Contender {
     pub settings: Option<RoomSettings>,
     pub clock: Arc<dyn Clock>,
     pub options: OwnerOptions,
+    /// This instance's admission record of the room as it follows the log,
+    /// which the owner stores with the image; `None` reads it back from
+    /// the store each time.
+    pub recorded: Option<Recorded>,
 }
+
+/// The admission record as some replica holds it: the number of the last
+/// record it took, the log position of that record's batch, the record.
+pub type Recorded = Arc<dyn Fn() -> Option<(u64, LogPos, AdmissionRecord)> + Send + Sync>;
 
 impl Contender {
     /// Contend for the room's lease until `stop`, publishing the engine
@@ -162,6 +170,7 @@ impl Contender {
                 settings,
                 clock,
                 options,
+                recorded,
             } = self;
             let renew_every = options.lease / 3;
             let mut owned: Option<Arc<Owned>> = None;
@@ -238,7 +247,8 @@ impl Contender {
                     ticked = Instant::now();
                 }
                 if imaged.elapsed() >= options.image_every {
-                    if let Err(e) = store_image(store.as_ref(), &room, &o).await {
+                    if let Err(e) = store_image(store.as_ref(), &room, &o, recorded.as_ref()).await
+                    {
                         tracing::warn!(room = %room, error = %e, "the room's image was not stored");
                     }
                     imaged = Instant::now();
@@ -329,12 +339,15 @@ async fn take_over(
     owned.writer.owner(fence.token);
     owned.made = fresh;
     if fresh {
+        let image = owned.room().image();
+        let record = AdmissionRecord::new(room.as_str(), image.epoch);
         let first = encode_image(
             0,
             Default::default(),
-            &owned.room().image(),
+            &image,
             &Default::default(),
             None,
+            &record,
         );
         store.put_image(room, &fence, &first).await?;
     }
@@ -345,9 +358,34 @@ async fn take_over(
 /// copied after noting what is durable, so it holds at least every record
 /// up to that point (and perhaps some after it, which a replica applies
 /// again harmlessly); only batches wholly before that point are trimmed.
-async fn store_image(store: &dyn RoomStore, room: &RoomId, o: &Owned) -> Result<(), StoreError> {
-    let (last, at) = o.writer.durable_point();
+/// The admission record takes each record once, so it goes in exactly as
+/// of a point in the log: this instance's replica's (which is never past
+/// what is durable), the image's point then moving back to it.
+async fn store_image(
+    store: &dyn RoomStore,
+    room: &RoomId,
+    o: &Owned,
+    recorded: Option<&Recorded>,
+) -> Result<(), StoreError> {
     let engine = o.room();
+    let followed = recorded
+        .and_then(|f| f())
+        .filter(|(_, _, r)| r.epoch() == engine.epoch());
+    let (last, at, record) = match followed {
+        Some(followed) => followed,
+        None => {
+            let Some(mut replica) = Replica::load(store, room).await? else {
+                return Ok(());
+            };
+            replica.catch_up(store, room).await?;
+            (replica.last, replica.at, replica.record)
+        }
+    };
+    if record.epoch() != engine.epoch() {
+        return Ok(());
+    }
+    let (durable, durable_at) = o.writer.durable_point();
+    let (last, at) = (last.min(durable), at.min(durable_at));
     let image = engine.image();
     store
         .put_image(
@@ -359,6 +397,7 @@ async fn store_image(store: &dyn RoomStore, room: &RoomId, o: &Owned) -> Result<
                 &image,
                 &o.writer.applied_window(),
                 Some(&engine.tally()),
+                &record,
             ),
         )
         .await?;

@@ -38,7 +38,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 
 use super::store::{Entry, Fence, Image, LogPos, RoomStore, StoreError};
-use crate::engine::{EventRecord, EventSink, Room, RoomEvent, RoomId, RoomImage, RoomTally};
+use crate::engine::{
+    AdmissionRecord, EventRecord, EventSink, Room, RoomEvent, RoomId, RoomImage, RoomTally,
+};
 
 /// One record of a room's log.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -480,21 +482,26 @@ pub struct Replica {
     pub tally: Option<RoomTally>,
     /// The log position of the last batch applied.
     pub at: LogPos,
+    /// The room's admission record, exactly as of `last`.
+    pub record: AdmissionRecord,
 }
 
 /// A room's image as stored: the number of the last record it holds
 /// (it may hold some after it too: replay is idempotent), and the log
-/// position after which the records it may lack begin.
+/// position after which the records it may lack begin. The admission
+/// record must be exactly as of `last` (it takes each record once).
 pub fn encode_image(
     last: u64,
     at: LogPos,
     image: &RoomImage,
     applied: &Applied,
     tally: Option<&RoomTally>,
+    record: &AdmissionRecord,
 ) -> Image {
     Image {
         at,
-        bytes: postcard::to_allocvec(&(last, image, applied, tally)).expect("images serialize"),
+        bytes: postcard::to_allocvec(&(last, image, applied, tally, record))
+            .expect("images serialize"),
     }
 }
 
@@ -502,6 +509,7 @@ impl Replica {
     /// A replica of a room just created: its first image, before any log.
     pub fn new(image: RoomImage) -> Self {
         Self {
+            record: AdmissionRecord::new(image.settings.id.as_str(), image.epoch),
             image,
             applied: Applied::default(),
             last: 0,
@@ -515,10 +523,16 @@ impl Replica {
         let Some(stored) = store.image(room).await? else {
             return Ok(None);
         };
-        let (last, image, applied, tally): (u64, RoomImage, Applied, Option<RoomTally>) =
-            postcard::from_bytes(&stored.bytes)
-                .map_err(|_| StoreError::Damaged(format!("the image of {room} cannot be read")))?;
+        type Stored = (u64, RoomImage, Applied, Option<RoomTally>, AdmissionRecord);
+        let (last, image, applied, tally, record): Stored = postcard::from_bytes(&stored.bytes)
+            .map_err(|_| StoreError::Damaged(format!("the image of {room} cannot be read")))?;
+        let record = if record.epoch() == image.epoch {
+            record
+        } else {
+            AdmissionRecord::new(room.as_str(), image.epoch)
+        };
         Ok(Some(Self {
+            record,
             image,
             applied,
             last,
@@ -571,11 +585,15 @@ impl Replica {
         for (n, record) in (first..).zip(records) {
             if n > self.last {
                 match record {
-                    LogRecord::Event(event) => self.image.apply(event.as_event()),
+                    LogRecord::Event(event) => {
+                        self.image.apply(event.as_event());
+                        self.record.apply(n, event);
+                    }
                     LogRecord::Applied { id, reply } => self.applied.insert(*id, reply.clone()),
                     LogRecord::Tally(tally) => self.tally = Some((**tally).clone()),
                     LogRecord::Created(image) => {
                         self.image = (**image).clone();
+                        self.record = AdmissionRecord::new(image.settings.id.as_str(), image.epoch);
                         self.tally = None;
                     }
                     LogRecord::Owner { .. } => {}

@@ -36,6 +36,7 @@ mod holds;
 mod image;
 mod lane;
 mod lottery;
+pub mod record;
 mod replay;
 mod room;
 pub mod rules;
@@ -60,6 +61,7 @@ pub use holds::{HolderId, StreamReport};
 pub use image::{RoomImage, TicketImage};
 pub use lane::LaneIndex;
 pub use lottery::{DrawMismatch, DrawRecord, LotterySeed};
+pub use record::{AdmissionRecord, CHECKPOINT, Chained, Entry, EntryKind, Page};
 pub use replay::Replayer;
 pub use room::{Binding, Departure, Handoff, Identity, JoinError, Joined, Room};
 pub use rules::{

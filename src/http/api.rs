@@ -18,6 +18,7 @@ use super::limits::ClientIp;
 use super::openapi::{ErrorBody, RoomParam};
 use super::origin::Provenance;
 use super::passes;
+use super::receipts;
 use super::return_path::validate_return_path;
 use super::state::AppState;
 use super::ticket::{self, VisitorTicket};
@@ -41,6 +42,14 @@ struct JoinBody<'a> {
     /// `narabu_{room}_jwt`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pass: Option<String>,
+    /// A signed receipt of this ticket (room, epoch, ticket id, number,
+    /// lane, time of joining; no identity), checked with the keys at
+    /// `/.well-known/jwks.json`: see `GET /api/rooms/{room}/receipt`.
+    receipt: String,
+    /// The room's admission record as it stands: how many entries, and
+    /// the hash of the last (`GET /api/rooms/{room}/record`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    record: Option<super::record::HeadBody>,
 }
 
 /// A status answer: the ticket's status and, once admitted, a signed pass.
@@ -54,6 +63,10 @@ pub struct StatusAnswer {
     /// `narabu_{room}_jwt`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pass: Option<String>,
+    /// The room's admission record as it stands: how many entries, and
+    /// the hash of the last (`GET /api/rooms/{room}/record`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    record: Option<super::record::HeadBody>,
 }
 
 /// The body a join may carry: a proof of work and an enqueue token, for
@@ -176,7 +189,11 @@ pub async fn join_room(
             let spent = access::Refusal::Pow(Some(PowError::Spent));
             return Err(access::refuse(state, room, &policy, spent));
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            let e = ApiError::from(e);
+            state.metrics.join_refused(room.as_str(), e.code);
+            return Err(e);
+        }
     };
     if outcome.is_new {
         access::admitted(state, room, &cleared);
@@ -271,10 +288,20 @@ pub async fn join(
         StatusCode::OK
     };
     let minted = passes::mint(&state, &room, joined.ticket, &joined.status).await;
+    let status = status_body(&state, &room, &joined.status).await;
+    let receipt = receipts::sign(
+        &state,
+        &room,
+        joined.ticket,
+        &joined.status,
+        status.lane.clone(),
+    );
     let body = Json(JoinBody {
         ticket: &joined.token,
-        status: status_body(&state, &room, &joined.status).await,
+        status,
         pass: minted.as_ref().map(|m| m.token.clone()),
+        receipt,
+        record: super::record::head(&state, &room).await,
     })
     .into_response();
     let mut response = (code, [set_cookie(&state, &room, joined.token)], body).into_response();
@@ -311,6 +338,7 @@ pub async fn status(
     let mut response = Json(StatusAnswer {
         status: status_body(&state, &room, &status).await,
         pass: minted.as_ref().map(|m| m.token.clone()),
+        record: super::record::head(&state, &room).await,
     })
     .into_response();
     if let Some(minted) = &minted {

@@ -474,6 +474,10 @@ pub struct Strings {
     pub leave: String,
     pub leave_confirm: String,
     pub leave_note: String,
+    /// The queue page's link to the visitor's signed receipt (empty: no
+    /// link).
+    #[serde(default)]
+    pub receipt: String,
     pub admitted_title: String,
     pub admitted_body: String,
     pub continue_label: String,

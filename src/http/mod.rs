@@ -48,6 +48,8 @@ pub mod origin;
 pub mod pages;
 pub mod passes;
 pub mod presence;
+pub mod receipts;
+pub mod record;
 pub mod return_path;
 pub mod router;
 pub mod state;

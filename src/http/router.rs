@@ -14,7 +14,8 @@ use super::edge::EdgeLayer;
 use super::error::ApiError;
 use super::state::AppState;
 use super::{
-    access, admin, api, assets, draw, events, gate, health, metrics, openapi, passes, visitor,
+    access, admin, api, assets, draw, events, gate, health, metrics, openapi, passes, receipts,
+    record, visitor,
 };
 
 /// Request bodies are tiny JSON objects; anything bigger is refused (413).
@@ -59,10 +60,15 @@ pub fn routes() -> Router<AppState> {
             "/api/rooms/{room}/status",
             get(api::status).layer(no_store()),
         )
+        .route(
+            "/api/rooms/{room}/receipt",
+            get(receipts::receipt).layer(no_store()),
+        )
         .route("/api/rooms/{room}/leave", post(api::leave))
         .route("/api/rooms/{room}/release", post(api::release))
         .route("/api/rooms/{room}/challenge", get(access::challenge))
         .route("/api/rooms/{room}/draw", get(draw::draw))
+        .route("/api/rooms/{room}/record", get(record::record))
         // The public keys of signed passes, for proxies, edges and apps.
         .route("/.well-known/jwks.json", get(passes::jwks))
         .route("/.well-known/narabu-pass.pem", get(passes::pem))
@@ -91,6 +97,7 @@ pub fn routes() -> Router<AppState> {
         )
         .route("/admin/rooms/{room}/revoke", post(admin::revoke))
         .route("/admin/rooms/{room}/purchases", post(admin::purchases))
+        .route("/admin/rooms/{room}/report", get(admin::report::report))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,

@@ -331,6 +331,7 @@ fn queue_page(room: &RoomId, status: TicketStatus, return_path: &str) -> QueuePa
             events: format!("/api/rooms/{room}/events?{ret}"),
             status: format!("/api/rooms/{room}/status"),
             leave: format!("/api/rooms/{room}/leave"),
+            receipt: format!("/api/rooms/{room}/receipt"),
         },
         pow: None,
         draw: None,

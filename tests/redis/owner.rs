@@ -15,7 +15,7 @@ use narabu::backend::redis::store::RedisStore;
 use narabu::backend::room_log::{Applied, LogWriter, NotDurable, Replica, encode_image};
 use narabu::backend::store::{LogPos, RoomStore, StoreError};
 use narabu::engine::{
-    Clock, EventSink, Identity, ManualClock, Room, RoomId, RoomImage, TicketState,
+    AdmissionRecord, Clock, EventSink, Identity, ManualClock, Room, RoomId, RoomImage, TicketState,
 };
 use redis::AsyncConnectionConfig;
 
@@ -55,7 +55,14 @@ async fn first_owner(redis: &RedisServer, clock: &Arc<ManualClock>, ttl: Duratio
         .put_image(
             &sale(),
             &fence,
-            &encode_image(0, LogPos::START, &room.image(), &Applied::default(), None),
+            &encode_image(
+                0,
+                LogPos::START,
+                &room.image(),
+                &Applied::default(),
+                None,
+                &AdmissionRecord::new(room.id().as_str(), room.epoch()),
+            ),
         )
         .await
         .unwrap();
@@ -188,6 +195,7 @@ async fn the_owner_logs_its_engine_and_a_new_owner_goes_on_from_the_log() {
             &replica.image,
             &replica.applied,
             None,
+            &replica.record,
         ),
     )
     .await
@@ -317,6 +325,7 @@ async fn an_owner_that_dies_is_replaced_within_its_lease_and_loses_nothing_ackno
             settings: Some(room("sale", CAPACITY)),
             clock: Arc::new(SystemClock),
             options: options.clone(),
+            recorded: None,
         };
         contentions.push(contender.spawn(stop.clone()));
     }
@@ -484,7 +493,14 @@ async fn a_followers_replica_reaches_each_acknowledged_write_and_survives_a_trim
         .put_image(
             &sale(),
             &fence,
-            &encode_image(last, at, &room_a.image(), &Applied::default(), None),
+            &encode_image(
+                last,
+                at,
+                &room_a.image(),
+                &Applied::default(),
+                None,
+                &AdmissionRecord::new(room_a.id().as_str(), room_a.epoch()),
+            ),
         )
         .await
         .unwrap();
@@ -653,7 +669,14 @@ async fn a_command_in_flight_at_a_change_of_owner_is_applied_once() {
     b.put_image(
         &sale(),
         &fence_b,
-        &encode_image(last, at, &room_b.image(), &writer_b.applied_window(), None),
+        &encode_image(
+            last,
+            at,
+            &room_b.image(),
+            &writer_b.applied_window(),
+            None,
+            &AdmissionRecord::new(room_b.id().as_str(), room_b.epoch()),
+        ),
     )
     .await
     .unwrap();

@@ -15,6 +15,7 @@
 //! (`patch`); both answer 422 naming the field.
 
 pub(crate) mod patch;
+pub mod report;
 
 use std::convert::Infallible;
 

@@ -136,6 +136,8 @@ pub struct QueueUrls {
     pub events: String,
     pub status: String,
     pub leave: String,
+    /// The visitor's signed receipt (`GET /api/rooms/{room}/receipt`).
+    pub receipt: String,
 }
 
 /// What the page's script needs to solve a challenge and join.

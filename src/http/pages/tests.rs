@@ -58,6 +58,7 @@ fn queue(status: TicketStatus) -> QueuePage {
             events: "/api/rooms/sale/events".into(),
             status: "/api/rooms/sale/status".into(),
             leave: "/api/rooms/sale/leave".into(),
+            receipt: "/api/rooms/sale/receipt".into(),
         },
         pow: None,
         draw: None,
