@@ -99,6 +99,11 @@ pub async fn serve(
     let stop = CancellationToken::new();
     let metrics = Arc::new(Metrics::new());
     let webhooks = Webhooks::start(config.webhooks.clone(), metrics.clone(), stop.clone());
+    let push =
+        crate::push::Push::start(&config.push, &keys, metrics.clone(), stop.clone())?.map(Arc::new);
+    if let Some(push) = &push {
+        tracing::info!(public_key = push.key.public_key(), "web push is on");
+    }
     let monitor = Monitor::new(backend.clone(), webhooks);
     monitor.start(stop.clone());
     follow_resets(
@@ -137,6 +142,7 @@ pub async fn serve(
         backend: backend.clone(),
         keys: Arc::new(keys),
         passes: Arc::new(passes),
+        push,
         settings,
         shutdown: stop.clone(),
     });

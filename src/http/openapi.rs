@@ -83,6 +83,7 @@ impl Modify for Security {
         super::events::events,
         super::api::leave,
         super::api::release,
+        super::notify::key,
         super::access::challenge,
         super::draw::draw,
         super::gate::gate,

@@ -26,3 +26,81 @@ pub mod subscription;
 pub use keys::{VapidError, VapidKey};
 pub use sender::{Outcome, PushMessage, PushSender, Receipt, SenderConfig, Urgency};
 pub use subscription::{Subscription, SubscriptionError};
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::PushConfig;
+use crate::metrics::Metrics;
+use crate::token::Keyring;
+
+/// What the keyring derives the VAPID key from (see [`Keyring::derive`]).
+const VAPID_PURPOSE: &str = "web push vapid key";
+
+/// Why push could not start. Names the file, never its contents.
+#[derive(Debug, thiserror::Error)]
+pub enum PushStartError {
+    #[error("push.vapid_key_file {path}: {source}")]
+    KeyFile {
+        path: std::path::PathBuf,
+        source: VapidError,
+    },
+    #[error("push: {0}")]
+    Key(VapidError),
+    #[error("push: the HTTP client could not be built: {0}")]
+    Client(reqwest::Error),
+}
+
+/// Push as the service runs it: the key pages subscribe with and the
+/// sender that delivers. Built once at start when `[push]` is on.
+#[derive(Debug)]
+pub struct Push {
+    pub key: Arc<VapidKey>,
+    pub sender: PushSender,
+    /// Accept `http:` and local endpoints in subscriptions (tests only).
+    pub allow_insecure_endpoints: bool,
+}
+
+impl Push {
+    /// `None` when push is off. The key comes from the configured PEM
+    /// file, or is derived from the ticket key.
+    pub fn start(
+        config: &PushConfig,
+        keyring: &Keyring,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+    ) -> Result<Option<Self>, PushStartError> {
+        if !config.enabled {
+            return Ok(None);
+        }
+        let key = match &config.vapid_key_file {
+            Some(path) => VapidKey::from_pem_file(path, &config.contact).map_err(|source| {
+                PushStartError::KeyFile {
+                    path: path.clone(),
+                    source,
+                }
+            })?,
+            None => {
+                let (seed, _) = keyring.derive(VAPID_PURPOSE);
+                VapidKey::from_seed(&seed, &config.contact).map_err(PushStartError::Key)?
+            }
+        };
+        let key = Arc::new(key);
+        let sender = PushSender::start(
+            key.clone(),
+            SenderConfig {
+                allow_insecure_endpoints: config.allow_insecure_endpoints,
+                ..SenderConfig::default()
+            },
+            metrics,
+            shutdown,
+        )
+        .map_err(PushStartError::Client)?;
+        Ok(Some(Self {
+            key,
+            sender,
+            allow_insecure_endpoints: config.allow_insecure_endpoints,
+        }))
+    }
+}
