@@ -104,6 +104,17 @@ pub async fn serve(
     if let Some(push) = &push {
         tracing::info!(public_key = push.key.public_key(), "web push is on");
     }
+    if let Some(push) = &push
+        && let Some(due) = backend.callbacks()
+    {
+        crate::http::notify::deliver(
+            due,
+            push.clone(),
+            backend.clone(),
+            pages.clone(),
+            stop.clone(),
+        );
+    }
     let monitor = Monitor::new(backend.clone(), webhooks);
     monitor.start(stop.clone());
     follow_resets(

@@ -146,6 +146,11 @@ pub struct RoomSettings {
     /// capacity to release rate × lifetime; a visitor asks the gate about
     /// once per lifetime.
     pub pass_lifetime: Duration,
+    /// How many people ahead, at most, when a visitor who asked to be
+    /// called back is told their turn nears; `None`: about two minutes of
+    /// admissions at the room's rate (`rules::ahead_distance`).
+    #[serde(default)]
+    pub notify_ahead: Option<u32>,
 }
 
 /// One priority lane: its name (what an enqueue token's `lane` claim says)
@@ -208,6 +213,7 @@ impl RoomSettings {
             lanes: Vec::new(),
             default_lane: None,
             pass_lifetime: Self::DEFAULT_PASS_LIFETIME,
+            notify_ahead: None,
         }
     }
 

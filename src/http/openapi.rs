@@ -84,6 +84,8 @@ impl Modify for Security {
         super::api::leave,
         super::api::release,
         super::notify::key,
+        super::notify::subscribe,
+        super::notify::unsubscribe,
         super::access::challenge,
         super::draw::draw,
         super::gate::gate,

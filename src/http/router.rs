@@ -64,7 +64,13 @@ pub fn routes() -> Router<AppState> {
         .route("/api/rooms/{room}/release", post(api::release))
         .route("/api/rooms/{room}/challenge", get(access::challenge))
         .route("/api/rooms/{room}/draw", get(draw::draw))
-        .route("/api/rooms/{room}/notify", get(notify::key))
+        .route(
+            "/api/rooms/{room}/notify",
+            get(notify::key)
+                .post(notify::subscribe)
+                .delete(notify::unsubscribe)
+                .layer(no_store()),
+        )
         // The public keys of signed passes, for proxies, edges and apps.
         .route("/.well-known/jwks.json", get(passes::jwks))
         .route("/.well-known/narabu-pass.pem", get(passes::pem))

@@ -52,12 +52,40 @@ pub enum PushStartError {
     Client(reqwest::Error),
 }
 
+/// Messages by outcome, per room, as this instance sent them (the rooms'
+/// owners send): what operators see beside each room.
+#[derive(Debug, Default)]
+pub struct Sends(dashmap::DashMap<String, [u64; 4]>);
+
+impl Sends {
+    pub fn count(&self, room: &str, outcome: Outcome) {
+        let i = Self::slot(outcome);
+        self.0.entry(room.to_owned()).or_default()[i] += 1;
+    }
+
+    /// (sent, failed, gone, dropped) for `room`.
+    pub fn of(&self, room: &str) -> (u64, u64, u64, u64) {
+        let c = self.0.get(room).map(|c| *c).unwrap_or_default();
+        (c[0], c[1], c[2], c[3])
+    }
+
+    fn slot(outcome: Outcome) -> usize {
+        match outcome {
+            Outcome::Sent => 0,
+            Outcome::Failed => 1,
+            Outcome::Gone => 2,
+            Outcome::Dropped => 3,
+        }
+    }
+}
+
 /// Push as the service runs it: the key pages subscribe with and the
 /// sender that delivers. Built once at start when `[push]` is on.
 #[derive(Debug)]
 pub struct Push {
     pub key: Arc<VapidKey>,
     pub sender: PushSender,
+    pub sends: Sends,
     /// Accept `http:` and local endpoints in subscriptions (tests only).
     pub allow_insecure_endpoints: bool,
 }
@@ -100,6 +128,7 @@ impl Push {
         Ok(Some(Self {
             key,
             sender,
+            sends: Sends::default(),
             allow_insecure_endpoints: config.allow_insecure_endpoints,
         }))
     }

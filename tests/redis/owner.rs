@@ -317,6 +317,7 @@ async fn an_owner_that_dies_is_replaced_within_its_lease_and_loses_nothing_ackno
             settings: Some(room("sale", CAPACITY)),
             clock: Arc::new(SystemClock),
             options: options.clone(),
+            callouts: None,
         };
         contentions.push(contender.spawn(stop.clone()));
     }
