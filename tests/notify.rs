@@ -408,3 +408,74 @@ async fn a_subscriber_who_closed_the_page_is_skipped_called_and_first_on_return(
     service.quiet(Duration::from_millis(300)).await;
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_subscription_and_what_was_said_survive_a_restart_and_end_with_the_ticket() {
+    use narabu::backend::embedded::{EmbeddedBackend, Persistence};
+    use narabu::backend::{Backend, JoinRequest};
+    use narabu::engine::{Callback, Notice, RoomId, SystemClock};
+
+    let dir = tempfile::tempdir().unwrap();
+    let open = || async {
+        EmbeddedBackend::open(
+            vec![quick_room("sale", 0)],
+            std::sync::Arc::new(SystemClock),
+            Persistence {
+                data_dir: dir.path().to_owned(),
+                durability: narabu::config::Durability::Fsync,
+                snapshot_interval: Duration::from_secs(3600),
+            },
+            false,
+        )
+        .await
+        .unwrap()
+    };
+    let id = RoomId::new("sale").unwrap();
+    let callback = Callback {
+        subscription: r#"{"endpoint":"https://push.example/x","keys":{}}"#.into(),
+        lang: "ja".into(),
+    };
+    let backend = open().await;
+    let mut due = backend.callbacks().unwrap();
+    let mut tickets = Vec::new();
+    for _ in 0..3 {
+        let joined = backend.join(&id, JoinRequest::anonymous()).await.unwrap();
+        tickets.push(joined.ticket);
+    }
+    backend
+        .subscribe(&id, tickets[1], callback.clone())
+        .await
+        .unwrap();
+    backend
+        .subscribe(&id, tickets[2], callback.clone())
+        .await
+        .unwrap();
+    // One admitted; the second is next: its "ahead" call is made.
+    backend.tick(&id).await.unwrap();
+    let call = due.recv().await.unwrap();
+    assert_eq!(call.ticket, tickets[1]);
+    assert_eq!(call.notice, Notice::Ahead { ahead: 0 });
+    assert_eq!(backend.room(&id).await.unwrap().subscriptions, 2);
+    backend.shutdown().await;
+    drop(backend);
+
+    // After the restart: both kept, the call made is not made again.
+    let backend = open().await;
+    let mut due = backend.callbacks().unwrap();
+    assert_eq!(backend.room(&id).await.unwrap().subscriptions, 2);
+    backend.leave(&id, tickets[0]).await.unwrap();
+    backend.tick(&id).await.unwrap();
+    let mut calls = Vec::new();
+    while let Ok(call) = due.try_recv() {
+        calls.push((call.ticket, call.notice.is_turn()));
+    }
+    assert_eq!(calls, [(tickets[1], true), (tickets[2], false)]);
+    // A ticket that ends takes its subscription along, for good.
+    backend.leave(&id, tickets[2]).await.unwrap();
+    assert_eq!(backend.room(&id).await.unwrap().subscriptions, 1);
+    backend.shutdown().await;
+    drop(backend);
+    let backend = open().await;
+    assert_eq!(backend.room(&id).await.unwrap().subscriptions, 1);
+    backend.shutdown().await;
+}
