@@ -286,6 +286,7 @@ fn samples(lang: Lang) -> Vec<(Visit, Page)> {
         events: "/api/rooms/sale/events".into(),
         status: "/api/rooms/sale/status".into(),
         leave: "/api/rooms/sale/leave".into(),
+        notify: Some("/api/rooms/sale/notify".into()),
     };
     let mut out = vec![
         (

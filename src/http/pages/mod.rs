@@ -136,6 +136,9 @@ pub struct QueueUrls {
     pub events: String,
     pub status: String,
     pub leave: String,
+    /// Where the page subscribes to be called back; `None` when push is
+    /// off (the page then offers nothing).
+    pub notify: Option<String>,
 }
 
 /// What the page's script needs to solve a challenge and join.
@@ -264,6 +267,8 @@ struct Assets {
     queue_js: String,
     pow_js: String,
     pow_worker_js: String,
+    /// The service worker that shows call-backs.
+    push_sw_js: String,
 }
 
 impl Assets {
@@ -274,6 +279,7 @@ impl Assets {
             queue_js: url("queue.js"),
             pow_js: url("pow.js"),
             pow_worker_js: url("pow-worker.js"),
+            push_sw_js: url("narabu-sw.js"),
         }
     }
 }
@@ -288,6 +294,8 @@ struct QueueVars<'a> {
     urls: &'a QueueUrls,
     pow: Option<&'a PowForm>,
     draw: Option<&'a DrawLink>,
+    /// The call-back control's phrases, when the page offers it.
+    push: Option<&'a crate::http::i18n::PushStrings>,
 }
 
 /// The ticket as the queue page shows it: each number raw (`none` when
@@ -439,6 +447,11 @@ pub(crate) fn context(visit: &Visit, page: &Page, languages: &Languages) -> mini
                 urls: &q.urls,
                 pow: q.pow.as_ref(),
                 draw: q.draw.as_ref(),
+                push: q
+                    .urls
+                    .notify
+                    .as_ref()
+                    .map(|_| languages.push_strings(visit.lang.code())),
             };
             minijinja::Value::from(minijinja::value::Serde(Context { common, page }))
         }
