@@ -323,6 +323,8 @@ pub struct RoomPatch {
     pub join_limit_per_minute: Option<u32>,
     /// `Null` removes the cap.
     pub admit_per_minute: Patch<u32>,
+    /// `Null` goes back to the rate-based default.
+    pub notify_ahead: Patch<u32>,
     /// Proof of work and enqueue tokens, rule by rule.
     pub access: AccessPatch,
     /// `Null` goes back to the instance's pages.
@@ -375,6 +377,11 @@ impl RoomPatch {
             Patch::Absent => {}
             Patch::Null => s.admit_per_minute = None,
             Patch::Value(v) => s.admit_per_minute = Some(v),
+        }
+        match self.notify_ahead {
+            Patch::Absent => {}
+            Patch::Null => s.notify_ahead = None,
+            Patch::Value(v) => s.notify_ahead = Some(v),
         }
         self.access.apply_to(&mut s.access);
         match &self.templates_dir {
