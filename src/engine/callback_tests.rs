@@ -250,3 +250,23 @@ fn callbacks_and_what_was_said_survive_an_image_and_a_replica() {
     assert_eq!(replayer.room().callback_count(), 1);
     assert!(applied.tickets[ids[3] as usize].callback.is_none());
 }
+
+#[test]
+fn images_with_and_without_callbacks_read_back_as_stored() {
+    let (room, _, _, _) = room_with(|s| s.notify_ahead = Some(5));
+    let ids = join_n(&room, 3);
+    room.subscribe(ids[1], callback("ja")).unwrap();
+    room.tick();
+    let image = room.image();
+    let bytes = postcard::to_allocvec(&image).unwrap();
+    let back: RoomImage = postcard::from_bytes(&bytes).unwrap();
+    assert_eq!(back, image);
+    let plain = Room::new(
+        RoomSettings::new(RoomId::new("p").unwrap()),
+        room.clock.clone(),
+    );
+    join_n(&plain, 2);
+    let image = plain.image();
+    let back: RoomImage = postcard::from_bytes(&postcard::to_allocvec(&image).unwrap()).unwrap();
+    assert_eq!(back, image);
+}
