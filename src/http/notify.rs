@@ -266,6 +266,7 @@ pub fn deliver(
                 },
             };
             let Some(message) = message(&call, &pages, backend.clock().now_ms(), &push) else {
+                push.sends.count(call.room.as_str(), Outcome::Dropped);
                 continue;
             };
             let receipt = push.sender.send(message);

@@ -15,8 +15,11 @@
 //!   and the outcome ([`Outcome::Gone`] when the browser has dropped the
 //!   subscription), counted in `/metrics`.
 //!
-//! Nothing here knows rooms or tickets: the engine decides when a message
-//! is due and what it says, and keeps the subscription with the ticket.
+//! Nothing here decides anything about rooms or tickets: the engine
+//! decides when a call is due and keeps the subscription with the ticket,
+//! and `crate::http::notify` words the message and hands it here ([`Push`]
+//! bundles the key and the sender as the service runs them, and counts
+//! each room's outcomes for operators).
 
 pub mod ece;
 pub mod keys;
