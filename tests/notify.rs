@@ -479,3 +479,86 @@ async fn a_subscription_and_what_was_said_survive_a_restart_and_end_with_the_tic
     assert_eq!(backend.room(&id).await.unwrap().subscriptions, 1);
     backend.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_a_new_owner_keeps_the_subscriptions_and_makes_each_call_once() {
+    use narabu::backend::redis::{RedisOptions, connect};
+    use narabu::config::{Backend as ConfigBackend, RedisTarget};
+    use narabu::engine::{RoomId, SystemClock};
+    use narabu_testkit::app::spawn_with;
+    use narabu_testkit::redis_server::RedisServer;
+
+    let mut service = PushService::start().await;
+    let redis = RedisServer::start().await;
+    let target = RedisTarget::Single { url: redis.url() };
+    let settings = narabu::engine::RoomSettings {
+        notify_ahead: Some(0),
+        away_grace: Duration::from_secs(30),
+        queue_idle: Duration::from_secs(60),
+        ..room("sale", 1)
+    };
+    let id = RoomId::new("sale").unwrap();
+    let start = || async {
+        let options = RedisOptions {
+            lease: Duration::from_secs(1),
+            run_workers: false,
+            ..RedisOptions::new(target.clone())
+        };
+        let backend = connect(
+            options,
+            vec![settings.clone()],
+            std::sync::Arc::new(SystemClock),
+        )
+        .await
+        .unwrap();
+        let config = Config {
+            backend: ConfigBackend::Redis(target.clone()),
+            rooms: vec![settings.clone()],
+            ..with_push()
+        };
+        (spawn_with(config, backend.clone()).await, backend)
+    };
+    let (a, a_backend) = start().await;
+    until("a owns the room", async || a_backend.owns(&id)).await;
+    let (b, b_backend) = start().await;
+    assert!(!b_backend.owns(&id));
+    // Everything through b, which only relays to the owner.
+    let v = futures_join(&b, "sale", 3).await;
+    for (w, path) in [(&v[1], "/push/ok/v1"), (&v[2], "/push/ok/v2")] {
+        let answer = subscribe(&b, "sale", w, &service, path, "en").await;
+        assert_eq!(answer.status(), StatusCode::NO_CONTENT);
+    }
+    b.tick("sale").await;
+    let (ahead, report) = next_message(&mut service).await;
+    assert_eq!(
+        (report["path"].as_str(), ahead["kind"].as_str()),
+        (Some("/push/ok/v1"), Some("ahead"))
+    );
+    service.quiet(Duration::from_millis(300)).await;
+
+    // The owner steps down; b takes the room over from the log.
+    a.stop().await;
+    until("b owns the room", async || b_backend.owns(&id)).await;
+    assert_eq!(b.admin_room("sale").await["push_subscriptions"], 2);
+    b.leave("sale", &v[0]).await;
+    b.tick("sale").await;
+    let mut calls = Vec::new();
+    for _ in 0..2 {
+        let (message, report) = next_message(&mut service).await;
+        calls.push((
+            report["path"].as_str().unwrap().to_owned(),
+            message["kind"].as_str().unwrap().to_owned(),
+        ));
+    }
+    calls.sort();
+    assert_eq!(
+        calls,
+        [
+            ("/push/ok/v1".to_owned(), "turn".to_owned()),
+            ("/push/ok/v2".to_owned(), "ahead".to_owned())
+        ],
+        "the new owner calls what is due, and not the call the old one made"
+    );
+    service.quiet(Duration::from_millis(500)).await;
+    b.stop().await;
+}
