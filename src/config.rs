@@ -40,10 +40,10 @@ pub use crate::webhooks::WebhookConfig;
 use redis::RedisKeys;
 pub use redis::{RedisTarget, RedisWait, SentinelTarget};
 pub use room::{
-    CAPACITY_MAX, CAPACITY_MIN, OPENS_AT_MAX, PASS_LIFETIME_MAX, PASS_LIFETIME_MIN, RoomTable,
-    TICK_MAX, TICK_MIN, TIMEOUT_MAX, check_admit_per_minute, check_away_grace, check_capacity,
-    check_pass_lifetime, check_stock, check_templates_dir, check_tick, check_timeout, opt_duration,
-    parse_rfc3339_ms, stock_mode, validate_room,
+    CAPACITY_MAX, CAPACITY_MIN, MAX_NOTIFY_AHEAD, OPENS_AT_MAX, PASS_LIFETIME_MAX,
+    PASS_LIFETIME_MIN, RoomTable, TICK_MAX, TICK_MIN, TIMEOUT_MAX, check_admit_per_minute,
+    check_away_grace, check_capacity, check_pass_lifetime, check_stock, check_templates_dir,
+    check_tick, check_timeout, opt_duration, parse_rfc3339_ms, stock_mode, validate_room,
 };
 use values::{ProxyNet, check_http_url, check_public_url, listen_address};
 
@@ -182,6 +182,23 @@ pub enum OnBackendError {
     Open,
 }
 
+/// Web Push (`[push]`): whether the queue page offers to call a visitor
+/// back, and the VAPID key the messages are signed with.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PushConfig {
+    pub enabled: bool,
+    /// The VAPID private key (PEM); when absent, one is derived from the
+    /// ticket key, so every instance sharing it signs alike and no private
+    /// key is stored anywhere.
+    pub vapid_key_file: Option<PathBuf>,
+    /// Where push services can reach the operator: the VAPID JWT's `sub`,
+    /// a `mailto:` or `https://` URL. Required when push is on.
+    pub contact: String,
+    /// Send to `http:` and local push endpoints too: only for tests that
+    /// play the push service on this machine.
+    pub allow_insecure_endpoints: bool,
+}
+
 /// The whole configuration, validated.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -240,6 +257,8 @@ pub struct Config {
     pub templates_dir: Option<PathBuf>,
     /// More languages for the pages, as message files (`ko.toml`).
     pub messages_dir: Option<PathBuf>,
+    /// Web Push call-backs.
+    pub push: PushConfig,
     /// At least one, ids unique.
     pub rooms: Vec<RoomSettings>,
 }
@@ -345,6 +364,7 @@ impl Default for Config {
             webhooks: Vec::new(),
             templates_dir: None,
             messages_dir: None,
+            push: PushConfig::default(),
             rooms: vec![RoomSettings::new(room)],
         }
     }
@@ -389,7 +409,67 @@ struct FileConfig {
     webhooks: Vec<WebhookTable>,
     templates_dir: Option<PathBuf>,
     messages_dir: Option<PathBuf>,
+    push: Option<PushTable>,
     rooms: Option<Vec<RoomTable>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PushTable {
+    #[serde(default = "push_enabled_default")]
+    enabled: bool,
+    vapid_key_file: Option<PathBuf>,
+    contact: Option<String>,
+    #[serde(default)]
+    allow_insecure_endpoints: bool,
+}
+
+/// A `[push]` table turns push on unless it says `enabled = false`.
+fn push_enabled_default() -> bool {
+    true
+}
+
+impl PushTable {
+    fn into_config(self) -> Result<PushConfig, ConfigError> {
+        if self
+            .vapid_key_file
+            .as_ref()
+            .is_some_and(|p| p.as_os_str().is_empty())
+        {
+            return Err(ConfigError::new("push.vapid_key_file", "must not be empty"));
+        }
+        let contact = match self.contact {
+            Some(c) if c.starts_with("mailto:") || c.starts_with("https://") => {
+                if c.len() > 256 || c.chars().any(char::is_control) {
+                    return Err(ConfigError::new(
+                        "push.contact",
+                        "must be a URL of at most 256 characters without control characters",
+                    ));
+                }
+                c
+            }
+            Some(_) => {
+                return Err(ConfigError::new(
+                    "push.contact",
+                    "must start with `mailto:` or `https://` (where push services can reach you)",
+                ));
+            }
+            None if self.enabled => {
+                return Err(ConfigError::new(
+                    "push.contact",
+                    "is required when push is on: a `mailto:` or `https://` URL where push \
+                     services can reach you",
+                ));
+            }
+            None => String::new(),
+        };
+        Ok(PushConfig {
+            enabled: self.enabled,
+            vapid_key_file: self.vapid_key_file,
+            contact,
+            allow_insecure_endpoints: self.allow_insecure_endpoints,
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -560,6 +640,10 @@ impl FileConfig {
                  secret and previous_secret)",
             ));
         }
+        let push = match self.push {
+            None => defaults.push,
+            Some(table) => table.into_config()?,
+        };
         let rooms = match self.rooms {
             None => defaults.rooms,
             Some(tables) => rooms_from_tables(tables)?,
@@ -594,6 +678,7 @@ impl FileConfig {
             webhooks,
             templates_dir: self.templates_dir,
             messages_dir: self.messages_dir,
+            push,
             rooms,
         })
     }

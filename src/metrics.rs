@@ -480,6 +480,16 @@ impl Collector for RoomCollector {
                 ConstGauge::new(value).encode(family.encode_family(&label(s))?)?;
             }
         }
+        let mut family = encoder.encode_descriptor(
+            "room_push_subscriptions",
+            "Waiting visitors who asked to be called back by Web Push",
+            None,
+            MetricType::Gauge,
+        )?;
+        for s in &self.0 {
+            let value = i64::try_from(s.subscriptions).unwrap_or(i64::MAX);
+            ConstGauge::new(value).encode(family.encode_family(&label(s))?)?;
+        }
         let counters: [(&str, &str, Get); 9] = [
             ("room_joins", "Tickets issued", |s| s.stats.joins),
             (

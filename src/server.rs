@@ -99,6 +99,22 @@ pub async fn serve(
     let stop = CancellationToken::new();
     let metrics = Arc::new(Metrics::new());
     let webhooks = Webhooks::start(config.webhooks.clone(), metrics.clone(), stop.clone());
+    let push =
+        crate::push::Push::start(&config.push, &keys, metrics.clone(), stop.clone())?.map(Arc::new);
+    if let Some(push) = &push {
+        tracing::info!(public_key = push.key.public_key(), "web push is on");
+    }
+    if let Some(push) = &push
+        && let Some(due) = backend.callbacks()
+    {
+        crate::http::notify::deliver(
+            due,
+            push.clone(),
+            backend.clone(),
+            pages.clone(),
+            stop.clone(),
+        );
+    }
     let monitor = Monitor::new(backend.clone(), webhooks);
     monitor.start(stop.clone());
     follow_resets(
@@ -137,6 +153,7 @@ pub async fn serve(
         backend: backend.clone(),
         keys: Arc::new(keys),
         passes: Arc::new(passes),
+        push,
         settings,
         shutdown: stop.clone(),
     });

@@ -342,7 +342,8 @@
     ["lottery", "Lottery"],
     ["access", "Access"],
     ["stock", "Stock left"],
-    ["lanes", "Lanes: waiting / admitted"]
+    ["lanes", "Lanes: waiting / admitted"],
+    ["push", "Push: subscribed · sent / failed / gone / dropped"]
   ];
 
   // The queueing modes, as the admin API names them, with what each does.
@@ -493,6 +494,8 @@
     set("revocations", fmtNum(b.revocations));
     set("abandonments", fmtNum(b.abandonments));
     set("tray", fmtNum(b.tray) + " / " + fmtNum(b.held));
+    set("push", fmtNum(b.push_subscriptions) + " · " + fmtNum(b.push_sent) + " / " +
+      fmtNum(b.push_failed) + " / " + fmtNum(b.push_gone) + " / " + fmtNum(b.push_dropped));
     var lottery = $("fig-lottery-" + r.id);
     var proof = b.lottery_seed ? "seed " + b.lottery_seed : (b.lottery_commitment ? "commit " + b.lottery_commitment : "");
     lottery.textContent = proof ? proof.slice(0, 19) + "…" : (b.order === "fifo" ? "off (fifo)" : "–");

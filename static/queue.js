@@ -257,4 +257,87 @@
 
   Array.prototype.forEach.call(document.querySelectorAll("time[datetime]"), localizeTime);
   connect();
+
+  // "Notify me when it's my turn": Web Push, offered only where the
+  // browser can take it. Nothing asks for permission until the visitor
+  // presses the button; pressing it again turns the notifications off.
+  (function () {
+    var box = byId("notify");
+    var button = byId("notify-button");
+    if (!box || !button) return;
+    var d = box.dataset;
+    if (!("serviceWorker" in navigator) || !("PushManager" in window) || !("Notification" in window)) {
+      return;
+    }
+    box.hidden = false;
+    var busy = false;
+
+    function show(on, text) {
+      button.setAttribute("aria-pressed", on ? "true" : "false");
+      button.textContent = on ? d.labelOff : d.labelOn;
+      setText("notify-status", text || "");
+    }
+
+    function b64ToBytes(text) {
+      var padded = text.replace(/-/g, "+").replace(/_/g, "/");
+      padded += "====".slice(0, (4 - padded.length % 4) % 4);
+      var raw = atob(padded);
+      var out = new Uint8Array(raw.length);
+      for (var i = 0; i < raw.length; i++) out[i] = raw.charCodeAt(i);
+      return out;
+    }
+
+    function registration() {
+      return navigator.serviceWorker.register(d.sw);
+    }
+
+    function send(method, body) {
+      return fetch(d.notifyUrl, {
+        method: method,
+        credentials: "same-origin",
+        headers: body ? { "content-type": "application/json" } : {},
+        body: body ? JSON.stringify(body) : undefined
+      }).then(function (response) {
+        if (!response.ok) throw new Error("notify " + response.status);
+        return response;
+      });
+    }
+
+    function turnOn() {
+      return Notification.requestPermission().then(function (permission) {
+        if (permission !== "granted") {
+          show(false, d.textBlocked);
+          return;
+        }
+        return Promise.all([
+          registration(),
+          fetch(d.notifyUrl, { credentials: "same-origin" }).then(function (r) { return r.json(); })
+        ]).then(function (got) {
+          var reg = got[0];
+          var key = got[1].public_key;
+          return reg.pushManager.getSubscription().then(function (old) {
+            return old || reg.pushManager.subscribe({
+              userVisibleOnly: true,
+              applicationServerKey: b64ToBytes(key)
+            });
+          });
+        }).then(function (subscription) {
+          return send("POST", { subscription: subscription.toJSON(), lang: lang });
+        }).then(function () { show(true, d.textOn); });
+      });
+    }
+
+    function turnOff() {
+      return send("DELETE").then(function () { show(false, d.textOff); });
+    }
+
+    button.addEventListener("click", function () {
+      if (busy) return;
+      busy = true;
+      var on = button.getAttribute("aria-pressed") === "true";
+      (on ? turnOff() : turnOn()).catch(function () {
+        show(on, d.textUnsupported);
+      }).then(function () { busy = false; });
+    });
+  })();
 })();

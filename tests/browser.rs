@@ -473,3 +473,149 @@ async fn a_dropped_stream_reconnects_and_gets_the_admission_it_missed() {
     browser.quit().await;
     app.stop().await;
 }
+
+/// What the page's script handed the Push API and then the service: the
+/// browser's own push service cannot be reached from these machines, so
+/// `PushManager.subscribe` is watched (its arguments kept) and answers
+/// with a subscription made here, of the shape browsers return.
+const WATCH_PUSH: &str = r#"
+  var sub = SUBSCRIPTION;
+  window.__narabu = {asked: 0, subscribe: null, sent: null};
+  Notification.requestPermission = function () {
+    window.__narabu.asked += 1;
+    return Promise.resolve("granted");
+  };
+  PushManager.prototype.subscribe = function (options) {
+    var key = new Uint8Array(options.applicationServerKey);
+    var b64 = btoa(String.fromCharCode.apply(null, key))
+      .replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+    window.__narabu.subscribe = {userVisibleOnly: options.userVisibleOnly, key: b64};
+    return Promise.resolve({toJSON: function () { return sub; }});
+  };
+  var realFetch = window.fetch;
+  window.fetch = function (url, init) {
+    if (init && init.method === "POST") window.__narabu.sent = JSON.parse(init.body);
+    return realFetch.apply(this, arguments);
+  };
+  return true;
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_page_offers_to_call_back_registers_its_worker_and_subscribes() {
+    use narabu::config::{Config, PushConfig};
+    use p256::elliptic_curve::sec1::ToEncodedPoint as _;
+
+    let backend = EmbeddedBackend::without_workers(vec![room("sale", 1)], Arc::new(SystemClock));
+    let push = Config {
+        push: PushConfig {
+            enabled: true,
+            vapid_key_file: None,
+            contact: "mailto:ops@example.com".into(),
+            allow_insecure_endpoints: false,
+        },
+        ..config()
+    };
+    let app = spawn_with(push, backend).await;
+    let holder = app.join("sale").await;
+    app.tick("sale").await;
+    assert_eq!(app.status("sale", &holder).await["status"], "admitted");
+    let key: Value = app
+        .client
+        .get(app.url("/api/rooms/sale/notify"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let served_key = key["public_key"].as_str().unwrap().to_owned();
+
+    let browser = Driver::start_in_language("ja").await;
+    browser.goto(&app.url("/queue/sale?return=%2Fdone")).await;
+    browser
+        .wait_until(
+            "the control is shown",
+            "var b = document.getElementById('notify-button');
+             return !!b && !document.getElementById('notify').hidden",
+        )
+        .await;
+    assert_eq!(browser.text("#notify-button").await, "順番が来たら通知する");
+    assert_eq!(
+        browser
+            .script("return document.getElementById('notify-button').getAttribute('aria-pressed')")
+            .await,
+        "false"
+    );
+    // Nothing asked the visitor anything yet.
+    assert_eq!(
+        browser.script("return Notification.permission").await,
+        "default"
+    );
+    let serious: Vec<Value> = axe_violations(&browser)
+        .await
+        .into_iter()
+        .filter(|v| matches!(v["impact"].as_str(), Some("serious" | "critical")))
+        .collect();
+    assert!(serious.is_empty(), "{serious:#?}");
+
+    // The subscription a browser would give: a real P-256 key and secret.
+    let secret = p256::SecretKey::from_slice(&[7u8; 32]).unwrap();
+    let point = secret.public_key().to_encoded_point(false);
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let subscription = serde_json::json!({
+        "endpoint": "https://push.example.net/wpush/v2/abc",
+        "expirationTime": null,
+        "keys": {"p256dh": b64.encode(point.as_bytes()), "auth": b64.encode([7u8; 16])},
+    });
+    let watched = browser
+        .script(&WATCH_PUSH.replace("SUBSCRIPTION", &subscription.to_string()))
+        .await;
+    assert_eq!(watched, true);
+    browser.click("#notify-button").await;
+    browser
+        .wait_until(
+            "the control says the notifications are on",
+            "return document.getElementById('notify-button').getAttribute('aria-pressed') === 'true'",
+        )
+        .await;
+    let seen = browser.script("return window.__narabu").await;
+    assert_eq!(seen["asked"], 1, "{seen:#}");
+    assert_eq!(seen["subscribe"]["userVisibleOnly"], true, "{seen:#}");
+    assert_eq!(seen["subscribe"]["key"], served_key.as_str(), "{seen:#}");
+    assert_eq!(seen["sent"]["subscription"], subscription, "{seen:#}");
+    assert_eq!(seen["sent"]["lang"], "ja", "{seen:#}");
+    // The service worker from static/ is registered and running.
+    let worker = browser
+        .script_async(
+            "var done = arguments[arguments.length - 1];
+             navigator.serviceWorker.getRegistrations().then(function (rs) {
+               done(rs.map(function (r) {
+                 var w = r.active || r.waiting || r.installing;
+                 return w ? w.scriptURL : null;
+               }));
+             }, function (e) { done(String(e)); });",
+        )
+        .await;
+    assert!(
+        worker.as_array().is_some_and(|ws| ws.iter().any(|w| w
+            .as_str()
+            .is_some_and(|u| u.contains("/static/narabu-sw.js")))),
+        "{worker}"
+    );
+    // The service took what the page sent.
+    let room = app.admin_room("sale").await;
+    assert_eq!(room["push_subscriptions"], 1, "{room:#}");
+
+    // Pressed again: off.
+    browser.click("#notify-button").await;
+    browser
+        .wait_until(
+            "the control says the notifications are off",
+            "return document.getElementById('notify-button').getAttribute('aria-pressed') === 'false'",
+        )
+        .await;
+    assert_eq!(app.admin_room("sale").await["push_subscriptions"], 0);
+    browser.quit().await;
+    app.stop().await;
+}

@@ -15,7 +15,10 @@ use super::spent::SpentNonces;
 use super::{
     BackendError, Ending, JoinRequest, RoomSnapshot, StreamsHeard, StreamsReport, TicketRef,
 };
-use crate::engine::{Departure, JoinError, Joined, Room, StreamReport, TicketId, TicketState};
+use crate::engine::{
+    Callback, Departure, JoinError, Joined, Room, StreamReport, SubscribeError, TicketId,
+    TicketState,
+};
 
 /// What a join did, and the record to wait for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,6 +144,25 @@ pub(crate) fn depart(
     }))
 }
 
+/// Keep a ticket's callback; the record to wait for.
+pub(crate) fn subscribe(
+    room: &Room,
+    t: TicketRef,
+    callback: Callback,
+) -> Result<u64, BackendError> {
+    let ticket = ticket(room, t)?;
+    let (done, recorded) = journal::recording(|| room.subscribe(ticket, callback));
+    done.map_err(|SubscribeError::NotWaiting(state)| BackendError::NotWaiting(state))?;
+    Ok(recorded)
+}
+
+/// Forget a ticket's callback: whether it had one, and the record to wait
+/// for.
+pub(crate) fn unsubscribe(room: &Room, t: TicketRef) -> Result<(bool, u64), BackendError> {
+    let ticket = ticket(room, t)?;
+    Ok(journal::recording(|| room.unsubscribe(ticket)))
+}
+
 /// Hear an instance's report of the streams it holds.
 pub(crate) fn hold_streams(room: &Room, report: &StreamsReport) -> StreamsHeard {
     let epoch = room.epoch();
@@ -178,5 +200,6 @@ pub(crate) fn snapshot(room: &Room) -> RoomSnapshot {
         view,
         stats: room.stats(),
         ledger: room.ledger(),
+        subscriptions: room.callback_count() as u64,
     }
 }

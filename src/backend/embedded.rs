@@ -31,8 +31,8 @@ use super::{
 use crate::config::Durability;
 use crate::engine::rules::StockTaken;
 use crate::engine::{
-    AdmissionRecord, Clock, Departure, DrawRecord, EventSink, Room, RoomEvent, RoomId, RoomImage,
-    RoomSettings, TickReport, TicketId, TicketState, TicketStatus,
+    AdmissionRecord, Callback, Clock, Departure, DrawRecord, EventSink, Room, RoomEvent, RoomId,
+    RoomImage, RoomSettings, TickReport, TicketId, TicketState, TicketStatus,
 };
 use crate::locks::{read, write};
 
@@ -53,6 +53,8 @@ pub struct EmbeddedBackend {
     /// forgets them, so a solution could be used once more within its
     /// five minutes after one.
     spent: super::spent::SpentNonces,
+    /// Where every room hands the calls back it finds due.
+    callouts: Arc<super::callouts::CallbackTap>,
 }
 
 /// Forwards one room's events to the journal, and remembers which record
@@ -215,6 +217,7 @@ impl EmbeddedBackend {
             snapshot_lock: tokio::sync::Mutex::new(()),
             joins: JoinLog::default(),
             spent: super::spent::SpentNonces::default(),
+            callouts: super::callouts::CallbackTap::new(),
         })
     }
 
@@ -439,6 +442,7 @@ impl EmbeddedBackend {
     }
 
     fn install(&self, room: Arc<Room>, sink: Arc<JournalSink>) {
+        room.set_callouts(self.callouts.clone());
         let stop = self.shutdown.child_token();
         if self.run_workers {
             self.workers.spawn(run_worker(room.clone(), stop.clone()));
@@ -636,6 +640,26 @@ impl Backend for EmbeddedBackend {
         let (departure, appended) = calls::depart(&*self.get(id)?, t, how)?;
         self.durable(appended).await?;
         Ok(departure)
+    }
+
+    async fn subscribe(
+        &self,
+        id: &RoomId,
+        t: TicketRef,
+        callback: Callback,
+    ) -> Result<(), BackendError> {
+        let appended = calls::subscribe(&*self.get(id)?, t, callback)?;
+        self.durable(appended).await
+    }
+
+    async fn unsubscribe(&self, id: &RoomId, t: TicketRef) -> Result<bool, BackendError> {
+        let (had, appended) = calls::unsubscribe(&*self.get(id)?, t)?;
+        self.durable(appended).await?;
+        Ok(had)
+    }
+
+    fn callbacks(&self) -> Option<tokio::sync::mpsc::Receiver<super::callouts::CallbackDue>> {
+        self.callouts.take()
     }
 
     async fn tick(&self, id: &RoomId) -> Result<TickReport, BackendError> {

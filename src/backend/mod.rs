@@ -18,6 +18,7 @@
 //! so ([`BackendError::LineReset`]) rather than taken for another.
 
 pub mod bus;
+pub mod callouts;
 mod calls;
 pub mod embedded;
 pub mod feed;
@@ -41,8 +42,8 @@ use tokio::sync::Notify;
 pub use crate::engine::RoomPatch;
 use crate::engine::rules::StockTaken;
 use crate::engine::{
-    Binding, Clock, Departure, DrawRecord, Identity, PermitLedger, RoomId, RoomSettings, RoomStats,
-    RoomView, TickReport, TicketStatus,
+    Binding, Callback, Clock, Departure, DrawRecord, Identity, PermitLedger, RoomId, RoomSettings,
+    RoomStats, RoomView, TickReport, TicketStatus,
 };
 use feed::{Follow, RoomFeed, TicketRead};
 
@@ -168,6 +169,8 @@ pub struct RoomSnapshot {
     pub view: RoomView,
     pub stats: RoomStats,
     pub ledger: PermitLedger,
+    /// Waiting tickets whose visitor asked to be called back.
+    pub subscriptions: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
@@ -207,6 +210,9 @@ pub enum BackendError {
     /// to show and holds no secrets.
     #[error("the waiting room's state store is unavailable: {0}")]
     Unavailable(String),
+    /// A call back was asked for a ticket that no longer waits.
+    #[error("this ticket is not waiting any more")]
+    NotWaiting(crate::engine::TicketState),
 }
 
 /// A room's line found lost in the store and started again.
@@ -315,6 +321,25 @@ pub trait Backend: Send + Sync + 'static {
         ticket: TicketRef,
         how: Ending,
     ) -> Result<Departure, BackendError>;
+
+    /// Keep a way to call the ticket's visitor back (replacing an earlier
+    /// one): the room calls when their turn nears and comes. Only for a
+    /// ticket still waiting ([`BackendError::NotWaiting`]).
+    async fn subscribe(
+        &self,
+        room: &RoomId,
+        ticket: TicketRef,
+        callback: Callback,
+    ) -> Result<(), BackendError>;
+
+    /// Forget the ticket's way to call back; whether it had one.
+    async fn unsubscribe(&self, room: &RoomId, ticket: TicketRef) -> Result<bool, BackendError>;
+
+    /// The calls the rooms this instance decides find due, to the first
+    /// who asks (the push sender). `None` once taken.
+    fn callbacks(&self) -> Option<tokio::sync::mpsc::Receiver<callouts::CallbackDue>> {
+        None
+    }
 
     /// The opening draw as published: `None` for a room without one.
     async fn draw(&self, room: &RoomId) -> Result<Option<DrawRecord>, BackendError>;

@@ -49,8 +49,8 @@ use super::{
 };
 use crate::engine::rules::StockTaken;
 use crate::engine::{
-    Clock, Departure, DrawRecord, Replayer, Room, RoomId, RoomSettings, TickReport, TicketId,
-    TicketState, TicketStatus,
+    Callback, Clock, Departure, DrawRecord, Replayer, Room, RoomId, RoomSettings, TickReport,
+    TicketId, TicketState, TicketStatus,
 };
 use crate::locks::{read, write};
 
@@ -78,6 +78,8 @@ enum Cmd {
     Join(JoinRequest),
     Depart(TicketRef, Ending),
     HoldStreams(StreamsReport),
+    Subscribe(TicketRef, Callback),
+    Unsubscribe(TicketRef),
     /// Signs of life (status polls, gate checks) gathered over a moment,
     /// each with when it was seen.
     Touch(Vec<(TicketRef, u64)>),
@@ -98,6 +100,7 @@ enum Answer {
     Done,
     Ticked(TickReport),
     Purchased(Option<StockTaken>),
+    Unsubscribed(bool),
 }
 
 /// The owner's reply on the bus.
@@ -151,6 +154,8 @@ pub struct OwnedBackend {
     /// rooms this instance owns (an owner change starts them afresh).
     joins: JoinLog,
     spent: SpentNonces,
+    /// Where the rooms this instance owns hand their calls back.
+    callouts: Arc<super::callouts::CallbackTap>,
     /// Lines this instance made again after the store lost them.
     resets: tokio::sync::broadcast::Sender<super::LineReset>,
     /// Signs of life on their way to the owners, by room.
@@ -188,6 +193,7 @@ impl OwnedBackend {
             rooms: RwLock::new(HashMap::new()),
             joins: JoinLog::default(),
             spent: SpentNonces::default(),
+            callouts: super::callouts::CallbackTap::new(),
             touches: std::sync::Mutex::new(HashMap::new()),
             resets: tokio::sync::broadcast::channel(64).0,
             shutdown,
@@ -220,6 +226,7 @@ impl OwnedBackend {
                     .upgrade()?
                     .read(|r| r.map(|r| (r.last, r.at, r.record.clone())))
             })),
+            callouts: Some(self.callouts.clone()),
         }
         .spawn(stop.clone());
         let slot = Arc::new(Slot {
@@ -389,6 +396,12 @@ impl OwnedBackend {
             }
             Cmd::Depart(t, how) => calls::depart(room, t, how).map(|(d, _)| Answer::Departed(d)),
             Cmd::HoldStreams(report) => Ok(Answer::Held(calls::hold_streams(room, &report))),
+            Cmd::Subscribe(t, callback) => {
+                calls::subscribe(room, t, callback).map(|_| Answer::Done)
+            }
+            Cmd::Unsubscribe(t) => {
+                calls::unsubscribe(room, t).map(|(had, _)| Answer::Unsubscribed(had))
+            }
             Cmd::Touch(tickets) => {
                 for (t, at) in tickets {
                     if let Ok(id) = calls::ticket(room, t) {
@@ -872,6 +885,33 @@ impl Backend for OwnedBackend {
             Answer::Departed(d) => Ok(d),
             _ => Err(unexpected()),
         }
+    }
+
+    async fn subscribe(
+        &self,
+        room: &RoomId,
+        ticket: TicketRef,
+        callback: Callback,
+    ) -> Result<(), BackendError> {
+        match self
+            .command(room, Cmd::Subscribe(ticket, callback))
+            .await?
+            .0
+        {
+            Answer::Done => Ok(()),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn unsubscribe(&self, room: &RoomId, ticket: TicketRef) -> Result<bool, BackendError> {
+        match self.command(room, Cmd::Unsubscribe(ticket)).await?.0 {
+            Answer::Unsubscribed(had) => Ok(had),
+            _ => Err(unexpected()),
+        }
+    }
+
+    fn callbacks(&self) -> Option<tokio::sync::mpsc::Receiver<super::callouts::CallbackDue>> {
+        self.callouts.take()
     }
 
     async fn draw(&self, room: &RoomId) -> Result<Option<DrawRecord>, BackendError> {

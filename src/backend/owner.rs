@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::room_log::{LogWriter, Replica, encode_image};
 use super::store::{Fence, LogPos, RoomStore, StoreError};
-use crate::engine::{AdmissionRecord, Clock, EventSink, Room, RoomId, RoomSettings};
+use crate::engine::{AdmissionRecord, Callouts, Clock, EventSink, Room, RoomId, RoomSettings};
 
 /// How an instance holds rooms.
 #[derive(Clone, Debug)]
@@ -59,6 +59,7 @@ pub struct Owned {
     pub fence: Fence,
     clock: Arc<dyn Clock>,
     incarnation: Arc<std::sync::RwLock<u64>>,
+    callouts: Option<Arc<dyn Callouts>>,
 }
 
 impl Owned {
@@ -83,6 +84,7 @@ impl Owned {
             fence,
             clock,
             incarnation,
+            callouts: None,
         }
     }
 
@@ -104,6 +106,9 @@ impl Owned {
             current: self.incarnation.clone(),
         });
         let room = Room::create(settings, self.clock.clone(), rand::random(), Some(sink));
+        if let Some(callouts) = &self.callouts {
+            room.set_callouts(callouts.clone());
+        }
         self.writer.created(&room.image());
         drop(current);
         self.writer.tally_from(&room);
@@ -149,6 +154,9 @@ pub struct Contender {
     /// which the owner stores with the image; `None` reads it back from
     /// the store each time.
     pub recorded: Option<Recorded>,
+    /// Where the room, while this instance owns it, hands the calls back
+    /// it finds due.
+    pub callouts: Option<Arc<dyn Callouts>>,
 }
 
 /// The admission record as some replica holds it: the number of the last
@@ -171,6 +179,7 @@ impl Contender {
                 clock,
                 options,
                 recorded,
+                callouts,
             } = self;
             let renew_every = options.lease / 3;
             let mut owned: Option<Arc<Owned>> = None;
@@ -204,7 +213,16 @@ impl Contender {
                 let Some(o) = owned.clone() else {
                     match store.acquire(&room, &instance, options.lease).await {
                         Ok(Some(fence)) => {
-                            match take_over(&store, &room, fence.clone(), &settings, &clock).await {
+                            match take_over(
+                                &store,
+                                &room,
+                                fence.clone(),
+                                &settings,
+                                &clock,
+                                &callouts,
+                            )
+                            .await
+                            {
                                 Ok(o) => {
                                     tracing::info!(room = %room, fence = fence.token, "this instance owns the room now");
                                     (renewed, imaged, ticked) =
@@ -276,6 +294,7 @@ async fn take_over(
     fence: Fence,
     settings: &Option<RoomSettings>,
     clock: &Arc<dyn Clock>,
+    callouts: &Option<Arc<dyn Callouts>>,
 ) -> Result<Arc<Owned>, StoreError> {
     let replica = match Replica::load(store.as_ref(), room).await? {
         Some(mut replica) => {
@@ -338,6 +357,10 @@ async fn take_over(
     // written whole is lost to both alike.
     owned.writer.owner(fence.token);
     owned.made = fresh;
+    if let Some(callouts) = callouts {
+        owned.room().set_callouts(callouts.clone());
+        owned.callouts = Some(callouts.clone());
+    }
     if fresh {
         let image = owned.room().image();
         let record = AdmissionRecord::new(room.as_str(), image.epoch);

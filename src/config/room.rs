@@ -157,6 +157,12 @@ pub struct RoomTable {
     /// `lanes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_lane: Option<String>,
+    /// How many people ahead, at most, when a visitor who asked to be
+    /// called back (Web Push) is told their turn nears; by default about
+    /// two minutes of admissions at the room's rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = 200)]
+    pub notify_ahead: Option<u32>,
 }
 
 impl RoomTable {
@@ -190,6 +196,7 @@ impl RoomTable {
             templates_dir: None,
             lanes: Vec::new(),
             default_lane: None,
+            notify_ahead: None,
         }
     }
 
@@ -240,6 +247,7 @@ impl RoomTable {
         s.templates_dir = self.templates_dir;
         s.lanes = self.lanes;
         s.default_lane = self.default_lane;
+        s.notify_ahead = self.notify_ahead;
         validate_room(&s, field_prefix)?;
         Ok(s)
     }
@@ -323,9 +331,14 @@ impl From<&RoomSettings> for RoomTable {
             templates_dir: s.templates_dir.clone(),
             lanes: s.lanes.clone(),
             default_lane: s.default_lane.clone(),
+            notify_ahead: s.notify_ahead,
         }
     }
 }
+
+/// The largest `notify_ahead`: past a line of this length a call "N ahead"
+/// tells nobody anything.
+pub const MAX_NOTIFY_AHEAD: u32 = 1_000_000;
 
 /// The limits every room must keep, however its settings were made.
 pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigError> {
@@ -341,6 +354,14 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
     }
     check_away_grace(&field("away_grace"), s.away_grace, s.queue_idle)?;
     check_pass_lifetime(&field("pass_lifetime"), s.pass_lifetime)?;
+    if let Some(n) = s.notify_ahead
+        && n > MAX_NOTIFY_AHEAD
+    {
+        return Err(ConfigError::new(
+            field("notify_ahead"),
+            format!("must be at most {MAX_NOTIFY_AHEAD}, got {n}"),
+        ));
+    }
     if let Some(cap) = s.admit_per_minute {
         check_admit_per_minute(&field("admit_per_minute"), cap)?;
     }

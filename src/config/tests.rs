@@ -697,3 +697,34 @@ fn pass_keys_and_lifetimes_are_checked() {
         );
     }
 }
+
+#[test]
+fn push_is_off_unless_a_push_table_turns_it_on() {
+    assert_eq!(parse("").unwrap().push, PushConfig::default());
+    assert!(!parse("[push]\nenabled = false\n").unwrap().push.enabled);
+    let on = parse("[push]\ncontact = \"mailto:ops@example.com\"\n").unwrap();
+    assert!(on.push.enabled);
+    assert_eq!(on.push.contact, "mailto:ops@example.com");
+    assert_eq!(on.push.vapid_key_file, None);
+    assert!(!on.push.allow_insecure_endpoints);
+    let with_file = parse(
+        "[push]\ncontact = \"https://shop.example/contact\"\nvapid_key_file = \"/etc/narabu/vapid.pem\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        with_file.push.vapid_key_file.as_deref(),
+        Some(Path::new("/etc/narabu/vapid.pem"))
+    );
+}
+
+#[test]
+fn push_errors_name_the_field() {
+    let e = err("[push]\nenabled = true\n");
+    assert!(e.contains("push.contact") && e.contains("required"), "{e}");
+    let e = err("[push]\ncontact = \"ops@example.com\"\n");
+    assert!(e.contains("push.contact") && e.contains("mailto:"), "{e}");
+    let e = err("[push]\ncontact = \"mailto:a@b.c\"\nvapid_key_file = \"\"\n");
+    assert!(e.contains("push.vapid_key_file"), "{e}");
+    let e = err("[push]\ncontact = \"mailto:a@b.c\"\nvapid_key = \"x\"\n");
+    assert!(e.contains("vapid_key"), "{e}");
+}

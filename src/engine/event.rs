@@ -13,6 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::callbacks::{Callback, Notice};
 use super::room::Identity;
 use super::settings::RoomSettings;
 use super::ticket::{TicketId, TicketState};
@@ -56,6 +57,17 @@ pub enum RoomEvent<'a> {
     Away { ticket: TicketId, at: u64 },
     /// An away ticket's visitor came back: first in line again.
     Back { ticket: TicketId, at: u64 },
+    /// A waiting visitor asked to be called back (replacing any earlier
+    /// way to reach them).
+    Subscribed {
+        ticket: TicketId,
+        callback: &'a Callback,
+    },
+    /// The visitor no longer wants to be called back, or cannot be
+    /// reached there any more.
+    Unsubscribed { ticket: TicketId },
+    /// A call was made (handed to the room's callouts): never again.
+    Notified { ticket: TicketId, notice: Notice },
 }
 
 /// Receives a room's events. Implementations must be quick and must not
@@ -107,6 +119,17 @@ pub enum EventRecord {
         ticket: TicketId,
         at: u64,
     },
+    Subscribed {
+        ticket: TicketId,
+        callback: Callback,
+    },
+    Unsubscribed {
+        ticket: TicketId,
+    },
+    Notified {
+        ticket: TicketId,
+        notice: Notice,
+    },
 }
 
 impl From<RoomEvent<'_>> for EventRecord {
@@ -138,6 +161,12 @@ impl From<RoomEvent<'_>> for EventRecord {
             RoomEvent::Closed => Self::Closed,
             RoomEvent::Away { ticket, at } => Self::Away { ticket, at },
             RoomEvent::Back { ticket, at } => Self::Back { ticket, at },
+            RoomEvent::Subscribed { ticket, callback } => Self::Subscribed {
+                ticket,
+                callback: callback.clone(),
+            },
+            RoomEvent::Unsubscribed { ticket } => Self::Unsubscribed { ticket },
+            RoomEvent::Notified { ticket, notice } => Self::Notified { ticket, notice },
         }
     }
 }
@@ -183,6 +212,15 @@ impl EventRecord {
             Self::Back { ticket, at } => RoomEvent::Back {
                 ticket: *ticket,
                 at: *at,
+            },
+            Self::Subscribed { ticket, callback } => RoomEvent::Subscribed {
+                ticket: *ticket,
+                callback,
+            },
+            Self::Unsubscribed { ticket } => RoomEvent::Unsubscribed { ticket: *ticket },
+            Self::Notified { ticket, notice } => RoomEvent::Notified {
+                ticket: *ticket,
+                notice: *notice,
             },
         }
     }

@@ -28,6 +28,7 @@ use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
 
+use super::callbacks::CallbackState;
 use super::clock::Clock;
 use super::event::{EventSink, RoomEvent};
 use super::lottery::LotterySeed;
@@ -52,6 +53,8 @@ pub struct TicketImage {
     pub arrived: bool,
     /// The lane it queues in; `index` is in that lane's line.
     pub lane: u8,
+    /// How to call its visitor back, if they asked, and what was said.
+    pub callback: Option<CallbackState>,
 }
 
 impl TicketImage {
@@ -67,6 +70,7 @@ impl TicketImage {
             last_seen: 0,
             arrived: false,
             lane: 0,
+            callback: None,
         }
     }
 }
@@ -182,6 +186,7 @@ impl RoomImage {
                     }
                 }
                 self.advance(ticket, state);
+                self.slot(ticket).callback = None;
             }
             RoomEvent::Arrived { ticket, at } => {
                 let t = self.slot(ticket);
@@ -220,6 +225,21 @@ impl RoomImage {
                     t.last_seen = t.last_seen.max(at);
                 }
             }
+            // Only a live ticket keeps a callback (an end may come first
+            // when two threads race).
+            RoomEvent::Subscribed { ticket, callback } => {
+                let t = self.slot(ticket);
+                if rank(t.state) <= 1 {
+                    let kept = CallbackState::replacing(callback.clone(), t.callback.as_ref());
+                    t.callback = Some(kept);
+                }
+            }
+            RoomEvent::Unsubscribed { ticket } => self.slot(ticket).callback = None,
+            RoomEvent::Notified { ticket, notice } => {
+                if let Some(c) = &mut self.slot(ticket).callback {
+                    c.mark(notice);
+                }
+            }
         }
     }
 
@@ -254,6 +274,7 @@ impl Room {
                     last_seen: t.last_seen(),
                     arrived: t.has_arrived(),
                     lane: t.lane,
+                    callback: self.callbacks.get(i as TicketId),
                 },
                 None => TicketImage::unknown(),
             })
@@ -358,6 +379,11 @@ impl Room {
             self.tickets.push(ticket);
             if let Some(identity) = t.identity {
                 self.restore_identity(identity, id as TicketId);
+            }
+            if let Some(callback) = &t.callback
+                && state.is_live()
+            {
+                self.callbacks.set(id as TicketId, callback.clone());
             }
             let was_admitted = t.admitted_at > 0
                 && matches!(

@@ -18,6 +18,7 @@
 //! index: departures counted per queue slot, the head, the back set),
 //! `changes` (when streams look again, coalesced), `lottery` (the
 //! verifiable opening draw), `view` (the room view and counters),
+//! `callbacks` (the visitors who asked to be called back, and when),
 //! `settings`, `event`/`image`/`replay`/`tally` (the change feed, the room
 //! as data, and a copy kept from them), `clock` (real and virtual time).
 //!
@@ -28,6 +29,7 @@
 //! release frees nothing) and monotone positions. `model_tests` checks them
 //! against a sequential reference model.
 
+mod callbacks;
 mod changes;
 mod clock;
 mod departures;
@@ -47,12 +49,15 @@ mod view;
 mod worker;
 
 #[cfg(test)]
+mod callback_tests;
+#[cfg(test)]
 mod image_tests;
 #[cfg(test)]
 mod room_tests;
 #[cfg(test)]
 mod stress_tests;
 
+pub use callbacks::{Callback, CallbackState, Callouts, Notice};
 pub use changes::{COALESCE, Changes, WAVE_GAP};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use departures::Departures;
@@ -63,7 +68,7 @@ pub use lane::LaneIndex;
 pub use lottery::{DrawMismatch, DrawRecord, LotterySeed};
 pub use record::{AdmissionRecord, CHECKPOINT, Chained, Entry, EntryKind, Page};
 pub use replay::Replayer;
-pub use room::{Binding, Departure, Handoff, Identity, JoinError, Joined, Room};
+pub use room::{Binding, Departure, Handoff, Identity, JoinError, Joined, Room, SubscribeError};
 pub use rules::{
     AdmissionRate, Eta, Status, StatusBody, TicketState, TicketStatus, WAIT_BUCKETS_MS,
 };

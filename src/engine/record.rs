@@ -320,7 +320,12 @@ impl AdmissionRecord {
                 number: 0,
                 at: 0,
             }),
-            EventRecord::Arrived { .. } | EventRecord::Settings(_) => {}
+            // Call-backs are a visitor's own business, not the line's order.
+            EventRecord::Arrived { .. }
+            | EventRecord::Settings(_)
+            | EventRecord::Subscribed { .. }
+            | EventRecord::Unsubscribed { .. }
+            | EventRecord::Notified { .. } => {}
         }
     }
 

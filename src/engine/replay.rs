@@ -84,7 +84,10 @@ impl Replayer {
             | EventRecord::Ended { ticket, .. }
             | EventRecord::Arrived { ticket, .. }
             | EventRecord::Away { ticket, .. }
-            | EventRecord::Back { ticket, .. } => *ticket,
+            | EventRecord::Back { ticket, .. }
+            | EventRecord::Subscribed { ticket, .. }
+            | EventRecord::Unsubscribed { ticket }
+            | EventRecord::Notified { ticket, .. } => *ticket,
             EventRecord::Opened { order, at } => {
                 self.opened(order, *at);
                 return;
@@ -256,8 +259,23 @@ impl Replayer {
                     _ => &c.leaves,
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
+                room.callbacks.remove(ticket);
                 room.changes().mark();
                 room.notify_ticket(ticket);
+            }
+            EventRecord::Subscribed {
+                ticket,
+                ref callback,
+            } if room.state_of(ticket).is_some_and(TicketState::is_live) => {
+                let old = room.callbacks.get(ticket);
+                let kept = crate::engine::CallbackState::replacing(callback.clone(), old.as_ref());
+                room.callbacks.set(ticket, kept);
+            }
+            EventRecord::Unsubscribed { ticket } => {
+                room.callbacks.remove(ticket);
+            }
+            EventRecord::Notified { ticket, notice } => {
+                room.callbacks.mark(ticket, notice);
             }
             EventRecord::Arrived { ticket, at } => {
                 if let Some(t) = room.ticket(ticket) {

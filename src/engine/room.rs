@@ -26,6 +26,7 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use tokio::sync::{Notify, watch};
 
+use super::callbacks::{Callback, CallbackState, Callbacks, Callouts, Notice};
 use super::changes::Changes;
 use super::clock::{Clock, millis};
 use super::event::{EventSink, RoomEvent};
@@ -269,6 +270,19 @@ pub struct Room {
     /// Told of every change a restart must keep (the journal); `None` for
     /// rooms that need not survive one.
     sink: Option<Arc<dyn EventSink>>,
+    /// The visitors who asked to be called back.
+    pub(crate) callbacks: Callbacks,
+    /// Where due calls go: set on the copy that decides (embedded, or the
+    /// room's owner), never on a replica.
+    callouts: OnceLock<Arc<dyn Callouts>>,
+}
+
+/// Why a visitor cannot be called back on this ticket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SubscribeError {
+    /// Admitted already, or ended: there is no turn left to call about.
+    #[error("this ticket is not waiting (it is {0:?})")]
+    NotWaiting(TicketState),
 }
 
 impl std::fmt::Debug for Room {
@@ -356,11 +370,19 @@ impl Room {
             view_tx: watch::Sender::new(RoomView::default()),
             settings: RwLock::new(settings),
             sink,
+            callbacks: Callbacks::default(),
+            callouts: OnceLock::new(),
         })
     }
 
     /// Report a change to the sink, if any.
     pub(crate) fn emit(&self, event: RoomEvent<'_>) {
+        // A callback lives and dies with its ticket.
+        if let RoomEvent::Ended { ticket, .. } = event
+            && !self.callbacks.is_empty()
+        {
+            self.callbacks.remove(ticket);
+        }
         if let Some(sink) = &self.sink {
             sink.record(event);
         }
@@ -639,6 +661,93 @@ impl Room {
         self.tickets.get(id as usize)
     }
 
+    // ----- calling visitors back ------------------------------------------
+
+    /// Where this room hands the calls it decides are due. Set once, by
+    /// the backend, on the copy that decides.
+    pub fn set_callouts(&self, callouts: Arc<dyn Callouts>) {
+        let _ = self.callouts.set(callouts);
+    }
+
+    /// Keep `callback` for a waiting (or away) ticket, replacing an
+    /// earlier one: one per ticket. Calls already made stay made.
+    pub fn subscribe(&self, id: TicketId, callback: Callback) -> Result<(), SubscribeError> {
+        let Some(t) = self.ticket(id) else {
+            return Err(SubscribeError::NotWaiting(TicketState::Left));
+        };
+        let state = t.state();
+        if !matches!(state, TicketState::Waiting | TicketState::Away) {
+            return Err(SubscribeError::NotWaiting(state));
+        }
+        let kept = CallbackState::replacing(callback, self.callbacks.get(id).as_ref());
+        let callback = kept.callback.clone();
+        self.callbacks.set(id, kept);
+        self.emit(RoomEvent::Subscribed {
+            ticket: id,
+            callback: &callback,
+        });
+        // Ended meanwhile: its end may have missed the callback.
+        if !self.state_of(id).is_some_and(TicketState::is_live) {
+            self.callbacks.remove(id);
+        }
+        Ok(())
+    }
+
+    /// Forget a ticket's callback; whether it had one.
+    pub fn unsubscribe(&self, id: TicketId) -> bool {
+        let had = self.callbacks.remove(id);
+        if had {
+            self.emit(RoomEvent::Unsubscribed { ticket: id });
+        }
+        had
+    }
+
+    /// A ticket's callback and what has been said on it.
+    pub fn callback_of(&self, id: TicketId) -> Option<CallbackState> {
+        self.callbacks.get(id)
+    }
+
+    /// How many tickets have a callback.
+    pub fn callback_count(&self) -> usize {
+        self.callbacks.len()
+    }
+
+    /// Make `notice` to `id`'s visitor, once: recorded, then handed to the
+    /// callouts (a replica has none and records nothing).
+    fn call(&self, id: TicketId, notice: Notice) {
+        let Some(callback) = self.callbacks.mark(id, notice) else {
+            return;
+        };
+        self.emit(RoomEvent::Notified { ticket: id, notice });
+        if let Some(callouts) = self.callouts.get() {
+            let number = self
+                .ticket(id)
+                .and_then(Ticket::queue_index)
+                .map(|i| u64::from(i) + 1);
+            callouts.due(&self.id, self.epoch, id, number, notice, &callback);
+        }
+    }
+
+    /// The tick's look at the subscribed tickets not yet told their turn
+    /// nears: those now within the room's distance of the head are.
+    pub(crate) fn call_ahead(&self, rate: f64) {
+        let pending = self.callbacks.awaiting_ahead();
+        if pending.is_empty() {
+            return;
+        }
+        let setting = read(&self.settings).notify_ahead;
+        let distance = u64::from(rules::ahead_distance(setting, rate));
+        for id in pending {
+            if let Some((facts, Some(ahead))) = self.ticket_facts(id)
+                && facts.state == TicketState::Waiting
+                && ahead <= distance
+            {
+                let ahead = u32::try_from(ahead).unwrap_or(u32::MAX);
+                self.call(id, Notice::Ahead { ahead });
+            }
+        }
+    }
+
     // ----- popping and handing off --------------------------------------
 
     /// Whether anyone might be waiting at the head of any lane right now.
@@ -717,6 +826,10 @@ impl Room {
             at: now,
         });
         self.notify_ticket(id);
+        if !self.callbacks.is_empty() {
+            let grace = self.hot.timeouts().arrival_grace_ms;
+            self.call(id, Notice::Turn { until: now + grace });
+        }
     }
 
     /// The head passed a ticket whose visitor is away: it keeps its
@@ -735,6 +848,11 @@ impl Room {
             at: now,
         });
         self.notify_ticket(id);
+        if !self.callbacks.is_empty() {
+            let idle = self.hot.queue_idle_ms.load(Ordering::Acquire);
+            let until = self.seen_at(t, now) + idle;
+            self.call(id, Notice::Turn { until });
+        }
         // A sign of life that raced the skip may have missed it: look again.
         if self.hot.presence().at_head(self.seen_at(t, now), now) == AtHead::Admit {
             self.come_back(id, t);

@@ -146,6 +146,11 @@ pub struct RoomSettings {
     /// capacity to release rate × lifetime; a visitor asks the gate about
     /// once per lifetime.
     pub pass_lifetime: Duration,
+    /// How many people ahead, at most, when a visitor who asked to be
+    /// called back is told their turn nears; `None`: about two minutes of
+    /// admissions at the room's rate (`rules::ahead_distance`).
+    #[serde(default)]
+    pub notify_ahead: Option<u32>,
 }
 
 /// One priority lane: its name (what an enqueue token's `lane` claim says)
@@ -208,6 +213,7 @@ impl RoomSettings {
             lanes: Vec::new(),
             default_lane: None,
             pass_lifetime: Self::DEFAULT_PASS_LIFETIME,
+            notify_ahead: None,
         }
     }
 
@@ -317,6 +323,8 @@ pub struct RoomPatch {
     pub join_limit_per_minute: Option<u32>,
     /// `Null` removes the cap.
     pub admit_per_minute: Patch<u32>,
+    /// `Null` goes back to the rate-based default.
+    pub notify_ahead: Patch<u32>,
     /// Proof of work and enqueue tokens, rule by rule.
     pub access: AccessPatch,
     /// `Null` goes back to the instance's pages.
@@ -369,6 +377,11 @@ impl RoomPatch {
             Patch::Absent => {}
             Patch::Null => s.admit_per_minute = None,
             Patch::Value(v) => s.admit_per_minute = Some(v),
+        }
+        match self.notify_ahead {
+            Patch::Absent => {}
+            Patch::Null => s.notify_ahead = None,
+            Patch::Value(v) => s.notify_ahead = Some(v),
         }
         self.access.apply_to(&mut s.access);
         match &self.templates_dir {

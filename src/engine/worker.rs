@@ -74,6 +74,7 @@ impl Room {
         }
         report.abandoned = self.sweep_quiet(&mut w, now) + self.sweep_away(&mut w, now);
         self.observe_rate(&mut w, now);
+        self.call_ahead(w.rate.mean);
         self.publish_locked(&w, now, false);
         report
     }

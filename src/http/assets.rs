@@ -38,6 +38,11 @@ const FILES: &[Asset] = &[
         body: include_bytes!("../../static/pow-worker.js"),
     },
     Asset {
+        name: "narabu-sw.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../static/narabu-sw.js"),
+    },
+    Asset {
         name: "narabu.css",
         content_type: "text/css; charset=utf-8",
         body: include_bytes!("../../static/narabu.css"),

@@ -86,6 +86,11 @@ impl From<BackendError> for ApiError {
                 Self::new(StatusCode::NOT_FOUND, "unknown_room", message)
             }
             BackendError::Closed(_) => Self::new(StatusCode::GONE, "room_closed", message),
+            BackendError::NotWaiting(_) => Self::new(
+                StatusCode::CONFLICT,
+                "not_waiting",
+                "This ticket is not waiting any more: there is no turn to be called for.",
+            ),
             BackendError::SoldOut(_) => Self::new(StatusCode::GONE, "sold_out", message),
             BackendError::Full(_) => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "room_full", message).retry_after(30)

@@ -516,6 +516,45 @@ pub struct Strings {
     /// Accessible name of the language switcher.
     pub language: String,
     pub fair: FairStrings,
+    /// Being called back: the queue page's control and the notifications'
+    /// texts. A message file without this table speaks English here.
+    #[serde(default)]
+    pub push: Option<PushStrings>,
+}
+
+/// Phrases of Web Push call-backs.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PushStrings {
+    pub notify_me: String,
+    pub notify_stop: String,
+    pub notify_on: String,
+    pub notify_off: String,
+    pub notify_blocked: String,
+    pub notify_unsupported: String,
+    pub ahead_title: String,
+    /// `{n}`: how many people are ahead.
+    pub ahead_body: String,
+    pub turn_title: String,
+    /// `{minutes}`: how long their place is kept for them.
+    pub turn_body: String,
+}
+
+impl Languages {
+    /// The call-back phrases of `lang` (a code as a visitor's page had
+    /// it), else English's.
+    pub fn push_strings(&self, lang: &str) -> &PushStrings {
+        self.get(lang)
+            .and_then(|l| l.strings.push.as_ref())
+            .or(self.default_language().strings.push.as_ref())
+            .unwrap_or_else(|| {
+                BUILTIN_LANGUAGES.all[0]
+                    .strings
+                    .push
+                    .as_ref()
+                    .expect("the built-in English has push phrases")
+            })
+    }
 }
 
 /// Phrases of fair access: the browser's proof of work, invitations, and

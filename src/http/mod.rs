@@ -43,6 +43,7 @@ pub mod health;
 pub mod i18n;
 pub mod limits;
 pub mod metrics;
+pub mod notify;
 pub mod openapi;
 pub mod origin;
 pub mod pages;

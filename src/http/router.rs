@@ -14,8 +14,8 @@ use super::edge::EdgeLayer;
 use super::error::ApiError;
 use super::state::AppState;
 use super::{
-    access, admin, api, assets, draw, events, gate, health, metrics, openapi, passes, receipts,
-    record, visitor,
+    access, admin, api, assets, draw, events, gate, health, metrics, notify, openapi, passes,
+    receipts, record, visitor,
 };
 
 /// Request bodies are tiny JSON objects; anything bigger is refused (413).
@@ -69,6 +69,13 @@ pub fn routes() -> Router<AppState> {
         .route("/api/rooms/{room}/challenge", get(access::challenge))
         .route("/api/rooms/{room}/draw", get(draw::draw))
         .route("/api/rooms/{room}/record", get(record::record))
+        .route(
+            "/api/rooms/{room}/notify",
+            get(notify::key)
+                .post(notify::subscribe)
+                .delete(notify::unsubscribe)
+                .layer(no_store()),
+        )
         // The public keys of signed passes, for proxies, edges and apps.
         .route("/.well-known/jwks.json", get(passes::jwks))
         .route("/.well-known/narabu-pass.pem", get(passes::pem))

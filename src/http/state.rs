@@ -39,6 +39,9 @@ pub struct Shared {
     /// Signs the passes proxies verify by themselves, and publishes their
     /// public keys.
     pub passes: Arc<crate::pass::PassKeys>,
+    /// Web Push, when `[push]` is on: the key pages subscribe with, and
+    /// the sender of the call-backs.
+    pub push: Option<Arc<crate::push::Push>>,
     pub settings: Arc<HttpSettings>,
     /// Cancelled when the server shuts down; open streams end on it.
     pub shutdown: CancellationToken,

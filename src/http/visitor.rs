@@ -198,6 +198,9 @@ pub async fn queue(
     let lane = super::api::lane_name(&state, &room, joined.status.lane).await;
     let mut page = queue_page(&room, joined.status, &return_path);
     page.lane = lane;
+    if state.push.is_some() && page.status.status() == crate::engine::Status::Waiting {
+        page.urls.notify = Some(format!("/api/rooms/{room}/notify"));
+    }
     if before_draw && let Ok(snapshot) = state.backend.room(&room).await {
         page.draw = snapshot.view.lottery_commitment.map(|commitment| DrawLink {
             commitment,
@@ -332,6 +335,7 @@ fn queue_page(room: &RoomId, status: TicketStatus, return_path: &str) -> QueuePa
             status: format!("/api/rooms/{room}/status"),
             leave: format!("/api/rooms/{room}/leave"),
             receipt: format!("/api/rooms/{room}/receipt"),
+            notify: None,
         },
         pow: None,
         draw: None,

@@ -91,7 +91,14 @@ impl VapidKey {
     /// The key every instance sharing `secret` derives alike. `contact` is
     /// the JWT's `sub`, where a push service can reach the operator.
     pub fn derive(secret: &Secret, contact: &str) -> Result<Self, VapidError> {
-        let hk = Hkdf::<Sha256>::new(None, secret.expose().as_bytes());
+        Self::from_seed(secret.expose().as_bytes(), contact)
+    }
+
+    /// The key derived from `seed`, keying material as strong as the
+    /// instance secret (the server passes the ticket keyring's derivation
+    /// for this use, which a key file or a configured secret both give).
+    pub fn from_seed(seed: &[u8], contact: &str) -> Result<Self, VapidError> {
+        let hk = Hkdf::<Sha256>::new(None, seed);
         // A 32-byte HKDF output is a valid scalar unless it is zero or at
         // least the group order, odds of about 2^-32; the next counter
         // gives another candidate, the same one on every instance.

@@ -15,8 +15,11 @@
 //!   and the outcome ([`Outcome::Gone`] when the browser has dropped the
 //!   subscription), counted in `/metrics`.
 //!
-//! Nothing here knows rooms or tickets: the engine decides when a message
-//! is due and what it says, and keeps the subscription with the ticket.
+//! Nothing here decides anything about rooms or tickets: the engine
+//! decides when a call is due and keeps the subscription with the ticket,
+//! and `crate::http::notify` words the message and hands it here ([`Push`]
+//! bundles the key and the sender as the service runs them, and counts
+//! each room's outcomes for operators).
 
 pub mod ece;
 pub mod keys;
@@ -26,3 +29,110 @@ pub mod subscription;
 pub use keys::{VapidError, VapidKey};
 pub use sender::{Outcome, PushMessage, PushSender, Receipt, SenderConfig, Urgency};
 pub use subscription::{Subscription, SubscriptionError};
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::PushConfig;
+use crate::metrics::Metrics;
+use crate::token::Keyring;
+
+/// What the keyring derives the VAPID key from (see [`Keyring::derive`]).
+const VAPID_PURPOSE: &str = "web push vapid key";
+
+/// Why push could not start. Names the file, never its contents.
+#[derive(Debug, thiserror::Error)]
+pub enum PushStartError {
+    #[error("push.vapid_key_file {path}: {source}")]
+    KeyFile {
+        path: std::path::PathBuf,
+        source: VapidError,
+    },
+    #[error("push: {0}")]
+    Key(VapidError),
+    #[error("push: the HTTP client could not be built: {0}")]
+    Client(reqwest::Error),
+}
+
+/// Messages by outcome, per room, as this instance sent them (the rooms'
+/// owners send): what operators see beside each room.
+#[derive(Debug, Default)]
+pub struct Sends(dashmap::DashMap<String, [u64; 4]>);
+
+impl Sends {
+    pub fn count(&self, room: &str, outcome: Outcome) {
+        let i = Self::slot(outcome);
+        self.0.entry(room.to_owned()).or_default()[i] += 1;
+    }
+
+    /// (sent, failed, gone, dropped) for `room`.
+    pub fn of(&self, room: &str) -> (u64, u64, u64, u64) {
+        let c = self.0.get(room).map(|c| *c).unwrap_or_default();
+        (c[0], c[1], c[2], c[3])
+    }
+
+    fn slot(outcome: Outcome) -> usize {
+        match outcome {
+            Outcome::Sent => 0,
+            Outcome::Failed => 1,
+            Outcome::Gone => 2,
+            Outcome::Dropped => 3,
+        }
+    }
+}
+
+/// Push as the service runs it: the key pages subscribe with and the
+/// sender that delivers. Built once at start when `[push]` is on.
+#[derive(Debug)]
+pub struct Push {
+    pub key: Arc<VapidKey>,
+    pub sender: PushSender,
+    pub sends: Sends,
+    /// Accept `http:` and local endpoints in subscriptions (tests only).
+    pub allow_insecure_endpoints: bool,
+}
+
+impl Push {
+    /// `None` when push is off. The key comes from the configured PEM
+    /// file, or is derived from the ticket key.
+    pub fn start(
+        config: &PushConfig,
+        keyring: &Keyring,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+    ) -> Result<Option<Self>, PushStartError> {
+        if !config.enabled {
+            return Ok(None);
+        }
+        let key = match &config.vapid_key_file {
+            Some(path) => VapidKey::from_pem_file(path, &config.contact).map_err(|source| {
+                PushStartError::KeyFile {
+                    path: path.clone(),
+                    source,
+                }
+            })?,
+            None => {
+                let (seed, _) = keyring.derive(VAPID_PURPOSE);
+                VapidKey::from_seed(&seed, &config.contact).map_err(PushStartError::Key)?
+            }
+        };
+        let key = Arc::new(key);
+        let sender = PushSender::start(
+            key.clone(),
+            SenderConfig {
+                allow_insecure_endpoints: config.allow_insecure_endpoints,
+                ..SenderConfig::default()
+            },
+            metrics,
+            shutdown,
+        )
+        .map_err(PushStartError::Client)?;
+        Ok(Some(Self {
+            key,
+            sender,
+            sends: Sends::default(),
+            allow_insecure_endpoints: config.allow_insecure_endpoints,
+        }))
+    }
+}

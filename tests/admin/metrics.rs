@@ -94,6 +94,7 @@ async fn metrics_parse_and_match_the_admin_figures() {
         ("narabu_room_away_skips_total", "away_skips"),
         ("narabu_room_away_returns_total", "away_returns"),
         ("narabu_room_leaves_total", "leaves"),
+        ("narabu_room_push_subscriptions", "push_subscriptions"),
     ] {
         let sample =
             find(&parsed, metric, &room).unwrap_or_else(|| panic!("{metric} missing:\n{text}"));

@@ -326,6 +326,7 @@ async fn an_owner_that_dies_is_replaced_within_its_lease_and_loses_nothing_ackno
             clock: Arc::new(SystemClock),
             options: options.clone(),
             recorded: None,
+            callouts: None,
         };
         contentions.push(contender.spawn(stop.clone()));
     }

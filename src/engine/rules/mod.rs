@@ -16,11 +16,13 @@
 //!   and the stock a room has left
 //! - `join_limit`: new tickets per address in a sliding minute
 //! - `waits`: the wait histogram's buckets
+//! - `callback`: when a visitor who asked to be called back is told
 //!
 //! The engine (`crate::engine::Room`) calls these on its atomics, in both
 //! deployments: embedded, and on each room's owner on Redis.
 
 mod cadence;
+mod callback;
 mod capacity;
 mod join_limit;
 mod lanes;
@@ -35,6 +37,7 @@ mod waits;
 pub use cadence::{
     Due, MIN_GAP_MS, REFRESH_MS, WaitShown, WaitUnit, due, moves_needed, wait_shown,
 };
+pub use callback::{AHEAD_SECS, MIN_AHEAD, ahead_distance};
 pub use capacity::{Counter, GROW, Plan, SHRINK, Transfer, resize};
 pub use join_limit::{JOIN_WINDOW_MS, join_allowance, join_window_start};
 pub use lanes::{LaneLoad, LaneLoads, MAX_LANES, lane_order, lane_share, next_lane, shares};

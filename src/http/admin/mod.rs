@@ -105,6 +105,16 @@ pub struct RoomBody {
     /// Each priority lane: its weight, who waits in it and the permits
     /// its visitors hold; empty for a room without lanes.
     pub lanes: Vec<LaneView>,
+    /// Waiting visitors who asked to be called back (Web Push).
+    pub push_subscriptions: u64,
+    /// Push messages this instance sent for the room (the room's owner
+    /// sends them), by outcome: accepted by the push service, given up,
+    /// answered gone (the subscription is then dropped), or dropped
+    /// unsent (the queue was full).
+    pub push_sent: u64,
+    pub push_failed: u64,
+    pub push_gone: u64,
+    pub push_dropped: u64,
     pub updated_at: Timestamp,
 }
 
@@ -154,8 +164,26 @@ impl RoomBody {
             lottery_commitment: s.view.lottery_commitment.clone(),
             lottery_seed: s.view.lottery_seed.clone(),
             access: super::access::summary(access, s),
+            push_subscriptions: s.subscriptions,
+            push_sent: 0,
+            push_failed: 0,
+            push_gone: 0,
+            push_dropped: 0,
             updated_at: now,
         }
+    }
+
+    /// With this instance's push sends for the room.
+    pub fn with_sends(mut self, push: Option<&crate::push::Push>) -> Self {
+        if let Some(push) = push {
+            (
+                self.push_sent,
+                self.push_failed,
+                self.push_gone,
+                self.push_dropped,
+            ) = push.sends.of(self.id.as_str());
+        }
+        self
     }
 }
 
@@ -166,6 +194,7 @@ fn body(state: &AppState, s: &RoomSnapshot) -> RoomBody {
         state.clock.now(),
         &state.access,
     )
+    .with_sends(state.push.as_deref())
 }
 
 fn invalid(e: &ConfigError) -> ApiError {
@@ -662,7 +691,7 @@ pub async fn events(
             let rooms: Vec<Value> = overview
                 .rooms
                 .iter()
-                .map(|(s, sample)| json!({ "room": RoomBody::new(s, sample, state.clock.now(), &state.access), "sample": sample }))
+                .map(|(s, sample)| json!({ "room": RoomBody::new(s, sample, state.clock.now(), &state.access).with_sends(state.push.as_deref()), "sample": sample }))
                 .collect();
             if !rooms.is_empty() {
                 yield Ok(Event::default().event("update").data(json!({ "rooms": rooms }).to_string()));

@@ -18,13 +18,14 @@ use crate::engine::{Patch, RoomPatch, RoomSettings};
 
 /// The keys `PATCH` accepts: a room's running settings. `id`, `order` and
 /// `opens_at` shape a room's line and need a `PUT`.
-pub const PATCHABLE: [&str; 24] = [
+pub const PATCHABLE: [&str; 25] = [
     "capacity",
     "paused",
     "mode",
     "stock",
     "open_now",
     "admit_per_minute",
+    "notify_ahead",
     "tick",
     "pass_idle",
     "arrival_grace",
@@ -94,6 +95,11 @@ pub struct PatchBody {
     #[serde(default)]
     #[schema(value_type = Option<u32>, minimum = 1)]
     admit_per_minute: Patch<u32>,
+    /// People ahead at the "N ahead" call-back; `null` for the default
+    /// (about two minutes of admissions).
+    #[serde(default)]
+    #[schema(value_type = Option<u32>, maximum = 1000000)]
+    notify_ahead: Patch<u32>,
     #[serde(default)]
     #[schema(value_type = ChallengeMode, required = false)]
     challenge: Patch<ChallengeMode>,
@@ -196,6 +202,17 @@ impl PatchBody {
         if let Patch::Value(cap) = self.admit_per_minute {
             check_admit_per_minute("admit_per_minute", cap)?;
         }
+        if let Patch::Value(n) = self.notify_ahead
+            && n > crate::config::MAX_NOTIFY_AHEAD
+        {
+            return Err(ConfigError::new(
+                "notify_ahead",
+                format!(
+                    "must be at most {}, got {n}",
+                    crate::config::MAX_NOTIFY_AHEAD
+                ),
+            ));
+        }
         let mut mode = required("mode", self.mode)?;
         if let Patch::Value(stock) = self.stock {
             check_stock("stock", stock)?;
@@ -215,6 +232,7 @@ impl PatchBody {
             pass_lifetime,
             join_limit_per_minute: required("join_limit_per_minute", self.join_limit_per_minute)?,
             admit_per_minute: self.admit_per_minute,
+            notify_ahead: self.notify_ahead,
             access: AccessPatch {
                 challenge: required("challenge", self.challenge)?,
                 pow_difficulty: required("pow_difficulty", self.pow_difficulty)?,
@@ -343,6 +361,15 @@ mod tests {
         assert_eq!(p.tick, Some(Duration::from_millis(250)));
         assert_eq!(p.admit_per_minute, Patch::Null);
         assert_eq!(p.paused, None);
+        assert_eq!(p.notify_ahead, Patch::Absent);
+        assert_eq!(
+            patch(r#"{"notify_ahead": 50}"#).unwrap().notify_ahead,
+            Patch::Value(50)
+        );
+        assert_eq!(
+            patch(r#"{"notify_ahead": null}"#).unwrap().notify_ahead,
+            Patch::Null
+        );
         assert_eq!(
             patch(r#"{"admit_per_minute": 60}"#)
                 .unwrap()
@@ -392,6 +419,10 @@ mod tests {
                 "capacity: must be between 1 and 1000000",
             ),
             (r#"{"capacity": null}"#, "capacity: cannot be null"),
+            (
+                r#"{"notify_ahead": 1000001}"#,
+                "notify_ahead: must be at most 1000000",
+            ),
             (r#"{"tick": "1h"}"#, "tick: must be between 10ms and 1m"),
             (r#"{"queue_idle": "0s"}"#, "queue_idle: must be more than 0"),
             (r#"{"pass_idle": null}"#, "pass_idle: cannot be null"),

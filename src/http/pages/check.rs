@@ -287,6 +287,7 @@ fn samples(lang: Lang) -> Vec<(Visit, Page)> {
         status: "/api/rooms/sale/status".into(),
         leave: "/api/rooms/sale/leave".into(),
         receipt: "/api/rooms/sale/receipt".into(),
+        notify: Some("/api/rooms/sale/notify".into()),
     };
     let mut out = vec![
         (

@@ -138,6 +138,9 @@ pub struct QueueUrls {
     pub leave: String,
     /// The visitor's signed receipt (`GET /api/rooms/{room}/receipt`).
     pub receipt: String,
+    /// Where the page subscribes to be called back; `None` when push is
+    /// off (the page then offers nothing).
+    pub notify: Option<String>,
 }
 
 /// What the page's script needs to solve a challenge and join.
@@ -266,6 +269,8 @@ struct Assets {
     queue_js: String,
     pow_js: String,
     pow_worker_js: String,
+    /// The service worker that shows call-backs.
+    push_sw_js: String,
 }
 
 impl Assets {
@@ -276,6 +281,7 @@ impl Assets {
             queue_js: url("queue.js"),
             pow_js: url("pow.js"),
             pow_worker_js: url("pow-worker.js"),
+            push_sw_js: url("narabu-sw.js"),
         }
     }
 }
@@ -290,6 +296,8 @@ struct QueueVars<'a> {
     urls: &'a QueueUrls,
     pow: Option<&'a PowForm>,
     draw: Option<&'a DrawLink>,
+    /// The call-back control's phrases, when the page offers it.
+    push: Option<&'a crate::http::i18n::PushStrings>,
 }
 
 /// The ticket as the queue page shows it: each number raw (`none` when
@@ -441,6 +449,11 @@ pub(crate) fn context(visit: &Visit, page: &Page, languages: &Languages) -> mini
                 urls: &q.urls,
                 pow: q.pow.as_ref(),
                 draw: q.draw.as_ref(),
+                push: q
+                    .urls
+                    .notify
+                    .as_ref()
+                    .map(|_| languages.push_strings(visit.lang.code())),
             };
             minijinja::Value::from(minijinja::value::Serde(Context { common, page }))
         }

@@ -56,6 +56,7 @@ fn queue(status: TicketStatus) -> QueuePage {
         refresh_seconds: 20,
         urls: QueueUrls {
             events: "/api/rooms/sale/events".into(),
+            notify: None,
             status: "/api/rooms/sale/status".into(),
             leave: "/api/rooms/sale/leave".into(),
             receipt: "/api/rooms/sale/receipt".into(),
