@@ -67,6 +67,14 @@ pub struct RefusalLabels {
     pub reason: &'static str,
 }
 
+/// A room's traffic rule and what it did.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabels {
+    pub room: String,
+    pub rule: String,
+    pub action: &'static str,
+}
+
 /// The counters the service keeps itself.
 #[derive(Debug)]
 pub struct Metrics {
@@ -83,6 +91,7 @@ pub struct Metrics {
     enqueue_accepted: Family<RoomLabels, Counter>,
     enqueue_refused: Family<RefusalLabels, Counter>,
     line_resets: Family<RoomLabels, Counter>,
+    rule_matches: Family<RuleLabels, Counter>,
     /// axum's matched path (`/gate/{room}`) to its label (`/gate/:room`).
     /// Keys are the router's declared routes, a fixed set, so the leaked
     /// labels are bounded; a hit takes a read lock and no allocation.
@@ -186,9 +195,15 @@ impl Metrics {
             "line_resets",
             "Lines found lost in the state store (a Redis restart without persistence, a flushed database) and started again, by room; counted by the instance that started it again",
         );
+        let rule_matches = family(
+            &mut registry,
+            "rule_matches",
+            "Gate checks a room's traffic rule decided, by room, rule (its name, or its index) and action",
+        );
         Self {
             registry,
             line_resets,
+            rule_matches,
             challenges_issued,
             challenges_solved,
             challenges_refused,
@@ -304,6 +319,18 @@ impl Metrics {
     }
 
     /// A room's line was found lost and started again.
+    /// A rule's counter, for the rule book to keep with the rule: a match
+    /// is then one atomic add.
+    pub fn rule_matches(&self, room: &str, rule: &str, action: &'static str) -> Counter {
+        self.rule_matches
+            .get_or_create(&RuleLabels {
+                room: room.to_owned(),
+                rule: rule.to_owned(),
+                action,
+            })
+            .clone()
+    }
+
     pub fn line_reset(&self, room: &str) {
         Self::room_count(&self.line_resets, room);
     }

@@ -154,6 +154,11 @@ pub struct RoomTable {
     /// `lanes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_lane: Option<String>,
+    /// Traffic rules, tried in order on every gate check; the first that
+    /// matches decides (`bypass`, `queue` or `block`). A request no rule
+    /// matches queues.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<crate::rules::Rule>,
 }
 
 impl RoomTable {
@@ -187,6 +192,7 @@ impl RoomTable {
             templates_dir: None,
             lanes: Vec::new(),
             default_lane: None,
+            rules: Vec::new(),
         }
     }
 
@@ -237,6 +243,7 @@ impl RoomTable {
         s.templates_dir = self.templates_dir;
         s.lanes = self.lanes;
         s.default_lane = self.default_lane;
+        s.rules = self.rules;
         validate_room(&s, field_prefix)?;
         Ok(s)
     }
@@ -320,6 +327,7 @@ impl From<&RoomSettings> for RoomTable {
             templates_dir: s.templates_dir.clone(),
             lanes: s.lanes.clone(),
             default_lane: s.default_lane.clone(),
+            rules: s.rules.clone(),
         }
     }
 }
@@ -348,6 +356,7 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
         check_templates_dir(&field("templates_dir"), dir)?;
     }
     check_lanes(field_prefix, &s.lanes, s.default_lane.as_deref())?;
+    check_rules(field_prefix, &s.rules)?;
     if let Some(at) = s.opens_at
         && at > OPENS_AT_MAX
     {
@@ -357,6 +366,13 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
         ));
     }
     Ok(())
+}
+
+/// A room's traffic rules, the failing one named with its field
+/// (`rooms[0].rules[2].network[1]`).
+pub fn check_rules(field_prefix: &str, rules: &[crate::rules::Rule]) -> Result<(), ConfigError> {
+    crate::rules::validate(rules)
+        .map_err(|e| ConfigError::new(join_field(field_prefix, &e.field), e.message))
 }
 
 /// A directory path as text: what it holds is checked by the pages' own

@@ -146,6 +146,11 @@ pub struct RoomSettings {
     /// capacity to release rate × lifetime; a visitor asks the gate about
     /// once per lifetime.
     pub pass_lifetime: Duration,
+    /// The gate's traffic rules (`crate::rules`), in order. Kept for the
+    /// backends to store, like `access`; the HTTP layer compiles and
+    /// applies them.
+    #[serde(default)]
+    pub rules: Vec<crate::rules::Rule>,
 }
 
 /// One priority lane: its name (what an enqueue token's `lane` claim says)
@@ -208,6 +213,7 @@ impl RoomSettings {
             lanes: Vec::new(),
             default_lane: None,
             pass_lifetime: Self::DEFAULT_PASS_LIFETIME,
+            rules: Vec::new(),
         }
     }
 
@@ -324,6 +330,8 @@ pub struct RoomPatch {
     /// New weights of some of the room's lanes, by lane index (already
     /// checked against the room's lanes).
     pub lane_weights: Vec<(u8, u32)>,
+    /// The room's new traffic rules, all of them (already checked).
+    pub rules: Option<Vec<crate::rules::Rule>>,
 }
 
 impl RoomPatch {
@@ -375,6 +383,9 @@ impl RoomPatch {
             Patch::Absent => {}
             Patch::Null => s.templates_dir = None,
             Patch::Value(v) => s.templates_dir = Some(v.clone()),
+        }
+        if let Some(rules) = &self.rules {
+            s.rules.clone_from(rules);
         }
         for &(lane, weight) in &self.lane_weights {
             if let Some(l) = s.lanes.get_mut(usize::from(lane)) {

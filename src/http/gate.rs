@@ -16,13 +16,14 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -35,6 +36,7 @@ use tower::util::{Oneshot, ServiceExt};
 use super::edge::HEADER_LIMIT;
 use super::error::ApiError;
 use super::extract::Room;
+use super::limits::ClientIp;
 use super::openapi::{ErrorBody, RoomParam};
 use super::passes;
 use super::return_path::validate_return_path;
@@ -44,6 +46,7 @@ use crate::backend::BackendError;
 use crate::config::OnBackendError;
 use crate::engine::{RoomId, TicketState};
 use crate::metrics::HttpLabels;
+use crate::rules::{Action, RequestView};
 use crate::token::PassClaim;
 
 /// How long a check waits for the backend before answering as if it were
@@ -150,14 +153,20 @@ pub async fn gate(
     request: Request,
 ) -> Response {
     let (parts, _) = request.into_parts();
-    check(&state, room.map(|Room(r)| r), &parts).await
+    let peer = super::limits::peer(&parts);
+    check(&state, room.map(|Room(r)| r), &parts, peer).await
 }
 
 /// A gate check, whichever way it came (ahead of the router, or through
 /// it): the answer, marked `no-store`.
-async fn check(state: &AppState, room: Result<RoomId, ApiError>, request: &Parts) -> Response {
+async fn check(
+    state: &AppState,
+    room: Result<RoomId, ApiError>,
+    request: &Parts,
+    peer: Option<IpAddr>,
+) -> Response {
     let mut response = match room {
-        Ok(room) => decide(state, &room, request).await,
+        Ok(room) => decide(state, &room, request, peer).await,
         Err(e) => e.into_response(),
     };
     response
@@ -166,7 +175,62 @@ async fn check(state: &AppState, room: Result<RoomId, ApiError>, request: &Parts
     response
 }
 
-async fn decide(state: &AppState, room: &RoomId, request: &Parts) -> Response {
+/// What the room's traffic rules say of a check: `Some` answer when a
+/// rule lets it through or refuses it, `None` when it goes to the line.
+fn apply_rules(
+    state: &AppState,
+    room: &RoomId,
+    request: &Parts,
+    peer: Option<IpAddr>,
+) -> Option<Response> {
+    let rules = state.rules.for_room(room)?;
+    let headers = &request.headers;
+    // Finding the client's address walks the forwarded headers: only
+    // when some rule asks for it.
+    let client = if rules.set.needs_client() {
+        peer.map(|peer| {
+            ClientIp::resolve(
+                peer,
+                headers,
+                &state.settings.trusted_proxies,
+                state.settings.client_ip_header,
+            )
+            .0
+        })
+    } else {
+        None
+    };
+    let (index, action) = rules
+        .set
+        .first_match(&RequestView::from_proxy(headers, client))?;
+    rules.matches[index].inc();
+    match action {
+        Action::Queue => None,
+        Action::Bypass => {
+            let mut response = Response::new(axum::body::Body::empty());
+            *response.status_mut() = StatusCode::NO_CONTENT;
+            Some(response)
+        }
+        Action::Block => Some(
+            ApiError::new(
+                StatusCode::FORBIDDEN,
+                "blocked",
+                "This site does not accept this request.",
+            )
+            .into_response(),
+        ),
+    }
+}
+
+async fn decide(
+    state: &AppState,
+    room: &RoomId,
+    request: &Parts,
+    peer: Option<IpAddr>,
+) -> Response {
+    if let Some(answer) = apply_rules(state, room, request, peer) {
+        return answer;
+    }
     let headers = &request.headers;
     let Asks { redirect, pass } = asks(request);
     let Some(visitor) = ticket::find(state, room, headers).ok().flatten() else {
@@ -256,8 +320,8 @@ async fn decide(state: &AppState, room: &RoomId, request: &Parts) -> Response {
 /// label-set lookups.
 struct GateMetrics {
     metrics: Arc<crate::metrics::Metrics>,
-    /// 204, 302, 401, 404, 431.
-    slots: [OnceLock<(Counter, Histogram)>; 5],
+    /// 204, 302, 401, 403, 404, 431.
+    slots: [OnceLock<(Counter, Histogram)>; 6],
 }
 
 impl GateMetrics {
@@ -266,8 +330,9 @@ impl GateMetrics {
             204 => 0,
             302 => 1,
             401 => 2,
-            404 => 3,
-            431 => 4,
+            403 => 3,
+            404 => 4,
+            431 => 5,
             other => {
                 return self.metrics.observe_http(
                     HttpLabels {
@@ -341,11 +406,28 @@ impl Service<Request> for GateFirst {
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
+        let peer = request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip());
+        self.serve(request, peer)
+    }
+}
+
+impl GateFirst {
+    /// What the service does with a request, for a connection that knows
+    /// its peer without the request carrying it (an extension would be an
+    /// allocation per check).
+    pub fn serve(
+        &self,
+        request: Request,
+        peer: Option<IpAddr>,
+    ) -> Either<GateFuture, Oneshot<Router, Request>> {
         if gate_room(request.method(), request.uri().path()).is_none() {
             return Either::Right(self.app.clone().oneshot(request));
         }
         let (request, _) = request.into_parts();
-        let answer = self.answer(request);
+        let answer = self.answer(request, peer);
         Either::Left(Box::pin(async move { Ok(answer.await) }))
     }
 }
@@ -354,7 +436,11 @@ impl GateFirst {
     /// Answer a gate check whose path [`gate_room`] took: what
     /// [`GateFirst`]'s service does with one, and what the lean
     /// connection path calls for the checks it reads itself.
-    pub fn answer(&self, request: Parts) -> impl Future<Output = Response> + Send + 'static {
+    pub fn answer(
+        &self,
+        request: Parts,
+        peer: Option<IpAddr>,
+    ) -> impl Future<Output = Response> + Send + 'static {
         let state = self.state.clone();
         let metrics = self.metrics.clone();
         async move {
@@ -377,7 +463,7 @@ impl GateFirst {
                     .map(RoomId::new)
                     .unwrap_or(Err(crate::engine::InvalidRoomId))
                     .map_err(ApiError::from);
-                check(&state, room, &request).await
+                check(&state, room, &request, peer).await
             };
             if let Some(id) = request.headers.get(&REQUEST_ID) {
                 response

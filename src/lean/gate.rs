@@ -18,6 +18,7 @@
 //! timeout of the connection going idle. One timer per connection keeps
 //! it, moved forward only when it fires, instead of one per request.
 
+use std::net::IpAddr;
 use std::pin::pin;
 use std::time::Duration;
 
@@ -51,6 +52,7 @@ pub async fn serve(
     mut socket: TcpStream,
     mut buf: BytesMut,
     app: GateFirst,
+    peer: IpAddr,
     header_timeout: Duration,
     stop: CancellationToken,
 ) -> Ended {
@@ -68,7 +70,7 @@ pub async fn serve(
                 Head::Partial | Head::Other => return Ended::Handoff(socket, buf.freeze()),
             };
             buf.advance(check.len);
-            let response = app.answer(check.request).await;
+            let response = app.answer(check.request, Some(peer)).await;
             let out = encode(response, check.version, check.close).await;
             if write_all(&socket, &out).await.is_err() {
                 return Ended::Closed;

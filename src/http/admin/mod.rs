@@ -37,6 +37,7 @@ use super::error::ApiError;
 use super::extract::{Admin, Room};
 use super::openapi::{DashboardEvent, ErrorBody, RoomParam};
 use super::pages::PageError;
+use super::rule_book::{RuleBook, RuleCount};
 use super::state::AppState;
 use crate::backend::{BackendError, RoomSnapshot, TicketRef};
 use crate::config::{ConfigError, RoomTable};
@@ -104,11 +105,20 @@ pub struct RoomBody {
     /// Each priority lane: its weight, who waits in it and the permits
     /// its visitors hold; empty for a room without lanes.
     pub lanes: Vec<LaneView>,
+    /// Each traffic rule, in order, and the gate checks it decided on
+    /// this instance; empty for a room without rules.
+    pub rule_matches: Vec<RuleCount>,
     pub updated_at: Timestamp,
 }
 
 impl RoomBody {
-    pub fn new(s: &RoomSnapshot, recent: &Sample, now: Timestamp, access: &AccessBook) -> Self {
+    pub fn new(
+        s: &RoomSnapshot,
+        recent: &Sample,
+        now: Timestamp,
+        access: &AccessBook,
+        rules: &RuleBook,
+    ) -> Self {
         let state = if s.view.closed {
             "closed"
         } else if !s.view.open {
@@ -153,6 +163,7 @@ impl RoomBody {
             lottery_commitment: s.view.lottery_commitment.clone(),
             lottery_seed: s.view.lottery_seed.clone(),
             access: super::access::summary(access, s),
+            rule_matches: rules.counts(&s.settings.id),
             updated_at: now,
         }
     }
@@ -164,6 +175,7 @@ fn body(state: &AppState, s: &RoomSnapshot) -> RoomBody {
         &state.monitor.figures(s),
         state.clock.now(),
         &state.access,
+        &state.rules,
     )
 }
 
@@ -342,6 +354,7 @@ pub async fn put_room(
     state.pages.install(&id, dir.as_deref(), pages);
     state.monitor.observe(&s);
     state.access.observe(&s, state.clock.now_ms());
+    state.rules.observe(&s.settings);
     tracing::info!(room = %id, capacity = s.settings.capacity, replaced = existed, "admin: room put");
     let status = if existed {
         StatusCode::OK
@@ -422,6 +435,7 @@ pub async fn patch_room(
         .monitor
         .mode_changed(before.settings.mode, &s, "operator");
     state.access.observe(&s, state.clock.now_ms());
+    state.rules.observe(&s.settings);
     tracing::info!(
         room = %id,
         capacity = s.settings.capacity,
@@ -661,7 +675,7 @@ pub async fn events(
             let rooms: Vec<Value> = overview
                 .rooms
                 .iter()
-                .map(|(s, sample)| json!({ "room": RoomBody::new(s, sample, state.clock.now(), &state.access), "sample": sample }))
+                .map(|(s, sample)| json!({ "room": RoomBody::new(s, sample, state.clock.now(), &state.access, &state.rules), "sample": sample }))
                 .collect();
             if !rooms.is_empty() {
                 yield Ok(Event::default().event("update").data(json!({ "rooms": rooms }).to_string()));

@@ -11,14 +11,15 @@ use serde::{Deserialize, Deserializer};
 use crate::access::{AccessPatch, ChallengeMode, EnqueueMode, SharedKey};
 use crate::config::{
     ConfigError, check_admit_per_minute, check_away_grace, check_capacity, check_pass_lifetime,
-    check_stock, check_templates_dir, check_tick, check_timeout, opt_duration, stock_mode,
+    check_rules, check_stock, check_templates_dir, check_tick, check_timeout, opt_duration,
+    stock_mode,
 };
 use crate::engine::rules::Mode;
 use crate::engine::{Patch, RoomPatch, RoomSettings};
 
 /// The keys `PATCH` accepts: a room's running settings. `id`, `order` and
 /// `opens_at` shape a room's line and need a `PUT`.
-pub const PATCHABLE: [&str; 24] = [
+pub const PATCHABLE: [&str; 25] = [
     "capacity",
     "paused",
     "mode",
@@ -43,6 +44,7 @@ pub const PATCHABLE: [&str; 24] = [
     "enqueue_previous_public_key",
     "templates_dir",
     "lane_weights",
+    "rules",
 ];
 
 /// Keys of a room that a running room cannot change (its lanes: nobody's
@@ -130,6 +132,11 @@ pub struct PatchBody {
     #[serde(default)]
     #[schema(value_type = Option<std::collections::BTreeMap<String, u32>>)]
     lane_weights: Patch<std::collections::BTreeMap<String, u32>>,
+    /// The room's traffic rules, all of them, in order; `null` or `[]`
+    /// for none.
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<crate::rules::Rule>>)]
+    rules: Patch<Vec<crate::rules::Rule>>,
 }
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Patch<Duration>, D::Error> {
@@ -193,6 +200,14 @@ impl PatchBody {
         if let Patch::Value(dir) = &self.templates_dir {
             check_templates_dir("templates_dir", dir)?;
         }
+        let rules = match self.rules {
+            Patch::Absent => None,
+            Patch::Null => Some(Vec::new()),
+            Patch::Value(rules) => {
+                check_rules("", &rules)?;
+                Some(rules)
+            }
+        };
         if let Patch::Value(cap) = self.admit_per_minute {
             check_admit_per_minute("admit_per_minute", cap)?;
         }
@@ -228,6 +243,7 @@ impl PatchBody {
             },
             templates_dir: self.templates_dir,
             lane_weights: Vec::new(),
+            rules,
         })
     }
 }
