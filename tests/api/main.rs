@@ -7,6 +7,7 @@ mod modes;
 mod openapi;
 mod passes;
 mod proxies;
+mod rules;
 mod streams;
 mod verify_draw;
 mod visitor;
