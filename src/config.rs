@@ -675,6 +675,19 @@ fn rooms_from_tables(tables: Vec<RoomTable>) -> Result<Vec<RoomSettings>, Config
         }
         rooms.push(table.into_settings(&prefix)?);
     }
+    if let Err(c) =
+        crate::routes::RouteTable::build(rooms.iter().map(|r| (&r.id, r.routes.as_slice())))
+    {
+        let at = |id: &RoomId| rooms.iter().position(|r| r.id == *id).unwrap_or(0);
+        return Err(ConfigError::new(
+            format!("rooms[{}].routes[{}]", at(&c.second), c.index),
+            format!(
+                "the same route as rooms[{}] (\"{}\"): a route leads to one room",
+                at(&c.first),
+                c.first
+            ),
+        ));
+    }
     Ok(rooms)
 }
 

@@ -11,6 +11,7 @@ pub mod monitor;
 pub mod pass;
 pub mod private_files;
 pub mod push;
+pub mod routes;
 pub mod rules;
 pub mod server;
 pub mod token;

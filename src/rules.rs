@@ -214,13 +214,7 @@ pub fn validate(rules: &[Rule]) -> Result<(), RuleError> {
             }
         }
         for (j, h) in rule.host.iter().enumerate() {
-            let name = h.strip_prefix("*.").unwrap_or(h);
-            let ok = !name.is_empty()
-                && name.len() <= 253
-                && name.bytes().all(|b| {
-                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.'
-                });
-            if !ok {
+            if !is_host_pattern(h) {
                 return Err(error(
                     each("host", j),
                     "a host name in lower case without a port (shop.example.com), or *. and a domain",
@@ -258,6 +252,16 @@ pub fn validate(rules: &[Rule]) -> Result<(), RuleError> {
         }
     }
     Ok(())
+}
+
+/// `shop.example.com`, or `*.` and a domain: lower case, no port.
+pub fn is_host_pattern(h: &str) -> bool {
+    let name = h.strip_prefix("*.").unwrap_or(h);
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
 }
 
 fn check_path(field: String, p: &str) -> Result<(), RuleError> {
@@ -329,7 +333,7 @@ impl<'a> RequestView<'a> {
 }
 
 /// `example.com:8000` → `example.com`; `[::1]:80` → `::1`.
-fn without_port(host: &str) -> &str {
+pub fn without_port(host: &str) -> &str {
     if let Some(rest) = host.strip_prefix('[') {
         return rest.split(']').next().unwrap_or(rest);
     }
@@ -492,7 +496,7 @@ impl Compiled {
 
 /// A host against `shop.example.com` or `*.example.com` (any subdomain,
 /// not the domain itself).
-fn host_matches(pattern: &str, host: &str) -> bool {
+pub fn host_matches(pattern: &str, host: &str) -> bool {
     match pattern.strip_prefix("*.") {
         Some(domain) => {
             host.len() > domain.len() + 1

@@ -29,7 +29,7 @@ use crate::http::limits::StreamLimiter;
 use crate::http::pages::PageBook;
 use crate::http::presence::Presence;
 use crate::http::router::router;
-use crate::http::rule_book::RuleBook;
+use crate::http::rule_book::{RouteBook, RuleBook};
 use crate::http::state::{AppState, HttpSettings, Shared};
 use crate::lean::{self, First, Rewind};
 use crate::metrics::Metrics;
@@ -111,8 +111,12 @@ pub async fn serve(
     // Every room's rules before the first check; the monitor's samples
     // keep them current from here on.
     let rules = Arc::new(RuleBook::new(metrics.clone()));
+    let routes = Arc::new(RouteBook::default());
     match backend.list_rooms().await {
-        Ok(rooms) => rooms.iter().for_each(|s| rules.observe(&s.settings)),
+        Ok(rooms) => {
+            rooms.iter().for_each(|s| rules.observe(&s.settings));
+            routes.rebuild(rooms.iter().map(|s| &s.settings));
+        }
         Err(e) => {
             tracing::warn!(error = %e, "rooms not read at start; their rules apply from the first sample")
         }
@@ -124,6 +128,7 @@ pub async fn serve(
         access.clone(),
         pages.clone(),
         rules.clone(),
+        routes.clone(),
         stop.clone(),
         backend.clock(),
     );
@@ -140,6 +145,7 @@ pub async fn serve(
         challenge_fetches: Default::default(),
         pages,
         rules,
+        routes,
         streams: StreamLimiter::new(config.max_streams_per_address),
         presence: presence.clone(),
         writers: writers.clone(),
@@ -212,6 +218,7 @@ fn follow_rooms(
     access: Arc<AccessBook>,
     pages: Arc<PageBook>,
     rules: Arc<RuleBook>,
+    routes: Arc<RouteBook>,
     stop: CancellationToken,
     clock: Arc<dyn crate::engine::Clock>,
 ) {
@@ -229,6 +236,7 @@ fn follow_rooms(
                 pages.observe(snapshot);
                 rules.observe(&snapshot.settings);
             }
+            routes.rebuild(rooms.rooms.iter().map(|(s, _)| &s.settings));
         }
     });
 }

@@ -159,6 +159,11 @@ pub struct RoomTable {
     /// matches queues.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<crate::rules::Rule>,
+    /// The parts of the site (host, path prefix) whose checks at `GET
+    /// /gate`, without a room, come to this room; no two rooms may claim
+    /// the same. Set when the room is made (with `PUT`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<crate::routes::Route>,
 }
 
 impl RoomTable {
@@ -193,6 +198,7 @@ impl RoomTable {
             lanes: Vec::new(),
             default_lane: None,
             rules: Vec::new(),
+            routes: Vec::new(),
         }
     }
 
@@ -244,6 +250,7 @@ impl RoomTable {
         s.lanes = self.lanes;
         s.default_lane = self.default_lane;
         s.rules = self.rules;
+        s.routes = self.routes;
         validate_room(&s, field_prefix)?;
         Ok(s)
     }
@@ -328,6 +335,7 @@ impl From<&RoomSettings> for RoomTable {
             lanes: s.lanes.clone(),
             default_lane: s.default_lane.clone(),
             rules: s.rules.clone(),
+            routes: s.routes.clone(),
         }
     }
 }
@@ -357,6 +365,8 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
     }
     check_lanes(field_prefix, &s.lanes, s.default_lane.as_deref())?;
     check_rules(field_prefix, &s.rules)?;
+    crate::routes::validate(&s.routes)
+        .map_err(|(key, message)| ConfigError::new(join_field(field_prefix, &key), message))?;
     if let Some(at) = s.opens_at
         && at > OPENS_AT_MAX
     {

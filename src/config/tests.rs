@@ -235,6 +235,20 @@ fn bad_rules_name_the_room_the_rule_and_the_field() {
 }
 
 #[test]
+fn two_rooms_with_one_route_are_refused_naming_both() {
+    let text = "[[rooms]]\nid = \"a\"\nroutes = [{ path_prefix = \"/a/\" }, { host = \"shop.example.com\", path_prefix = \"/\" }]\n\
+                [[rooms]]\nid = \"b\"\nroutes = [{ host = \"shop.example.com\", path_prefix = \"/\" }]\n";
+    assert_eq!(
+        err(text),
+        "test.toml: rooms[1].routes[0]: the same route as rooms[0] (\"a\"): a route leads to one room"
+    );
+    let text = "[[rooms]]\nid = \"a\"\nroutes = [{ path_prefix = \"a/\" }]\n";
+    assert!(err(text).starts_with("test.toml: rooms[0].routes[0].path_prefix: "));
+    let text = "[[rooms]]\nid = \"a\"\nroutes = [{ path_prefix = \"/a/\" }]\n[[rooms]]\nid = \"b\"\nroutes = [{ path_prefix = \"/b/\" }]\n";
+    assert_eq!(parse(text).unwrap().rooms[1].routes.len(), 1);
+}
+
+#[test]
 fn type_errors_name_the_field_and_the_line() {
     let e = err("[[rooms]]\nid = \"a\"\n[[rooms]]\nid = \"b\"\ncapacity = \"x\"\n");
     assert_eq!(

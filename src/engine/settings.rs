@@ -151,6 +151,10 @@ pub struct RoomSettings {
     /// applies them.
     #[serde(default)]
     pub rules: Vec<crate::rules::Rule>,
+    /// The parts of the site (`crate::routes`) a gate without a room sends
+    /// here. Kept for the backends to store; the HTTP layer routes by them.
+    #[serde(default)]
+    pub routes: Vec<crate::routes::Route>,
 }
 
 /// One priority lane: its name (what an enqueue token's `lane` claim says)
@@ -214,6 +218,7 @@ impl RoomSettings {
             default_lane: None,
             pass_lifetime: Self::DEFAULT_PASS_LIFETIME,
             rules: Vec::new(),
+            routes: Vec::new(),
         }
     }
 

@@ -68,6 +68,9 @@ static PASS_EXPIRES: HeaderName = HeaderName::from_static("x-narabu-pass-expires
 struct Asks {
     redirect: bool,
     pass: bool,
+    /// `unrouted=pass`, at `GET /gate`: a request no room's route covers
+    /// goes through (else it is refused).
+    unrouted_pass: bool,
 }
 
 fn asks(request: &Parts) -> Asks {
@@ -77,6 +80,7 @@ fn asks(request: &Parts) -> Asks {
             match (&*k, &*v) {
                 ("redirect", "1") => asks.redirect = true,
                 ("pass", "1") => asks.pass = true,
+                ("unrouted", "pass") => asks.unrouted_pass = true,
                 _ => {}
             }
         }
@@ -237,7 +241,7 @@ async fn decide(
         return answer;
     }
     let headers = &request.headers;
-    let Asks { redirect, pass } = asks(request);
+    let Asks { redirect, pass, .. } = asks(request);
     let Some(visitor) = ticket::find(state, room, headers).ok().flatten() else {
         // Without a ticket the answer is the queue, unless there is no such
         // room to queue for: a misconfigured proxy should see that plainly.
@@ -390,6 +394,38 @@ impl GateFirst {
     }
 }
 
+/// Whether a request is a gate check: for a room, or for the site
+/// (`GET /gate`, the room picked by the rooms' routes).
+pub fn is_gate_check(method: &Method, path: &str) -> bool {
+    gate_room(method, path).is_some() || (method == Method::GET && path == SITE_GATE)
+}
+
+const SITE_GATE: &str = "/gate";
+
+/// A check at `GET /gate`: the room the site's routes pick, or, when
+/// none covers the request, through (`?unrouted=pass`) or refused.
+async fn check_site(state: &AppState, request: &Parts, peer: Option<IpAddr>) -> Response {
+    if let Some(room) = state.routes.pick(&request.headers) {
+        return check(state, Ok(room), request, peer).await;
+    }
+    let mut response = if asks(request).unrouted_pass {
+        let mut response = Response::new(axum::body::Body::empty());
+        *response.status_mut() = StatusCode::NO_CONTENT;
+        response
+    } else {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "no_route",
+            "No room's route covers this request.",
+        )
+        .into_response()
+    };
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
 /// The room of a gate check's path, when it can be taken as it is.
 pub fn gate_room<'a>(method: &Method, path: &'a str) -> Option<&'a str> {
     if method != Method::GET {
@@ -428,7 +464,7 @@ impl GateFirst {
         request: Request,
         peer: Option<IpAddr>,
     ) -> Either<GateFuture, Oneshot<Router, Request>> {
-        if gate_room(request.method(), request.uri().path()).is_none() {
+        if !is_gate_check(request.method(), request.uri().path()) {
             return Either::Right(self.app.clone().oneshot(request));
         }
         let (request, _) = request.into_parts();
@@ -438,7 +474,7 @@ impl GateFirst {
 }
 
 impl GateFirst {
-    /// Answer a gate check whose path [`gate_room`] took: what
+    /// Answer a gate check ([`is_gate_check`]): what
     /// [`GateFirst`]'s service does with one, and what the lean
     /// connection path calls for the checks it reads itself.
     pub fn answer(
@@ -463,6 +499,8 @@ impl GateFirst {
                     format!("The request's headers are larger than {HEADER_LIMIT} bytes."),
                 )
                 .into_response()
+            } else if request.uri.path() == SITE_GATE {
+                check_site(&state, &request, peer).await
             } else {
                 let room = gate_room(&request.method, request.uri.path())
                     .map(RoomId::new)

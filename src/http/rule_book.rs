@@ -1,5 +1,6 @@
 //! Every room's traffic rules on this instance, compiled, with their
-//! match counters: what the gate asks on each check.
+//! match counters: what the gate asks on each check; and the site's
+//! routes, for the gate without a room.
 //!
 //! Fed like the access book: from the settings of every room at start,
 //! from the monitor's samples each second (so a change made on another
@@ -16,6 +17,7 @@ use serde::Serialize;
 
 use crate::engine::{RoomId, RoomSettings};
 use crate::metrics::Metrics;
+use crate::routes::RouteTable;
 use crate::rules::{Action, Rule, RuleSet};
 
 /// One room's rules, ready for the gate.
@@ -125,5 +127,38 @@ impl RuleBook {
                 matches: count.get(),
             })
             .collect()
+    }
+}
+
+/// The site's routes (`crate::routes`): which room a check at `GET /gate`
+/// without a room goes to. Rebuilt whole from every room's settings, at
+/// start, on each monitor sample and on an operator's change.
+#[derive(Debug, Default)]
+pub struct RouteBook {
+    table: RwLock<Arc<RouteTable>>,
+}
+
+impl RouteBook {
+    /// Takes every room's routes. A conflict (two instances given
+    /// clashing rooms at once) keeps the table as it was.
+    pub fn rebuild<'a>(&self, rooms: impl IntoIterator<Item = &'a RoomSettings>) {
+        match RouteTable::build(rooms.into_iter().map(|s| (&s.id, s.routes.as_slice()))) {
+            Ok(table) => *self.table.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(table),
+            Err(c) => tracing::error!(
+                first = %c.first, second = %c.second,
+                "two rooms claim the same route; keeping the routes as they were"
+            ),
+        }
+    }
+
+    /// The room for a check at `GET /gate`, by what the proxy says the
+    /// visitor asked for.
+    pub fn pick(&self, headers: &axum::http::HeaderMap) -> Option<RoomId> {
+        let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+        if table.is_empty() {
+            return None;
+        }
+        let view = crate::rules::RequestView::from_proxy(headers, None);
+        table.pick(view.host, view.path.unwrap_or("/")).cloned()
     }
 }

@@ -33,7 +33,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{MAX_HEAD, MAX_HEADERS, push_header, write_all};
-use crate::http::gate::{GateFirst, gate_room};
+use crate::http::gate::{GateFirst, is_gate_check};
 
 /// What became of a gate connection.
 pub enum Ended {
@@ -138,7 +138,7 @@ fn parse(buf: &[u8]) -> Head {
         return Head::Other;
     };
     let path = target.split_once('?').map_or(target, |(path, _)| path);
-    if gate_room(&Method::GET, path).is_none() {
+    if !is_gate_check(&Method::GET, path) {
         return Head::Other;
     }
     let Ok(uri) = Uri::try_from(target) else {

@@ -514,3 +514,92 @@ async fn rules_through(kind: Kind) {
     drop(proxy);
     app.stop().await;
 }
+
+/// One nginx gate for a site (`config/nginx-site.conf`) in front of three
+/// rooms: the rest of the site, a presale section and a partner host. Each
+/// request is sent to its own room's queue, and a ticket for one room
+/// does not open another's pages.
+#[tokio::test]
+async fn one_nginx_gate_sends_each_request_to_its_rooms_line() {
+    let with_routes = |id: &str, capacity: u32, routes: Value| {
+        let mut s = room(id, capacity);
+        s.routes = serde_json::from_value(routes).unwrap();
+        s
+    };
+    let app = spawn_app(vec![
+        with_routes("shop", 1, json!([{"path_prefix": "/"}])),
+        with_routes("presale", 1, json!([{"path_prefix": "/presale/"}])),
+        with_routes(
+            "partner",
+            1,
+            json!([{"host": "partner.localhost", "path_prefix": "/"}]),
+        ),
+    ])
+    .await;
+    let origin = spawn_origin().await;
+    let proxy = Proxy::start(
+        Kind::NginxSite,
+        app.base.trim_start_matches("http://"),
+        &origin,
+    )
+    .await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let queue_of = |response: &reqwest::Response| {
+        assert_eq!(response.status(), StatusCode::FOUND);
+        let location = response.headers()[LOCATION].to_str().unwrap();
+        location
+            .strip_prefix(proxy.base.as_str())
+            .unwrap_or(location)
+            .to_owned()
+    };
+    let get = |path: &str, host: Option<&str>| {
+        let mut request = client.get(format!("{}{path}", proxy.base));
+        if let Some(host) = host {
+            request = request.header(reqwest::header::HOST, host);
+        }
+        request.send()
+    };
+    assert_eq!(
+        queue_of(&get("/tickets", None).await.unwrap()),
+        "/queue/shop?return=%2Ftickets"
+    );
+    assert_eq!(
+        queue_of(&get("/presale/day-1", None).await.unwrap()),
+        "/queue/presale?return=%2Fpresale%2Fday-1"
+    );
+    // nginx makes the queue URL absolute, on the host asked for.
+    let partner = get("/presale/day-1", Some("partner.localhost"))
+        .await
+        .unwrap();
+    assert!(
+        queue_of(&partner).ends_with("/queue/partner?return=%2Fpresale%2Fday-1"),
+        "{partner:?}"
+    );
+
+    // Admitted in the presale room: its pages open, the shop's do not.
+    let mut visitor = Browser {
+        client: &client,
+        base: &proxy.base,
+        cookie: None,
+    };
+    assert_eq!(visitor.get("/queue/presale").await.status(), StatusCode::OK);
+    app.tick("presale").await;
+    assert_eq!(
+        visitor.visit("/presale/day-1").await,
+        (StatusCode::OK, "origin page /presale/day-1".to_owned())
+    );
+    assert_eq!(visitor.visit("/tickets").await.0, StatusCode::FOUND);
+    let waiting = |room: &str| {
+        let app = &app;
+        let room = room.to_owned();
+        async move { app.admin_room(&room).await["admitted"].clone() }
+    };
+    assert_eq!(waiting("presale").await, 1);
+    assert_eq!(waiting("shop").await, 0);
+
+    drop(proxy);
+    app.stop().await;
+}

@@ -228,3 +228,66 @@ async fn rules_set_live_let_through_block_and_queue_and_are_counted() {
     );
     assert_eq!(app.admin_room("sale").await["rule_matches"], json!([]));
 }
+
+/// `GET /gate` without a room: the rooms' routes pick it; a request no
+/// route covers is refused, or let through with `?unrouted=pass`; a route
+/// already claimed is refused naming the room that holds it.
+#[tokio::test]
+async fn the_site_gate_routes_by_host_and_path() {
+    let mut presale = room("presale", 1);
+    presale.routes = serde_json::from_value(json!([{"path_prefix": "/presale/"}])).unwrap();
+    let app = spawn_app_with(config(), vec![presale, room("other", 1)]).await;
+    let site = |uri: &str, query: &str| {
+        app.client
+            .get(app.url(&format!("/gate{query}")))
+            .header("x-original-uri", uri)
+            .header("x-forwarded-host", "shop.example.com")
+            .send()
+    };
+    let refused = site("/presale/a", "").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    assert!(
+        refused.headers()["x-narabu-queue"]
+            .to_str()
+            .unwrap()
+            .starts_with("/queue/presale?return=")
+    );
+    let unrouted = site("/about", "").await.unwrap();
+    assert_eq!(unrouted.status(), StatusCode::FORBIDDEN);
+    assert_eq!(unrouted.json::<Value>().await.unwrap()["error"], "no_route");
+    assert_eq!(
+        site("/about", "?unrouted=pass").await.unwrap().status(),
+        StatusCode::NO_CONTENT
+    );
+
+    // The same route for another room: refused, naming the holder.
+    let (code, body) = send(
+        &app,
+        reqwest::Method::PUT,
+        "other",
+        json!({"routes": [{"path_prefix": "/x/"}, {"path_prefix": "/presale/"}]}),
+    )
+    .await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("routes[1]") && message.contains("\"presale\""),
+        "{body}"
+    );
+    // A host route of its own: the host's requests go there at once.
+    let (code, body) = send(
+        &app,
+        reqwest::Method::PUT,
+        "other",
+        json!({"routes": [{"host": "shop.example.com", "path_prefix": "/"}]}),
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    let to_other = site("/presale/a", "").await.unwrap();
+    assert!(
+        to_other.headers()["x-narabu-queue"]
+            .to_str()
+            .unwrap()
+            .starts_with("/queue/other?return=")
+    );
+}

@@ -345,6 +345,24 @@ pub async fn put_room(
         .map_err(|e| invalid(&e))?;
     let dir = settings.templates_dir.clone();
     let pages = prepare_pages(&state, dir.clone()).await?;
+    // A route leads to one room: the others' routes as they stand.
+    let others = state.backend.list_rooms().await?;
+    let others: Vec<_> = others.into_iter().filter(|s| s.settings.id != id).collect();
+    if !settings.routes.is_empty() {
+        let claims = others
+            .iter()
+            .map(|s| (&s.settings.id, s.settings.routes.as_slice()))
+            .chain([(&id, settings.routes.as_slice())]);
+        if let Err(c) = crate::routes::RouteTable::build(claims) {
+            return Err(invalid(&ConfigError::new(
+                format!("routes[{}]", c.index),
+                format!(
+                    "the same route as room \"{}\": a route leads to one room",
+                    c.first
+                ),
+            )));
+        }
+    }
     let existed = match state.backend.room(&id).await {
         Ok(_) => true,
         Err(BackendError::NoSuchRoom(_)) => false,
@@ -355,6 +373,9 @@ pub async fn put_room(
     state.monitor.observe(&s);
     state.access.observe(&s, state.clock.now_ms());
     state.rules.observe(&s.settings);
+    state
+        .routes
+        .rebuild(others.iter().map(|o| &o.settings).chain([&s.settings]));
     tracing::info!(room = %id, capacity = s.settings.capacity, replaced = existed, "admin: room put");
     let status = if existed {
         StatusCode::OK
