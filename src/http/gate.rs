@@ -166,6 +166,47 @@ pub async fn gate(
     check(&state, room.map(|Room(r)| r), &parts, peer).await
 }
 
+/// `GET /gate`: the gate for a whole site, the room picked by the rooms'
+/// routes.
+#[utoipa::path(
+    get,
+    path = "/gate",
+    tag = "gate",
+    params(
+        ("redirect" = Option<String>, Query,
+         description = "`1`: as for `/gate/{room}`."),
+        ("pass" = Option<String>, Query,
+         description = "`1`: as for `/gate/{room}`."),
+        ("unrouted" = Option<String>, Query,
+         description = "`pass`: let a request no room's route covers through (else it is refused with 403)."),
+        ("X-Original-URI" = Option<String>, Header,
+         description = "The path the visitor asked for (nginx): with the host, it picks the room."),
+        ("X-Forwarded-Uri" = Option<String>, Header,
+         description = "The same, as Traefik and Caddy send it."),
+        ("X-Forwarded-Method" = Option<String>, Header,
+         description = "The visitor's method, for the room's traffic rules."),
+        ("X-Forwarded-Host" = Option<String>, Header,
+         description = "The host the visitor asked for (else `Host`): with the path, it picks the room."),
+    ),
+    security((), ("ticket" = [])),
+    responses(
+        (status = 204, description = "As for `/gate/{room}`, in the room the routes picked; or, with `?unrouted=pass`, a request no route covers.",
+         headers(("X-Narabu-Pass-Expires" = String, description = "When the pass lapses without activity (RFC 3339)."),
+                 ("Set-Cookie" = String, description = "As for `/gate/{room}`."))),
+        (status = 302, description = "`?redirect=1` and no live pass: to the room's queue.",
+         headers(("Location" = String, description = "The room's queue page, with the return path."))),
+        (status = 401, description = "No live pass for the room the routes picked: send the visitor to its queue.",
+         headers(("X-Narabu-Queue" = String, description = "The room's queue page, with the return path."))),
+        (status = 403, description = "No room's route covers the request (`no_route`), or a `block` traffic rule of its room refuses it.", body = ErrorBody),
+        (status = 404, description = "The room the routes picked was removed.", body = ErrorBody),
+    ),
+)]
+pub async fn site_gate(State(state): State<AppState>, request: Request) -> Response {
+    let (parts, _) = request.into_parts();
+    let peer = super::limits::peer(&parts);
+    check_site(&state, &parts, peer).await
+}
+
 /// A gate check, whichever way it came (ahead of the router, or through
 /// it): the answer, marked `no-store`.
 async fn check(
@@ -334,7 +375,19 @@ struct GateMetrics {
 }
 
 impl GateMetrics {
-    fn observe(&self, status: StatusCode, took: Duration) {
+    fn observe(&self, status: StatusCode, took: Duration, site: bool) {
+        if site {
+            // The site's gate keeps its own route label, counted the
+            // ordinary way.
+            return self.metrics.observe_http(
+                HttpLabels {
+                    method: "GET",
+                    route: SITE_GATE,
+                    status: status.as_u16(),
+                },
+                took,
+            );
+        }
         let slot = match status.as_u16() {
             204 => 0,
             302 => 1,
@@ -486,6 +539,7 @@ impl GateFirst {
         let metrics = self.metrics.clone();
         async move {
             let start = Instant::now();
+            let site = request.uri.path() == SITE_GATE;
             let too_large = request
                 .headers
                 .iter()
@@ -499,7 +553,7 @@ impl GateFirst {
                     format!("The request's headers are larger than {HEADER_LIMIT} bytes."),
                 )
                 .into_response()
-            } else if request.uri.path() == SITE_GATE {
+            } else if site {
                 check_site(&state, &request, peer).await
             } else {
                 let room = gate_room(&request.method, request.uri.path())
@@ -521,7 +575,7 @@ impl GateFirst {
                     HeaderValue::from_static("nosniff"),
                 );
             }
-            metrics.observe(response.status(), start.elapsed());
+            metrics.observe(response.status(), start.elapsed(), site);
             response
         }
     }

@@ -240,6 +240,7 @@ impl Modify for Security {
         super::access::challenge,
         super::draw::draw,
         super::gate::gate,
+        super::gate::site_gate,
         super::passes::jwks,
         super::passes::pem,
         super::visitor::queue,

@@ -274,6 +274,21 @@ async fn the_site_gate_routes_by_host_and_path() {
         message.starts_with("routes[1]") && message.contains("\"presale\""),
         "{body}"
     );
+    let (code, body) = send(
+        &app,
+        reqwest::Method::PATCH,
+        "other",
+        json!({"routes": [{"path_prefix": "/x/"}]}),
+    )
+    .await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("routes: cannot be changed on a running room"),
+        "{body}"
+    );
     // A host route of its own: the host's requests go there at once.
     let (code, body) = send(
         &app,

@@ -49,7 +49,7 @@ pub const PATCHABLE: [&str; 25] = [
 
 /// Keys of a room that a running room cannot change (its lanes: nobody's
 /// place changes under them).
-pub const FIXED: [&str; 5] = ["id", "order", "opens_at", "lanes", "default_lane"];
+pub const FIXED: [&str; 6] = ["id", "order", "opens_at", "lanes", "default_lane", "routes"];
 
 /// Each key left out keeps its value; `null` clears the optional ones
 /// (`admit_per_minute`, the enqueue keys) and is refused for the others.
