@@ -450,6 +450,16 @@ async fn caddy_applies_the_rooms_traffic_rules() {
     rules_through(Kind::Caddy).await;
 }
 
+#[tokio::test]
+async fn haproxy_applies_the_rooms_traffic_rules() {
+    rules_through(Kind::Haproxy).await;
+}
+
+#[tokio::test]
+async fn traefik_applies_the_rooms_traffic_rules() {
+    rules_through(Kind::Traefik).await;
+}
+
 /// A room's rules behind a real proxy: a bypassed path reaches the origin
 /// without a ticket; a page no rule matches queues; and once the block
 /// rule names the visitor's network (loopback here), that page is
