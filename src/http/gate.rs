@@ -2,9 +2,17 @@
 //! (nginx `auth_request`, Traefik ForwardAuth, Caddy `forward_auth`, Envoy
 //! ext_authz over HTTP): 204 lets the request through and renews the pass;
 //! 401 sends the visitor to the queue. Whatever the input, the answer is
-//! one of those (or 404 for a room that does not exist), never a 5xx that
-//! would turn into an error page at the proxy. Every answer is
-//! `Cache-Control: no-store`: it is one visitor's.
+//! one of those (or 404 for a room that does not exist, 403 for a request
+//! a room's traffic rule blocks), never a 5xx that would turn into an
+//! error page at the proxy. Every answer is `Cache-Control: no-store`: it
+//! is one visitor's.
+//!
+//! Before the ticket is looked at, the room's traffic rules
+//! (`crate::rules`, compiled in the rule book) may let the request
+//! through without one or refuse it; a room without rules costs nothing
+//! here. `GET /gate`, without a room, is the gate for a whole site: the
+//! rooms' routes (`crate::routes`) pick the room from the host and path
+//! the proxy sends.
 //!
 //! A check is the one request a proxy may make for every page view, so it
 //! is served ahead of the router ([`GateFirst`]): none of the layers every
