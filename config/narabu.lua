@@ -12,11 +12,13 @@
 --   txn.narabu_admitted  the gate answered 204: let the request through
 --   txn.narabu_queue     the gate answered 401: redirect here (the queue
 --                        page, with the original URI as its return path)
+--   txn.narabu_blocked   the gate answered 403: a traffic rule of the room
+--                        blocks the request
 --   txn.narabu_pass      a pass cookie the gate sets (the signed pass
 --                        asked for with ?pass=1, or the fail-open pass
 --                        while on_backend_error = "open"): hand it to the
 --                        browser; txn.narabu_pass_more a second one
--- Neither of the first two is set when Narabu cannot be asked or answers
+-- None of the first three is set when Narabu cannot be asked or answers
 -- anything else (an unknown room): haproxy.cfg refuses the request then.
 
 -- A header's values in order. HAProxy's request header tables count from
@@ -38,7 +40,21 @@ end
 
 core.register_action("narabu-gate", { "http-req" }, function(txn, gate)
     local incoming = txn.http:req_get_headers()
-    local headers = { ["x-original-uri"] = { txn.sf:pathq() } }
+    -- What the visitor asked for, set here (never the visitor's own
+    -- copies): the return path, and what a room's traffic rules match on.
+    local headers = {
+        ["x-original-uri"] = { txn.sf:pathq() },
+        ["x-forwarded-method"] = { txn.sf:method() },
+        ["x-forwarded-for"] = { txn.sf:src() },
+    }
+    local host = values(incoming["host"])[1]
+    if host then
+        headers["x-forwarded-host"] = { host }
+    end
+    local agent = values(incoming["user-agent"])[1]
+    if agent then
+        headers["user-agent"] = { agent }
+    end
     -- The visitor's ticket: the room cookie, or a bearer token from an app.
     local cookies = values(incoming["cookie"])
     if #cookies > 0 then
@@ -68,6 +84,9 @@ core.register_action("narabu-gate", { "http-req" }, function(txn, gate)
         if cookies[2] then
             txn:set_var("txn.narabu_pass_more", cookies[2])
         end
+    elseif answer.status == 403 then
+        -- A traffic rule of the room blocks the request.
+        txn:set_var("txn.narabu_blocked", true)
     elseif answer.status == 401 then
         local queue = values(answered["x-narabu-queue"])[1]
         if queue then

@@ -42,8 +42,9 @@ pub use redis::{RedisTarget, RedisWait, SentinelTarget};
 pub use room::{
     CAPACITY_MAX, CAPACITY_MIN, MAX_NOTIFY_AHEAD, OPENS_AT_MAX, PASS_LIFETIME_MAX,
     PASS_LIFETIME_MIN, RoomTable, TICK_MAX, TICK_MIN, TIMEOUT_MAX, check_admit_per_minute,
-    check_away_grace, check_capacity, check_pass_lifetime, check_stock, check_templates_dir,
-    check_tick, check_timeout, opt_duration, parse_rfc3339_ms, stock_mode, validate_room,
+    check_away_grace, check_capacity, check_pass_lifetime, check_rules, check_stock,
+    check_templates_dir, check_tick, check_timeout, opt_duration, parse_rfc3339_ms, stock_mode,
+    validate_room,
 };
 use values::{ProxyNet, check_http_url, check_public_url, listen_address};
 
@@ -731,6 +732,19 @@ fn rooms_from_tables(tables: Vec<RoomTable>) -> Result<Vec<RoomSettings>, Config
             ));
         }
         rooms.push(table.into_settings(&prefix)?);
+    }
+    if let Err(c) =
+        crate::routes::RouteTable::build(rooms.iter().map(|r| (&r.id, r.routes.as_slice())))
+    {
+        let at = |id: &RoomId| rooms.iter().position(|r| r.id == *id).unwrap_or(0);
+        return Err(ConfigError::new(
+            format!("rooms[{}].routes[{}]", at(&c.second), c.index),
+            format!(
+                "the same route as rooms[{}] (\"{}\"): a route leads to one room",
+                at(&c.first),
+                c.first
+            ),
+        ));
     }
     Ok(rooms)
 }

@@ -13,6 +13,8 @@ pub mod private_files;
 pub mod push;
 pub mod receipt;
 pub mod report;
+pub mod routes;
+pub mod rules;
 pub mod secret;
 pub mod server;
 pub mod token;

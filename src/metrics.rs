@@ -67,6 +67,14 @@ pub struct RefusalLabels {
     pub reason: &'static str,
 }
 
+/// A room's traffic rule and what it did.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabels {
+    pub room: String,
+    pub rule: String,
+    pub action: &'static str,
+}
+
 /// The counters the service keeps itself.
 #[derive(Debug)]
 pub struct Metrics {
@@ -86,6 +94,7 @@ pub struct Metrics {
     /// Refused joins by room and reason, for the sale's report (which
     /// reads them back; the Prometheus families above only count).
     refused_joins: std::sync::Mutex<std::collections::BTreeMap<(String, String), u64>>,
+    rule_matches: Family<RuleLabels, Counter>,
     /// axum's matched path (`/gate/{room}`) to its label (`/gate/:room`).
     /// Keys are the router's declared routes, a fixed set, so the leaked
     /// labels are bounded; a hit takes a read lock and no allocation.
@@ -189,10 +198,16 @@ impl Metrics {
             "line_resets",
             "Lines found lost in the state store (a Redis restart without persistence, a flushed database) and started again, by room; counted by the instance that started it again",
         );
+        let rule_matches = family(
+            &mut registry,
+            "rule_matches",
+            "Gate checks a room's traffic rule decided, by room, rule (its name, or its index) and action",
+        );
         Self {
             registry,
             refused_joins: Default::default(),
             line_resets,
+            rule_matches,
             challenges_issued,
             challenges_solved,
             challenges_refused,
@@ -328,6 +343,18 @@ impl Metrics {
     }
 
     /// A room's line was found lost and started again.
+    /// A rule's counter, for the rule book to keep with the rule: a match
+    /// is then one atomic add.
+    pub fn rule_matches(&self, room: &str, rule: &str, action: &'static str) -> Counter {
+        self.rule_matches
+            .get_or_create(&RuleLabels {
+                room: room.to_owned(),
+                rule: rule.to_owned(),
+                action,
+            })
+            .clone()
+    }
+
     pub fn line_reset(&self, room: &str) {
         Self::room_count(&self.line_resets, room);
     }

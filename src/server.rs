@@ -17,7 +17,6 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tower::ServiceExt;
 
 use crate::access::ChallengeKeys;
 use crate::backend::Backend;
@@ -30,6 +29,7 @@ use crate::http::limits::StreamLimiter;
 use crate::http::pages::PageBook;
 use crate::http::presence::Presence;
 use crate::http::router::router;
+use crate::http::rule_book::{RouteBook, RuleBook};
 use crate::http::state::{AppState, HttpSettings, Shared};
 use crate::lean::{self, First, Rewind};
 use crate::metrics::Metrics;
@@ -124,12 +124,27 @@ pub async fn serve(
         stop.clone(),
     );
     let access = Arc::new(AccessBook::default());
+    // Every room's rules before the first check; the monitor's samples
+    // keep them current from here on.
+    let rules = Arc::new(RuleBook::new(metrics.clone()));
+    let routes = Arc::new(RouteBook::default());
+    match backend.list_rooms().await {
+        Ok(rooms) => {
+            rooms.iter().for_each(|s| rules.observe(&s.settings));
+            routes.rebuild(rooms.iter().map(|s| &s.settings));
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "rooms not read at start; their rules apply from the first sample")
+        }
+    }
     let presence = Presence::new(config.max_streams_per_ticket);
     tokio::spawn(presence.clone().run(backend.clone(), stop.clone()));
     follow_rooms(
         &monitor,
         access.clone(),
         pages.clone(),
+        rules.clone(),
+        routes.clone(),
         stop.clone(),
         backend.clock(),
     );
@@ -145,6 +160,8 @@ pub async fn serve(
         challenges: Arc::new(ChallengeKeys::from_keyring(&keys)),
         challenge_fetches: Default::default(),
         pages,
+        rules,
+        routes,
         streams: StreamLimiter::new(config.max_streams_per_address),
         presence: presence.clone(),
         writers: writers.clone(),
@@ -210,13 +227,15 @@ fn follow_resets(
     });
 }
 
-/// Feeds every room's sample to the access book and the page book each
+/// Feeds every room's sample to the access, page and rule books each
 /// second, so rules and pages changed on another instance apply here and
 /// the join rate is known.
 fn follow_rooms(
     monitor: &Monitor,
     access: Arc<AccessBook>,
     pages: Arc<PageBook>,
+    rules: Arc<RuleBook>,
+    routes: Arc<RouteBook>,
     stop: CancellationToken,
     clock: Arc<dyn crate::engine::Clock>,
 ) {
@@ -232,7 +251,9 @@ fn follow_rooms(
             for (snapshot, _) in &rooms.rooms {
                 access.observe(snapshot, now);
                 pages.observe(snapshot);
+                rules.observe(&snapshot.settings);
             }
+            routes.rebuild(rooms.rooms.iter().map(|(s, _)| &s.settings));
         }
     });
 }
@@ -301,8 +322,14 @@ async fn accept_loop(
                 First::Closed => return,
                 First::Stream(request) => return lean::serve(socket, request, router).await,
                 First::Gate(buf) => {
-                    let served =
-                        lean::gate::serve(socket, buf, router.clone(), HEADER_READ_TIMEOUT, stop);
+                    let served = lean::gate::serve(
+                        socket,
+                        buf,
+                        router.clone(),
+                        peer.ip(),
+                        HEADER_READ_TIMEOUT,
+                        stop,
+                    );
                     match served.await {
                         lean::gate::Ended::Closed => return,
                         lean::gate::Ended::Handoff(socket, rest) => (socket, rest),
@@ -312,12 +339,13 @@ async fn accept_loop(
             };
             let service =
                 hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
-                    // A gate check needs no address (and its map would be
-                    // allocated on every check); every other route may.
+                    // A gate check is handed the address itself (a map
+                    // would be allocated on every check); every other
+                    // route may read it from the request.
                     if !request.uri().path().starts_with("/gate/") {
                         request.extensions_mut().insert(ConnectInfo(peer));
                     }
-                    router.clone().oneshot(request.map(axum::body::Body::new))
+                    router.serve(request.map(axum::body::Body::new), Some(peer.ip()))
                 });
             let connection = builder
                 .serve_connection_with_upgrades(TokioIo::new(Rewind::new(prefix, socket)), service);

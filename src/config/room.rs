@@ -163,6 +163,16 @@ pub struct RoomTable {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(example = 200)]
     pub notify_ahead: Option<u32>,
+    /// Traffic rules, tried in order on every gate check; the first that
+    /// matches decides (`bypass`, `queue` or `block`). A request no rule
+    /// matches queues.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<crate::rules::Rule>,
+    /// The parts of the site (host, path prefix) whose checks at `GET
+    /// /gate`, without a room, come to this room; no two rooms may claim
+    /// the same. Set when the room is made (with `PUT`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<crate::routes::Route>,
 }
 
 impl RoomTable {
@@ -197,6 +207,8 @@ impl RoomTable {
             lanes: Vec::new(),
             default_lane: None,
             notify_ahead: None,
+            rules: Vec::new(),
+            routes: Vec::new(),
         }
     }
 
@@ -248,6 +260,8 @@ impl RoomTable {
         s.lanes = self.lanes;
         s.default_lane = self.default_lane;
         s.notify_ahead = self.notify_ahead;
+        s.rules = self.rules;
+        s.routes = self.routes;
         validate_room(&s, field_prefix)?;
         Ok(s)
     }
@@ -332,6 +346,8 @@ impl From<&RoomSettings> for RoomTable {
             lanes: s.lanes.clone(),
             default_lane: s.default_lane.clone(),
             notify_ahead: s.notify_ahead,
+            rules: s.rules.clone(),
+            routes: s.routes.clone(),
         }
     }
 }
@@ -372,6 +388,9 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
         check_templates_dir(&field("templates_dir"), dir)?;
     }
     check_lanes(field_prefix, &s.lanes, s.default_lane.as_deref())?;
+    check_rules(field_prefix, &s.rules)?;
+    crate::routes::validate(&s.routes)
+        .map_err(|(key, message)| ConfigError::new(join_field(field_prefix, &key), message))?;
     if let Some(at) = s.opens_at
         && at > OPENS_AT_MAX
     {
@@ -381,6 +400,13 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
         ));
     }
     Ok(())
+}
+
+/// A room's traffic rules, the failing one named with its field
+/// (`rooms[0].rules[2].network[1]`).
+pub fn check_rules(field_prefix: &str, rules: &[crate::rules::Rule]) -> Result<(), ConfigError> {
+    crate::rules::validate(rules)
+        .map_err(|e| ConfigError::new(join_field(field_prefix, &e.field), e.message))
 }
 
 /// A directory path as text: what it holds is checked by the pages' own

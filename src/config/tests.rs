@@ -116,6 +116,13 @@ fn every_commented_example_in_the_example_file_is_valid() {
     assert!(c.webhooks[0].previous_secret.is_some());
     assert_eq!(c.rooms.len(), 2);
     assert_eq!(c.rooms[0].admit_per_minute, Some(600));
+    let rules = &c.rooms[0].rules;
+    assert_eq!(rules.len(), 2);
+    assert_eq!(
+        (rules[0].action, rules[1].action),
+        (crate::rules::Action::Bypass, crate::rules::Action::Block)
+    );
+    assert_eq!(rules[1].network.len(), 2);
     assert_eq!(c.rooms[0].opens_at, c.rooms[1].opens_at);
     assert_eq!(c.rooms[1].opens_at, Some(1_796_086_800_000));
     assert_eq!(c.rooms[1].capacity, 500);
@@ -211,6 +218,34 @@ fn errors_name_the_file_the_field_and_the_problem() {
     assert_eq!(e.origin(), "config/narabu.toml");
     assert_eq!(e.field(), "rooms[1].capacity");
     assert_eq!(e.message(), "must be between 1 and 1000000, got 0");
+}
+
+#[test]
+fn bad_rules_name_the_room_the_rule_and_the_field() {
+    let text = "[[rooms]]\nid = \"a\"\n[[rooms.rules]]\naction = \"bypass\"\n[[rooms.rules]]\naction = \"block\"\nnetwork = [\"10.0.0.0/8\", \"bad\"]\n";
+    let e = err(text);
+    assert!(
+        e.starts_with("test.toml: rooms[0].rules[1].network[1]: "),
+        "{e}"
+    );
+    let text = "[[rooms]]\nid = \"a\"\n[[rooms.rules]]\naction = \"bypass\"\npath = [\"/a/[\"]\n";
+    assert!(err(text).starts_with("test.toml: rooms[0].rules[0].path[0]: not a glob"));
+    let text = "[[rooms]]\nid = \"a\"\n[[rooms.rules]]\naction = \"allow\"\n";
+    assert!(err(text).starts_with("test.toml: rooms[0].rules[0].action: unknown variant"));
+}
+
+#[test]
+fn two_rooms_with_one_route_are_refused_naming_both() {
+    let text = "[[rooms]]\nid = \"a\"\nroutes = [{ path_prefix = \"/a/\" }, { host = \"shop.example.com\", path_prefix = \"/\" }]\n\
+                [[rooms]]\nid = \"b\"\nroutes = [{ host = \"shop.example.com\", path_prefix = \"/\" }]\n";
+    assert_eq!(
+        err(text),
+        "test.toml: rooms[1].routes[0]: the same route as rooms[0] (\"a\"): a route leads to one room"
+    );
+    let text = "[[rooms]]\nid = \"a\"\nroutes = [{ path_prefix = \"a/\" }]\n";
+    assert!(err(text).starts_with("test.toml: rooms[0].routes[0].path_prefix: "));
+    let text = "[[rooms]]\nid = \"a\"\nroutes = [{ path_prefix = \"/a/\" }]\n[[rooms]]\nid = \"b\"\nroutes = [{ path_prefix = \"/b/\" }]\n";
+    assert_eq!(parse(text).unwrap().rooms[1].routes.len(), 1);
 }
 
 #[test]

@@ -151,6 +151,15 @@ pub struct RoomSettings {
     /// admissions at the room's rate (`rules::ahead_distance`).
     #[serde(default)]
     pub notify_ahead: Option<u32>,
+    /// The gate's traffic rules (`crate::rules`), in order. Kept for the
+    /// backends to store, like `access`; the HTTP layer compiles and
+    /// applies them.
+    #[serde(default)]
+    pub rules: Vec<crate::rules::Rule>,
+    /// The parts of the site (`crate::routes`) a gate without a room sends
+    /// here. Kept for the backends to store; the HTTP layer routes by them.
+    #[serde(default)]
+    pub routes: Vec<crate::routes::Route>,
 }
 
 /// One priority lane: its name (what an enqueue token's `lane` claim says)
@@ -214,6 +223,8 @@ impl RoomSettings {
             default_lane: None,
             pass_lifetime: Self::DEFAULT_PASS_LIFETIME,
             notify_ahead: None,
+            rules: Vec::new(),
+            routes: Vec::new(),
         }
     }
 
@@ -332,6 +343,8 @@ pub struct RoomPatch {
     /// New weights of some of the room's lanes, by lane index (already
     /// checked against the room's lanes).
     pub lane_weights: Vec<(u8, u32)>,
+    /// The room's new traffic rules, all of them (already checked).
+    pub rules: Option<Vec<crate::rules::Rule>>,
 }
 
 impl RoomPatch {
@@ -388,6 +401,9 @@ impl RoomPatch {
             Patch::Absent => {}
             Patch::Null => s.templates_dir = None,
             Patch::Value(v) => s.templates_dir = Some(v.clone()),
+        }
+        if let Some(rules) = &self.rules {
+            s.rules.clone_from(rules);
         }
         for &(lane, weight) in &self.lane_weights {
             if let Some(l) = s.lanes.get_mut(usize::from(lane)) {

@@ -2,9 +2,17 @@
 //! (nginx `auth_request`, Traefik ForwardAuth, Caddy `forward_auth`, Envoy
 //! ext_authz over HTTP): 204 lets the request through and renews the pass;
 //! 401 sends the visitor to the queue. Whatever the input, the answer is
-//! one of those (or 404 for a room that does not exist), never a 5xx that
-//! would turn into an error page at the proxy. Every answer is
-//! `Cache-Control: no-store`: it is one visitor's.
+//! one of those (or 404 for a room that does not exist, 403 for a request
+//! a room's traffic rule blocks), never a 5xx that would turn into an
+//! error page at the proxy. Every answer is `Cache-Control: no-store`: it
+//! is one visitor's.
+//!
+//! Before the ticket is looked at, the room's traffic rules
+//! (`crate::rules`, compiled in the rule book) may let the request
+//! through without one or refuse it; a room without rules costs nothing
+//! here. `GET /gate`, without a room, is the gate for a whole site: the
+//! rooms' routes (`crate::routes`) pick the room from the host and path
+//! the proxy sends.
 //!
 //! A check is the one request a proxy may make for every page view, so it
 //! is served ahead of the router ([`GateFirst`]): none of the layers every
@@ -16,13 +24,14 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -35,6 +44,7 @@ use tower::util::{Oneshot, ServiceExt};
 use super::edge::HEADER_LIMIT;
 use super::error::ApiError;
 use super::extract::Room;
+use super::limits::ClientIp;
 use super::openapi::{ErrorBody, RoomParam};
 use super::passes;
 use super::return_path::validate_return_path;
@@ -44,6 +54,7 @@ use crate::backend::BackendError;
 use crate::config::OnBackendError;
 use crate::engine::{RoomId, TicketState};
 use crate::metrics::HttpLabels;
+use crate::rules::{Action, RequestView};
 use crate::token::PassClaim;
 
 /// How long a check waits for the backend before answering as if it were
@@ -65,6 +76,9 @@ static PASS_EXPIRES: HeaderName = HeaderName::from_static("x-narabu-pass-expires
 struct Asks {
     redirect: bool,
     pass: bool,
+    /// `unrouted=pass`, at `GET /gate`: a request no room's route covers
+    /// goes through (else it is refused).
+    unrouted_pass: bool,
 }
 
 fn asks(request: &Parts) -> Asks {
@@ -74,6 +88,7 @@ fn asks(request: &Parts) -> Asks {
             match (&*k, &*v) {
                 ("redirect", "1") => asks.redirect = true,
                 ("pass", "1") => asks.pass = true,
+                ("unrouted", "pass") => asks.unrouted_pass = true,
                 _ => {}
             }
         }
@@ -129,16 +144,21 @@ fn refuse(state: &AppState, room: &RoomId, headers: &HeaderMap, redirect: bool) 
          description = "The path the visitor asked for (nginx), for the queue's return path."),
         ("X-Forwarded-Uri" = Option<String>, Header,
          description = "The same, as Traefik and Caddy send it."),
+        ("X-Forwarded-Method" = Option<String>, Header,
+         description = "The visitor's method, for the room's traffic rules."),
+        ("X-Forwarded-Host" = Option<String>, Header,
+         description = "The host the visitor asked for, for the room's traffic rules (else `Host`)."),
     ),
     security(("ticket" = []), ()),
     responses(
-        (status = 204, description = "An admitted visitor with a live pass: let the request through (the pass is renewed; with `?pass=1` a signed pass is set too).",
+        (status = 204, description = "An admitted visitor with a live pass: let the request through (the pass is renewed; with `?pass=1` a signed pass is set too). Or a request a `bypass` traffic rule lets through without a ticket.",
          headers(("X-Narabu-Pass-Expires" = String, description = "When the pass lapses without activity (RFC 3339)."),
                  ("Set-Cookie" = String, description = "With `?pass=1`: the signed pass (`narabu_{room}_jwt`); with `on_backend_error = \"open\"`: the fail-open pass."))),
         (status = 302, description = "`?redirect=1` and no live pass: to the queue.",
          headers(("Location" = String, description = "The queue page, with the return path."))),
         (status = 401, description = "No live pass: send the visitor to the queue.",
          headers(("X-Narabu-Queue" = String, description = "The queue page, with the return path."))),
+        (status = 403, description = "A `block` traffic rule of the room refuses the request.", body = ErrorBody),
         (status = 404, description = "No such room.", body = ErrorBody),
     ),
 )]
@@ -150,14 +170,61 @@ pub async fn gate(
     request: Request,
 ) -> Response {
     let (parts, _) = request.into_parts();
-    check(&state, room.map(|Room(r)| r), &parts).await
+    let peer = super::limits::peer(&parts);
+    check(&state, room.map(|Room(r)| r), &parts, peer).await
+}
+
+/// `GET /gate`: the gate for a whole site, the room picked by the rooms'
+/// routes.
+#[utoipa::path(
+    get,
+    path = "/gate",
+    tag = "gate",
+    params(
+        ("redirect" = Option<String>, Query,
+         description = "`1`: as for `/gate/{room}`."),
+        ("pass" = Option<String>, Query,
+         description = "`1`: as for `/gate/{room}`."),
+        ("unrouted" = Option<String>, Query,
+         description = "`pass`: let a request no room's route covers through (else it is refused with 403)."),
+        ("X-Original-URI" = Option<String>, Header,
+         description = "The path the visitor asked for (nginx): with the host, it picks the room."),
+        ("X-Forwarded-Uri" = Option<String>, Header,
+         description = "The same, as Traefik and Caddy send it."),
+        ("X-Forwarded-Method" = Option<String>, Header,
+         description = "The visitor's method, for the room's traffic rules."),
+        ("X-Forwarded-Host" = Option<String>, Header,
+         description = "The host the visitor asked for (else `Host`): with the path, it picks the room."),
+    ),
+    security((), ("ticket" = [])),
+    responses(
+        (status = 204, description = "As for `/gate/{room}`, in the room the routes picked; or, with `?unrouted=pass`, a request no route covers.",
+         headers(("X-Narabu-Pass-Expires" = String, description = "When the pass lapses without activity (RFC 3339)."),
+                 ("Set-Cookie" = String, description = "As for `/gate/{room}`."))),
+        (status = 302, description = "`?redirect=1` and no live pass: to the room's queue.",
+         headers(("Location" = String, description = "The room's queue page, with the return path."))),
+        (status = 401, description = "No live pass for the room the routes picked: send the visitor to its queue.",
+         headers(("X-Narabu-Queue" = String, description = "The room's queue page, with the return path."))),
+        (status = 403, description = "No room's route covers the request (`no_route`), or a `block` traffic rule of its room refuses it.", body = ErrorBody),
+        (status = 404, description = "The room the routes picked was removed.", body = ErrorBody),
+    ),
+)]
+pub async fn site_gate(State(state): State<AppState>, request: Request) -> Response {
+    let (parts, _) = request.into_parts();
+    let peer = super::limits::peer(&parts);
+    check_site(&state, &parts, peer).await
 }
 
 /// A gate check, whichever way it came (ahead of the router, or through
 /// it): the answer, marked `no-store`.
-async fn check(state: &AppState, room: Result<RoomId, ApiError>, request: &Parts) -> Response {
+async fn check(
+    state: &AppState,
+    room: Result<RoomId, ApiError>,
+    request: &Parts,
+    peer: Option<IpAddr>,
+) -> Response {
     let mut response = match room {
-        Ok(room) => decide(state, &room, request).await,
+        Ok(room) => decide(state, &room, request, peer).await,
         Err(e) => e.into_response(),
     };
     response
@@ -166,9 +233,64 @@ async fn check(state: &AppState, room: Result<RoomId, ApiError>, request: &Parts
     response
 }
 
-async fn decide(state: &AppState, room: &RoomId, request: &Parts) -> Response {
+/// What the room's traffic rules say of a check: `Some` answer when a
+/// rule lets it through or refuses it, `None` when it goes to the line.
+fn apply_rules(
+    state: &AppState,
+    room: &RoomId,
+    request: &Parts,
+    peer: Option<IpAddr>,
+) -> Option<Response> {
+    let rules = state.rules.for_room(room)?;
     let headers = &request.headers;
-    let Asks { redirect, pass } = asks(request);
+    // Finding the client's address walks the forwarded headers: only
+    // when some rule asks for it.
+    let client = if rules.set.needs_client() {
+        peer.map(|peer| {
+            ClientIp::resolve(
+                peer,
+                headers,
+                &state.settings.trusted_proxies,
+                state.settings.client_ip_header,
+            )
+            .0
+        })
+    } else {
+        None
+    };
+    let (index, action) = rules
+        .set
+        .first_match(&RequestView::from_proxy(headers, client))?;
+    rules.matches[index].inc();
+    match action {
+        Action::Queue => None,
+        Action::Bypass => {
+            let mut response = Response::new(axum::body::Body::empty());
+            *response.status_mut() = StatusCode::NO_CONTENT;
+            Some(response)
+        }
+        Action::Block => Some(
+            ApiError::new(
+                StatusCode::FORBIDDEN,
+                "blocked",
+                "This site does not accept this request.",
+            )
+            .into_response(),
+        ),
+    }
+}
+
+async fn decide(
+    state: &AppState,
+    room: &RoomId,
+    request: &Parts,
+    peer: Option<IpAddr>,
+) -> Response {
+    if let Some(answer) = apply_rules(state, room, request, peer) {
+        return answer;
+    }
+    let headers = &request.headers;
+    let Asks { redirect, pass, .. } = asks(request);
     let Some(visitor) = ticket::find(state, room, headers).ok().flatten() else {
         // Without a ticket the answer is the queue, unless there is no such
         // room to queue for: a misconfigured proxy should see that plainly.
@@ -256,18 +378,31 @@ async fn decide(state: &AppState, room: &RoomId, request: &Parts) -> Response {
 /// label-set lookups.
 struct GateMetrics {
     metrics: Arc<crate::metrics::Metrics>,
-    /// 204, 302, 401, 404, 431.
-    slots: [OnceLock<(Counter, Histogram)>; 5],
+    /// 204, 302, 401, 403, 404, 431.
+    slots: [OnceLock<(Counter, Histogram)>; 6],
 }
 
 impl GateMetrics {
-    fn observe(&self, status: StatusCode, took: Duration) {
+    fn observe(&self, status: StatusCode, took: Duration, site: bool) {
+        if site {
+            // The site's gate keeps its own route label, counted the
+            // ordinary way.
+            return self.metrics.observe_http(
+                HttpLabels {
+                    method: "GET",
+                    route: SITE_GATE,
+                    status: status.as_u16(),
+                },
+                took,
+            );
+        }
         let slot = match status.as_u16() {
             204 => 0,
             302 => 1,
             401 => 2,
-            404 => 3,
-            431 => 4,
+            403 => 3,
+            404 => 4,
+            431 => 5,
             other => {
                 return self.metrics.observe_http(
                     HttpLabels {
@@ -320,6 +455,38 @@ impl GateFirst {
     }
 }
 
+/// Whether a request is a gate check: for a room, or for the site
+/// (`GET /gate`, the room picked by the rooms' routes).
+pub fn is_gate_check(method: &Method, path: &str) -> bool {
+    gate_room(method, path).is_some() || (method == Method::GET && path == SITE_GATE)
+}
+
+const SITE_GATE: &str = "/gate";
+
+/// A check at `GET /gate`: the room the site's routes pick, or, when
+/// none covers the request, through (`?unrouted=pass`) or refused.
+async fn check_site(state: &AppState, request: &Parts, peer: Option<IpAddr>) -> Response {
+    if let Some(room) = state.routes.pick(&request.headers) {
+        return check(state, Ok(room), request, peer).await;
+    }
+    let mut response = if asks(request).unrouted_pass {
+        let mut response = Response::new(axum::body::Body::empty());
+        *response.status_mut() = StatusCode::NO_CONTENT;
+        response
+    } else {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "no_route",
+            "No room's route covers this request.",
+        )
+        .into_response()
+    };
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
 /// The room of a gate check's path, when it can be taken as it is.
 pub fn gate_room<'a>(method: &Method, path: &'a str) -> Option<&'a str> {
     if method != Method::GET {
@@ -341,24 +508,46 @@ impl Service<Request> for GateFirst {
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        if gate_room(request.method(), request.uri().path()).is_none() {
+        let peer = request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip());
+        self.serve(request, peer)
+    }
+}
+
+impl GateFirst {
+    /// What the service does with a request, for a connection that knows
+    /// its peer without the request carrying it (an extension would be an
+    /// allocation per check).
+    pub fn serve(
+        &self,
+        request: Request,
+        peer: Option<IpAddr>,
+    ) -> Either<GateFuture, Oneshot<Router, Request>> {
+        if !is_gate_check(request.method(), request.uri().path()) {
             return Either::Right(self.app.clone().oneshot(request));
         }
         let (request, _) = request.into_parts();
-        let answer = self.answer(request);
+        let answer = self.answer(request, peer);
         Either::Left(Box::pin(async move { Ok(answer.await) }))
     }
 }
 
 impl GateFirst {
-    /// Answer a gate check whose path [`gate_room`] took: what
+    /// Answer a gate check ([`is_gate_check`]): what
     /// [`GateFirst`]'s service does with one, and what the lean
     /// connection path calls for the checks it reads itself.
-    pub fn answer(&self, request: Parts) -> impl Future<Output = Response> + Send + 'static {
+    pub fn answer(
+        &self,
+        request: Parts,
+        peer: Option<IpAddr>,
+    ) -> impl Future<Output = Response> + Send + 'static {
         let state = self.state.clone();
         let metrics = self.metrics.clone();
         async move {
             let start = Instant::now();
+            let site = request.uri.path() == SITE_GATE;
             let too_large = request
                 .headers
                 .iter()
@@ -372,12 +561,14 @@ impl GateFirst {
                     format!("The request's headers are larger than {HEADER_LIMIT} bytes."),
                 )
                 .into_response()
+            } else if site {
+                check_site(&state, &request, peer).await
             } else {
                 let room = gate_room(&request.method, request.uri.path())
                     .map(RoomId::new)
                     .unwrap_or(Err(crate::engine::InvalidRoomId))
                     .map_err(ApiError::from);
-                check(&state, room, &request).await
+                check(&state, room, &request, peer).await
             };
             if let Some(id) = request.headers.get(&REQUEST_ID) {
                 response
@@ -392,7 +583,7 @@ impl GateFirst {
                     HeaderValue::from_static("nosniff"),
                 );
             }
-            metrics.observe(response.status(), start.elapsed());
+            metrics.observe(response.status(), start.elapsed(), site);
             response
         }
     }

@@ -8,7 +8,8 @@
 //!   and the challenge endpoint; `draw`: the opening draw's public record
 //! - `events`: the Server-Sent Events stream a waiting page follows, and
 //!   the writers (a few per-core shards) that send every stream's events
-//! - `gate`: what a reverse proxy asks on every protected request;
+//! - `gate`: what a reverse proxy asks on every protected request, and
+//!   `rule_book`: each room's traffic rules (`crate::rules`) it applies;
 //!   `passes`: the signed passes a proxy verifies by itself, their keys
 //!   and their cookie
 //! - `health`: liveness and readiness; `openapi`: this API described as
@@ -53,6 +54,7 @@ pub mod receipts;
 pub mod record;
 pub mod return_path;
 pub mod router;
+pub mod rule_book;
 pub mod state;
 pub mod ticket;
 pub mod visitor;

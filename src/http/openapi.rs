@@ -245,6 +245,7 @@ impl Modify for Security {
         super::draw::draw,
         super::record::record,
         super::gate::gate,
+        super::gate::site_gate,
         super::passes::jwks,
         super::passes::pem,
         super::visitor::queue,

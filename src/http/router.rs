@@ -56,6 +56,7 @@ pub fn routes() -> Router<AppState> {
         // Checks are answered ahead of the router (`gate::GateFirst`);
         // the route answers a room name written with percent-escapes.
         .route("/gate/{room}", get(gate::gate))
+        .route("/gate", get(gate::site_gate))
         .route(
             "/api/rooms/{room}/status",
             get(api::status).layer(no_store()),

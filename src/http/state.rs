@@ -67,6 +67,10 @@ pub struct Shared {
     pub challenges: Arc<crate::access::ChallengeKeys>,
     /// The visitor pages each room shows (templates and languages).
     pub pages: Arc<super::pages::PageBook>,
+    /// Each room's traffic rules, compiled, for the gate.
+    pub rules: Arc<super::rule_book::RuleBook>,
+    /// The site's routes: the room of a check at `GET /gate`.
+    pub routes: Arc<super::rule_book::RouteBook>,
 }
 
 /// The parts of the configuration the HTTP layer reads.

@@ -18,6 +18,7 @@
 //! timeout of the connection going idle. One timer per connection keeps
 //! it, moved forward only when it fires, instead of one per request.
 
+use std::net::IpAddr;
 use std::pin::pin;
 use std::time::Duration;
 
@@ -32,7 +33,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{MAX_HEAD, MAX_HEADERS, status_and_headers, write_all};
-use crate::http::gate::{GateFirst, gate_room};
+use crate::http::gate::{GateFirst, is_gate_check};
 
 /// What became of a gate connection.
 pub enum Ended {
@@ -51,6 +52,7 @@ pub async fn serve(
     mut socket: TcpStream,
     mut buf: BytesMut,
     app: GateFirst,
+    peer: IpAddr,
     header_timeout: Duration,
     stop: CancellationToken,
 ) -> Ended {
@@ -68,7 +70,7 @@ pub async fn serve(
                 Head::Partial | Head::Other => return Ended::Handoff(socket, buf.freeze()),
             };
             buf.advance(check.len);
-            let response = app.answer(check.request).await;
+            let response = app.answer(check.request, Some(peer)).await;
             let out = encode(response, check.version, check.close).await;
             if write_all(&socket, &out).await.is_err() {
                 return Ended::Closed;
@@ -136,7 +138,7 @@ fn parse(buf: &[u8]) -> Head {
         return Head::Other;
     };
     let path = target.split_once('?').map_or(target, |(path, _)| path);
-    if gate_room(&Method::GET, path).is_none() {
+    if !is_gate_check(&Method::GET, path) {
         return Head::Other;
     }
     let Ok(uri) = Uri::try_from(target) else {

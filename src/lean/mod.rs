@@ -58,7 +58,7 @@ pub enum First {
 /// is neither an event-stream request nor a gate check. The caller bounds
 /// this in time.
 pub async fn read_first(socket: &mut TcpStream, peer: SocketAddr) -> First {
-    const PREFIXES: [&[u8]; 2] = [b"GET /api/rooms/", b"GET /gate/"];
+    const PREFIXES: [&[u8]; 2] = [b"GET /api/rooms/", b"GET /gate"];
     let mut buf = BytesMut::with_capacity(1024);
     loop {
         match socket.read_buf(&mut buf).await {
@@ -107,7 +107,7 @@ fn parse(buf: &[u8], peer: SocketAddr) -> Parsed {
         return Parsed::Other;
     };
     let route = path.split('?').next().unwrap_or("");
-    if head.method == Some("GET") && crate::http::gate::gate_room(&Method::GET, route).is_some() {
+    if head.method == Some("GET") && crate::http::gate::is_gate_check(&Method::GET, route) {
         return Parsed::Gate;
     }
     // Pipelined bytes after a stream's head belong to hyper's keep-alive

@@ -22,6 +22,9 @@ use tokio::net::TcpStream;
 pub enum Kind {
     /// `auth_request`: the gate's 401 becomes nginx's own 302.
     Nginx,
+    /// `config/nginx-site.conf`: one gate for a site of several rooms,
+    /// each request's room picked by the rooms' routes.
+    NginxSite,
     /// `forward_auth` with `?redirect=1`: the gate's 302 goes to the browser.
     Caddy,
     /// The `lua.narabu-gate` action, with HAProxy's built-in HTTP client.
@@ -78,6 +81,10 @@ impl Proxy {
             Kind::Nginx => nginx(
                 dir.path(),
                 &rewrite(include_str!("../../config/nginx.conf")),
+            ),
+            Kind::NginxSite => nginx(
+                dir.path(),
+                &rewrite(include_str!("../../config/nginx-site.conf")),
             ),
             Kind::Caddy => caddy(dir.path(), &rewrite(include_str!("../../config/Caddyfile"))),
             Kind::Haproxy => haproxy(

@@ -10,6 +10,7 @@ mod proxies;
 mod receipts;
 mod record;
 mod report;
+mod rules;
 mod streams;
 mod verify_draw;
 mod visitor;

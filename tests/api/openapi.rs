@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use narabu_testkit::app::{ADMIN_TOKEN, TestApp, spawn_app};
+use narabu_testkit::app::{ADMIN_TOKEN, TestApp, spawn_app, spawn_app_with};
 use narabu_testkit::room;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
@@ -187,7 +187,21 @@ async fn schemathesis_finds_nothing_the_document_does_not_promise() {
     // `sale` counts stock, so that reported purchases have some to take.
     let mut sale = room("sale", 5);
     sale.stock = Some(1_000_000_000_000);
-    let app = spawn_app(vec![sale, room("scratch", 5), fair]).await;
+    // The whole site is `sale`'s, so that a gate without a room finds it.
+    sale.routes = vec![narabu::routes::Route {
+        host: None,
+        path_prefix: "/".to_owned(),
+    }];
+    // Push on, so that the call-back operations answer.
+    let config = narabu::config::Config {
+        push: narabu::config::PushConfig {
+            enabled: true,
+            contact: "mailto:ops@example.com".to_owned(),
+            ..Default::default()
+        },
+        ..narabu_testkit::app::config()
+    };
+    let app = spawn_app_with(config, vec![sale, room("scratch", 5), fair]).await;
     // An admitted visitor, so that the gate and the status have a live
     // pass to answer about.
     let visitor = app.join("sale").await;

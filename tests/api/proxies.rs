@@ -12,9 +12,9 @@ use std::time::Duration;
 use eventsource_stream::Eventsource;
 use reqwest::StatusCode;
 use reqwest::header::{CACHE_CONTROL, COOKIE, LOCATION, SET_COOKIE};
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use narabu_testkit::app::{next_event, spawn_app};
+use narabu_testkit::app::{ADMIN_TOKEN, next_event, spawn_app};
 use narabu_testkit::proxy::{Kind, Proxy, spawn_origin};
 use narabu_testkit::room;
 
@@ -437,5 +437,179 @@ async fn verifying_proxies_refuse_forged_expired_other_room_and_retired_passes()
         );
         drop(proxy);
     }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn nginx_applies_the_rooms_traffic_rules() {
+    rules_through(Kind::Nginx).await;
+}
+
+#[tokio::test]
+async fn caddy_applies_the_rooms_traffic_rules() {
+    rules_through(Kind::Caddy).await;
+}
+
+#[tokio::test]
+async fn haproxy_applies_the_rooms_traffic_rules() {
+    rules_through(Kind::Haproxy).await;
+}
+
+#[tokio::test]
+async fn traefik_applies_the_rooms_traffic_rules() {
+    rules_through(Kind::Traefik).await;
+}
+
+/// A room's rules behind a real proxy: a bypassed path reaches the origin
+/// without a ticket; a page no rule matches queues; and once the block
+/// rule names the visitor's network (loopback here), that page is
+/// refused while the bypass still holds.
+async fn rules_through(kind: Kind) {
+    let rules = |blocked: &str| {
+        json!([
+            {"name": "health", "action": "bypass", "path_prefix": ["/healthz"], "method": ["GET"]},
+            {"name": "bad-net", "action": "block", "network": [blocked]},
+        ])
+    };
+    let mut sale = room("sale", 1);
+    sale.rules = serde_json::from_value(rules("198.51.100.0/24")).unwrap();
+    let app = spawn_app(vec![sale]).await;
+    let origin = spawn_origin().await;
+    let proxy = Proxy::start(kind, app.base.trim_start_matches("http://"), &origin).await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let mut visitor = Browser {
+        client: &client,
+        base: &proxy.base,
+        cookie: None,
+    };
+
+    let bypassed = (StatusCode::OK, "origin page /healthz/deep".to_owned());
+    assert_eq!(visitor.visit("/healthz/deep?x=1").await, bypassed);
+    assert!(visitor.cookie.is_none(), "a bypass takes no ticket");
+    let (status, queue) = visitor.visit("/tickets").await;
+    assert_eq!(
+        (status, queue.as_str()),
+        (StatusCode::FOUND, "/queue/sale?return=%2Ftickets")
+    );
+
+    let changed = app
+        .client
+        .patch(app.url("/admin/rooms/sale"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({ "rules": rules("127.0.0.0/8") }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(changed.status(), StatusCode::OK);
+    assert_eq!(visitor.visit("/tickets").await.0, StatusCode::FORBIDDEN);
+    // A POST to the bypassed path is not a GET: the network rule decides.
+    let post = client
+        .post(format!("{}/healthz", proxy.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(post.status(), StatusCode::FORBIDDEN);
+    assert_eq!(visitor.visit("/healthz/deep?x=1").await, bypassed);
+    assert!(visitor.cookie.is_none());
+
+    let view = app.admin_room("sale").await;
+    assert_eq!(view["waiting"], 0);
+    // A rule's count outlives a change of the room's rules.
+    assert_eq!(view["rule_matches"][0]["matches"], 2);
+    assert_eq!(view["rule_matches"][1]["matches"], 2);
+
+    drop(proxy);
+    app.stop().await;
+}
+
+/// One nginx gate for a site (`config/nginx-site.conf`) in front of three
+/// rooms: the rest of the site, a presale section and a partner host. Each
+/// request is sent to its own room's queue, and a ticket for one room
+/// does not open another's pages.
+#[tokio::test]
+async fn one_nginx_gate_sends_each_request_to_its_rooms_line() {
+    let with_routes = |id: &str, capacity: u32, routes: Value| {
+        let mut s = room(id, capacity);
+        s.routes = serde_json::from_value(routes).unwrap();
+        s
+    };
+    let app = spawn_app(vec![
+        with_routes("shop", 1, json!([{"path_prefix": "/"}])),
+        with_routes("presale", 1, json!([{"path_prefix": "/presale/"}])),
+        with_routes(
+            "partner",
+            1,
+            json!([{"host": "partner.localhost", "path_prefix": "/"}]),
+        ),
+    ])
+    .await;
+    let origin = spawn_origin().await;
+    let proxy = Proxy::start(
+        Kind::NginxSite,
+        app.base.trim_start_matches("http://"),
+        &origin,
+    )
+    .await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let queue_of = |response: &reqwest::Response| {
+        assert_eq!(response.status(), StatusCode::FOUND);
+        let location = response.headers()[LOCATION].to_str().unwrap();
+        location
+            .strip_prefix(proxy.base.as_str())
+            .unwrap_or(location)
+            .to_owned()
+    };
+    let get = |path: &str, host: Option<&str>| {
+        let mut request = client.get(format!("{}{path}", proxy.base));
+        if let Some(host) = host {
+            request = request.header(reqwest::header::HOST, host);
+        }
+        request.send()
+    };
+    assert_eq!(
+        queue_of(&get("/tickets", None).await.unwrap()),
+        "/queue/shop?return=%2Ftickets"
+    );
+    assert_eq!(
+        queue_of(&get("/presale/day-1", None).await.unwrap()),
+        "/queue/presale?return=%2Fpresale%2Fday-1"
+    );
+    // nginx makes the queue URL absolute, on the host asked for.
+    let partner = get("/presale/day-1", Some("partner.localhost"))
+        .await
+        .unwrap();
+    assert!(
+        queue_of(&partner).ends_with("/queue/partner?return=%2Fpresale%2Fday-1"),
+        "{partner:?}"
+    );
+
+    // Admitted in the presale room: its pages open, the shop's do not.
+    let mut visitor = Browser {
+        client: &client,
+        base: &proxy.base,
+        cookie: None,
+    };
+    assert_eq!(visitor.get("/queue/presale").await.status(), StatusCode::OK);
+    app.tick("presale").await;
+    assert_eq!(
+        visitor.visit("/presale/day-1").await,
+        (StatusCode::OK, "origin page /presale/day-1".to_owned())
+    );
+    assert_eq!(visitor.visit("/tickets").await.0, StatusCode::FOUND);
+    let waiting = |room: &str| {
+        let app = &app;
+        let room = room.to_owned();
+        async move { app.admin_room(&room).await["admitted"].clone() }
+    };
+    assert_eq!(waiting("presale").await, 1);
+    assert_eq!(waiting("shop").await, 0);
+
+    drop(proxy);
     app.stop().await;
 }

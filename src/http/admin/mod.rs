@@ -38,6 +38,7 @@ use super::error::ApiError;
 use super::extract::{Admin, Room};
 use super::openapi::{DashboardEvent, ErrorBody, RoomParam};
 use super::pages::PageError;
+use super::rule_book::{RuleBook, RuleCount};
 use super::state::AppState;
 use crate::backend::{BackendError, RoomSnapshot, TicketRef};
 use crate::config::{ConfigError, RoomTable};
@@ -115,11 +116,20 @@ pub struct RoomBody {
     pub push_failed: u64,
     pub push_gone: u64,
     pub push_dropped: u64,
+    /// Each traffic rule, in order, and the gate checks it decided on
+    /// this instance; empty for a room without rules.
+    pub rule_matches: Vec<RuleCount>,
     pub updated_at: Timestamp,
 }
 
 impl RoomBody {
-    pub fn new(s: &RoomSnapshot, recent: &Sample, now: Timestamp, access: &AccessBook) -> Self {
+    pub fn new(
+        s: &RoomSnapshot,
+        recent: &Sample,
+        now: Timestamp,
+        access: &AccessBook,
+        rules: &RuleBook,
+    ) -> Self {
         let state = if s.view.closed {
             "closed"
         } else if !s.view.open {
@@ -169,6 +179,7 @@ impl RoomBody {
             push_failed: 0,
             push_gone: 0,
             push_dropped: 0,
+            rule_matches: rules.counts(&s.settings.id),
             updated_at: now,
         }
     }
@@ -193,6 +204,7 @@ fn body(state: &AppState, s: &RoomSnapshot) -> RoomBody {
         &state.monitor.figures(s),
         state.clock.now(),
         &state.access,
+        &state.rules,
     )
     .with_sends(state.push.as_deref())
 }
@@ -363,6 +375,24 @@ pub async fn put_room(
         .map_err(|e| invalid(&e))?;
     let dir = settings.templates_dir.clone();
     let pages = prepare_pages(&state, dir.clone()).await?;
+    // A route leads to one room: the others' routes as they stand.
+    let others = state.backend.list_rooms().await?;
+    let others: Vec<_> = others.into_iter().filter(|s| s.settings.id != id).collect();
+    if !settings.routes.is_empty() {
+        let claims = others
+            .iter()
+            .map(|s| (&s.settings.id, s.settings.routes.as_slice()))
+            .chain([(&id, settings.routes.as_slice())]);
+        if let Err(c) = crate::routes::RouteTable::build(claims) {
+            return Err(invalid(&ConfigError::new(
+                format!("routes[{}]", c.index),
+                format!(
+                    "the same route as room \"{}\": a route leads to one room",
+                    c.first
+                ),
+            )));
+        }
+    }
     let existed = match state.backend.room(&id).await {
         Ok(_) => true,
         Err(BackendError::NoSuchRoom(_)) => false,
@@ -372,6 +402,10 @@ pub async fn put_room(
     state.pages.install(&id, dir.as_deref(), pages);
     state.monitor.observe(&s);
     state.access.observe(&s, state.clock.now_ms());
+    state.rules.observe(&s.settings);
+    state
+        .routes
+        .rebuild(others.iter().map(|o| &o.settings).chain([&s.settings]));
     tracing::info!(room = %id, capacity = s.settings.capacity, replaced = existed, "admin: room put");
     let status = if existed {
         StatusCode::OK
@@ -452,6 +486,7 @@ pub async fn patch_room(
         .monitor
         .mode_changed(before.settings.mode, &s, "operator");
     state.access.observe(&s, state.clock.now_ms());
+    state.rules.observe(&s.settings);
     tracing::info!(
         room = %id,
         capacity = s.settings.capacity,
@@ -691,7 +726,7 @@ pub async fn events(
             let rooms: Vec<Value> = overview
                 .rooms
                 .iter()
-                .map(|(s, sample)| json!({ "room": RoomBody::new(s, sample, state.clock.now(), &state.access).with_sends(state.push.as_deref()), "sample": sample }))
+                .map(|(s, sample)| json!({ "room": RoomBody::new(s, sample, state.clock.now(), &state.access, &state.rules).with_sends(state.push.as_deref()), "sample": sample }))
                 .collect();
             if !rooms.is_empty() {
                 yield Ok(Event::default().event("update").data(json!({ "rooms": rooms }).to_string()));

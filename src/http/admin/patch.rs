@@ -11,14 +11,15 @@ use serde::{Deserialize, Deserializer};
 use crate::access::{AccessPatch, ChallengeMode, EnqueueMode, SharedKey};
 use crate::config::{
     ConfigError, check_admit_per_minute, check_away_grace, check_capacity, check_pass_lifetime,
-    check_stock, check_templates_dir, check_tick, check_timeout, opt_duration, stock_mode,
+    check_rules, check_stock, check_templates_dir, check_tick, check_timeout, opt_duration,
+    stock_mode,
 };
 use crate::engine::rules::Mode;
 use crate::engine::{Patch, RoomPatch, RoomSettings};
 
 /// The keys `PATCH` accepts: a room's running settings. `id`, `order` and
 /// `opens_at` shape a room's line and need a `PUT`.
-pub const PATCHABLE: [&str; 25] = [
+pub const PATCHABLE: [&str; 26] = [
     "capacity",
     "paused",
     "mode",
@@ -44,11 +45,12 @@ pub const PATCHABLE: [&str; 25] = [
     "enqueue_previous_public_key",
     "templates_dir",
     "lane_weights",
+    "rules",
 ];
 
 /// Keys of a room that a running room cannot change (its lanes: nobody's
 /// place changes under them).
-pub const FIXED: [&str; 5] = ["id", "order", "opens_at", "lanes", "default_lane"];
+pub const FIXED: [&str; 6] = ["id", "order", "opens_at", "lanes", "default_lane", "routes"];
 
 /// Each key left out keeps its value; `null` clears the optional ones
 /// (`admit_per_minute`, the enqueue keys) and is refused for the others.
@@ -136,6 +138,11 @@ pub struct PatchBody {
     #[serde(default)]
     #[schema(value_type = std::collections::BTreeMap<String, u32>, required = false)]
     lane_weights: Patch<std::collections::BTreeMap<String, u32>>,
+    /// The room's traffic rules, all of them, in order; `null` or `[]`
+    /// for none.
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<crate::rules::Rule>>)]
+    rules: Patch<Vec<crate::rules::Rule>>,
 }
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Patch<Duration>, D::Error> {
@@ -199,6 +206,14 @@ impl PatchBody {
         if let Patch::Value(dir) = &self.templates_dir {
             check_templates_dir("templates_dir", dir)?;
         }
+        let rules = match self.rules {
+            Patch::Absent => None,
+            Patch::Null => Some(Vec::new()),
+            Patch::Value(rules) => {
+                check_rules("", &rules)?;
+                Some(rules)
+            }
+        };
         if let Patch::Value(cap) = self.admit_per_minute {
             check_admit_per_minute("admit_per_minute", cap)?;
         }
@@ -246,6 +261,7 @@ impl PatchBody {
             },
             templates_dir: self.templates_dir,
             lane_weights: Vec::new(),
+            rules,
         })
     }
 }

@@ -26,7 +26,8 @@ use crate::report::{Refusals, Report};
     tag = "admin",
     params(
         RoomParam,
-        ("format" = Option<String>, Query, description = "`json` (the default) or `csv`."),
+        ("format" = Option<String>, Query, description = "`json` (the default) or `csv`.",
+         pattern = "^(json|csv)$"),
     ),
     security(("admin" = [])),
     responses(
