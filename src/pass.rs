@@ -15,6 +15,14 @@
 //! the current one so passes it signed keep verifying until they expire;
 //! only the current key signs.
 //!
+//! Receipts (`crate::receipt`) are signed with a key of their own,
+//! Ed25519 whatever the pass algorithm, derived from the same seeds and
+//! published in the same JWKS: every join signs one, and an ES256
+//! signature costs about eight times an Ed25519 one (a hundred-odd
+//! microseconds against fifteen on the machines measured), which would
+//! cap a core's joins; nothing that checks passes (HAProxy, WebCrypto)
+//! has to check receipts, and every JWT library does Ed25519.
+//!
 //! Nothing here prints a private key: `Debug` shows the key ids only, and
 //! errors name files, never their contents.
 
@@ -168,6 +176,12 @@ pub struct PassKeys {
     /// The same for receipts, which say their type (`typ`) so that no
     /// verifier mistakes one for a pass.
     receipt_header: String,
+    /// What signs receipts: the Ed25519 receipt key when the keys were
+    /// derived or given seeds ([`PassKeys::with_receipt_seeds`]), else the
+    /// pass key.
+    receipt_signer: Option<Signer>,
+    /// The published pass keys, current first.
+    pass_jwks: Vec<serde_json::Value>,
     current_kid: String,
     previous_kid: Option<String>,
     jwks: String,
@@ -194,6 +208,16 @@ impl fmt::Debug for PassKeys {
 /// be a scalar below the group order; the odd miss (about 2^-32) moves on
 /// to the next counter.
 fn derive_signer(alg: PassAlgorithm, seed: &[u8; 32]) -> Signer {
+    derive_signer_for(alg, seed, "")
+}
+
+/// The receipts' key from a seed: Ed25519, under an HKDF label of its
+/// own, so it is never a pass key.
+fn derive_receipt_signer(seed: &[u8; 32]) -> Signer {
+    derive_signer_for(PassAlgorithm::EdDSA, seed, "receipt ")
+}
+
+fn derive_signer_for(alg: PassAlgorithm, seed: &[u8; 32], purpose: &str) -> Signer {
     let hk = match Hkdf::<Sha256>::from_prk(seed) {
         Ok(hk) => hk,
         Err(_) => unreachable!("a 32-byte PRK is long enough for SHA-256"),
@@ -201,7 +225,7 @@ fn derive_signer(alg: PassAlgorithm, seed: &[u8; 32]) -> Signer {
     let mut okm = [0u8; 32];
     for counter in 0u8..=255 {
         let info = [
-            format!("{} signing key", alg.as_str()).as_bytes(),
+            format!("{purpose}{} signing key", alg.as_str()).as_bytes(),
             &[counter],
         ]
         .concat();
@@ -317,9 +341,11 @@ impl PassKeys {
             alg,
             header: format!("{}.", B64.encode(header.to_string())),
             receipt_header: format!("{}.", B64.encode(receipt_header.to_string())),
+            receipt_signer: None,
             current_kid,
             previous_kid: previous.as_ref().map(Public::thumbprint),
             jwks: serde_json::json!({ "keys": keys }).to_string(),
+            pass_jwks: keys,
             pem: current.pem(),
             previous_pem: previous.as_ref().map(Public::pem),
             signer,
@@ -330,8 +356,33 @@ impl PassKeys {
     /// Keys derived from seeds (HKDF pseudo-random keys made from the
     /// current and previous instance secrets, `Keyring::pass_seeds`).
     pub fn derived(alg: PassAlgorithm, current: &[u8; 32], previous: Option<&[u8; 32]>) -> Self {
-        let previous = previous.map(|seed| derive_signer(alg, seed).public());
-        Self::new(alg, derive_signer(alg, current), previous)
+        let previous_key = previous.map(|seed| derive_signer(alg, seed).public());
+        Self::new(alg, derive_signer(alg, current), previous_key)
+            .with_receipt_seeds(current, previous)
+    }
+
+    /// Receipts signed with the Ed25519 key derived from these seeds (the
+    /// previous one's key published too, while rotating), beside the pass
+    /// keys in the JWKS.
+    pub fn with_receipt_seeds(mut self, current: &[u8; 32], previous: Option<&[u8; 32]>) -> Self {
+        let signer = derive_receipt_signer(current);
+        let public = signer.public();
+        let kid = public.thumbprint();
+        let header = serde_json::json!({
+            "alg": PassAlgorithm::EdDSA.as_str(),
+            "typ": crate::receipt::TYPE,
+            "kid": kid,
+        });
+        let mut keys = self.pass_jwks.clone();
+        keys.push(public.jwk(PassAlgorithm::EdDSA));
+        let previous = previous
+            .map(|seed| derive_receipt_signer(seed).public())
+            .filter(|p| p.thumbprint() != kid);
+        keys.extend(previous.map(|p| p.jwk(PassAlgorithm::EdDSA)));
+        self.jwks = serde_json::json!({ "keys": keys }).to_string();
+        self.receipt_header = format!("{}.", B64.encode(header.to_string()));
+        self.receipt_signer = Some(signer);
+        self
     }
 
     /// Keys from PEM files: the current private key and, while rotating,
@@ -355,7 +406,11 @@ impl PassKeys {
         let alg = config.pass_algorithm;
         match &config.pass_key_file {
             Some(current) => {
-                Self::from_files(alg, current, config.previous_pass_key_file.as_deref())
+                let (seed, previous) = keyring.pass_seeds();
+                Ok(
+                    Self::from_files(alg, current, config.previous_pass_key_file.as_deref())?
+                        .with_receipt_seeds(&seed, previous.as_ref()),
+                )
             }
             None => {
                 let (current, previous) = keyring.pass_seeds();
@@ -438,18 +493,24 @@ impl PassKeys {
         self.sign_json(&self.header, &claims)
     }
 
-    /// A visitor's receipt, signed with the key that signs passes (so the
-    /// same published keys check it) under a header of its own type.
+    /// A visitor's receipt, signed with the receipt key (the pass key
+    /// when there is none), under a header of its own type; the same
+    /// published keys check it.
     pub fn sign_receipt(&self, claims: &crate::receipt::ReceiptClaims) -> String {
-        self.sign_json(&self.receipt_header, claims)
+        let signer = self.receipt_signer.as_ref().unwrap_or(&self.signer);
+        Self::sign_json_with(signer, &self.receipt_header, claims)
     }
 
     fn sign_json(&self, header: &str, claims: &impl Serialize) -> String {
+        Self::sign_json_with(&self.signer, header, claims)
+    }
+
+    fn sign_json_with(signer: &Signer, header: &str, claims: &impl Serialize) -> String {
         let payload = serde_json::to_vec(claims).unwrap_or_default();
         let mut token = String::with_capacity(header.len() + 300);
         token.push_str(header);
         B64.encode_string(payload, &mut token);
-        let signature = self.signer.sign(token.as_bytes());
+        let signature = signer.sign(token.as_bytes());
         token.push('.');
         B64.encode_string(signature, &mut token);
         token

@@ -1,5 +1,6 @@
 //! Receipts: what a visitor keeps of their place in line. The join answer
-//! carries one, a JWT signed with the pass key (so the keys at
+//! carries one, a JWT signed with the receipt key (Ed25519, published in
+//! the same JWKS as the pass keys, so the keys at
 //! `/.well-known/jwks.json` check it): the room, the line's epoch, the
 //! ticket's id and number, its lane and when it joined. Nothing in it
 //! names the visitor. With the room's admission record it lets anyone see

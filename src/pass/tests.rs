@@ -109,13 +109,18 @@ fn the_previous_key_is_published_and_a_retired_one_is_not() {
     let rotated = PassKeys::derived(PassAlgorithm::ES256, &[2; 32], Some(&[1; 32]));
     let retired = PassKeys::derived(PassAlgorithm::ES256, &[3; 32], Some(&[2; 32]));
     let jwks: serde_json::Value = serde_json::from_str(rotated.jwks()).unwrap();
-    let kids: Vec<&str> = jwks["keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| k["kid"].as_str().unwrap())
-        .collect();
-    assert_eq!(kids, [rotated.kid(), old.kid()]);
+    let kids = |alg: &str| -> Vec<String> {
+        jwks["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|k| k["alg"] == alg)
+            .map(|k| k["kid"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(kids("ES256"), [rotated.kid(), old.kid()]);
+    // The receipt keys, current and previous, beside them.
+    assert_eq!(kids("EdDSA").len(), 2);
     assert!(rotated.previous_public_pem().is_some());
     let t = now();
     let token = old.sign("https://queue.example", &room(), "1", t, t + 60);
@@ -222,4 +227,33 @@ fn a_fresh_pass_is_handed_out_again_and_a_stale_one_is_not() {
     assert_ne!(d, b);
     assert_eq!(exp, t + 50);
     assert!(check(&keys, &d, "sale").is_ok());
+}
+
+/// Receipts are signed with the Ed25519 receipt key whatever the pass
+/// algorithm (a join signs one, and ES256 costs several times as much),
+/// under a key id of their own that the same JWKS publishes.
+#[test]
+fn receipts_are_signed_with_their_own_ed25519_key() {
+    for alg in [PassAlgorithm::ES256, PassAlgorithm::EdDSA] {
+        let keys = PassKeys::derived(alg, &[4; 32], None);
+        let claims = crate::receipt::ReceiptClaims {
+            iss: "narabu".into(),
+            aud: crate::receipt::audience("sale"),
+            room: "sale".into(),
+            epoch: 1,
+            ticket: 1,
+            number: Some(2),
+            lane: None,
+            joined_at: 1_764_237_600_123,
+            iat: 1_764_237_600,
+        };
+        let receipt = keys.sign_receipt(&claims);
+        let header = jsonwebtoken::decode_header(&receipt).unwrap();
+        assert_eq!(header.alg, jsonwebtoken::Algorithm::EdDSA);
+        let kid = header.kid.unwrap();
+        assert_ne!(kid, keys.kid());
+        assert!(keys.jwks().contains(&kid));
+        let jwks: jsonwebtoken::jwk::JwkSet = serde_json::from_str(keys.jwks()).unwrap();
+        assert!(crate::receipt::verify(&receipt, &jwks, Some("sale")).is_ok());
+    }
 }
