@@ -7,11 +7,9 @@
 
 use std::sync::LazyLock;
 
-use axum::Router;
 use axum::extract::Path;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use sha2::{Digest, Sha256};
 
 /// One embedded file.
@@ -68,10 +66,8 @@ static TAGS: LazyLock<Vec<String>> = LazyLock::new(|| {
         .collect()
 });
 
-/// Serves `/static/{file}` for every embedded file; anything else is 404.
-pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    Router::new().route("/static/{file}", get(serve))
-}
+/// Where [`serve`] is routed: every embedded file; anything else is 404.
+pub const PATH: &str = "/static/{file}";
 
 /// The address pages use for an embedded file, with its content tag in the
 /// query so a new release is never served from a stale cache. An unknown
@@ -164,7 +160,8 @@ mod tests {
         if let Some(tag) = if_none_match {
             request = request.header(header::IF_NONE_MATCH, tag);
         }
-        router::<()>()
+        axum::Router::new()
+            .route(PATH, axum::routing::get(serve))
             .oneshot(request.body(Body::empty()).unwrap())
             .await
             .unwrap()
