@@ -7,6 +7,7 @@ mod modes;
 mod openapi;
 mod passes;
 mod proxies;
+mod python;
 mod receipts;
 mod record;
 mod report;

@@ -157,35 +157,12 @@ for token in args["tokens"]:
         print(type(e).__name__)
 "#;
     let input = serde_json::json!({"jwks": jwks_url, "aud": audience, "tokens": tokens});
-    tokio::task::spawn_blocking(move || {
-        use std::io::Write;
-        let mut child = std::process::Command::new("python3")
-            .args(["-c", script])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("python3 runs");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.to_string().as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "PyJWT failed (scripts/test installs PyJWT and cryptography): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    })
+    crate::python::lines(
+        script,
+        input,
+        "PyJWT failed (scripts/test installs PyJWT and cryptography)",
+    )
     .await
-    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
