@@ -13,7 +13,10 @@
 //!
 //! [`serve`] is the owner's side: it reads the room's commands in batches,
 //! hands a whole batch to the engine's handler and sends the replies back
-//! in one round trip.
+//! in one round trip. An answer the asker can read elsewhere (the room's
+//! log carries each applied command's answer, and every instance follows
+//! the log) need not travel at all: the handler says which do, and the
+//! asker is handed the others with [`Asker::deliver`].
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -31,8 +34,12 @@ use crate::engine::RoomId;
 /// How long one read of the bus waits for something to arrive: under any
 /// connection's response timeout.
 const WAIT: Duration = Duration::from_millis(500);
-/// At most this many commands or replies in one read.
+/// At most this many slices of commands or replies in one read.
 const BATCH: usize = 1_000;
+/// The owner drops the commands it has read at most this often: a trim is
+/// a round trip, and what it drops is only space (a command read again
+/// after an owner change is answered from the log, not applied again).
+const TRIM_EVERY: Duration = Duration::from_millis(250);
 
 /// Why a command got no answer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -116,6 +123,18 @@ impl Asker {
         }
     }
 
+    /// Whether a command with this id waits for its answer here.
+    pub fn is_waiting(&self, id: u128) -> bool {
+        self.waiting.contains_key(&id)
+    }
+
+    /// Hand a waiting command its answer, found other than on the bus.
+    pub fn deliver(&self, id: u128, answer: Vec<u8>) {
+        if let Some((_, tx)) = self.waiting.remove(&id) {
+            let _ = tx.send(answer);
+        }
+    }
+
     /// Round trips made to send commands so far (each carries every command
     /// queued for one room when it left).
     pub fn sends(&self) -> u64 {
@@ -181,8 +200,9 @@ async fn read_replies(asker: Weak<Asker>, stop: CancellationToken) {
 }
 
 /// The owner's side: read the room's commands in batches, answer each
-/// batch with `handle` (which returns one reply body per command, in
-/// order), and send the replies back, until `stop`.
+/// batch with `handle` (which returns, for each command in order, the
+/// reply to send, or `None` when the asker learns the answer otherwise),
+/// and send the replies back, until `stop`.
 pub async fn serve<F, Fut>(
     store: Arc<dyn RoomStore>,
     room: RoomId,
@@ -190,9 +210,10 @@ pub async fn serve<F, Fut>(
     mut handle: F,
 ) where
     F: FnMut(Vec<Command>) -> Fut,
-    Fut: Future<Output = Vec<Vec<u8>>>,
+    Fut: Future<Output = Vec<Option<Vec<u8>>>>,
 {
     let mut after = LogPos::START;
+    let mut trimmed = tokio::time::Instant::now();
     loop {
         let read = tokio::select! {
             () = stop.cancelled() => return,
@@ -216,14 +237,19 @@ pub async fn serve<F, Fut>(
         let replies: Vec<Reply> = senders
             .into_iter()
             .zip(bodies)
-            .map(|((to, id), body)| Reply { to, id, body })
+            .filter_map(|((to, id), body)| Some(Reply { to, id, body: body? }))
             .collect();
-        if let Err(e) = store.reply(&replies).await {
+        if !replies.is_empty()
+            && let Err(e) = store.reply(&replies).await
+        {
             tracing::debug!(room = %room, error = %e, "replies not sent");
         }
         after = last;
-        if let Err(e) = store.consumed(&room, last).await {
-            tracing::debug!(room = %room, error = %e, "commands not trimmed");
+        if trimmed.elapsed() >= TRIM_EVERY {
+            trimmed = tokio::time::Instant::now();
+            if let Err(e) = store.consumed(&room, last).await {
+                tracing::debug!(room = %room, error = %e, "commands not trimmed");
+            }
         }
     }
 }

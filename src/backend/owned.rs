@@ -149,6 +149,11 @@ pub struct OwnedBackend {
     clock: Arc<dyn Clock>,
     options: OwnedOptions,
     asker: Arc<Asker>,
+    /// Whether an asker learns a command's answer from the room's log (its
+    /// copy reads the owner's record of it) rather than from a reply: so
+    /// unless the store acknowledges an append only once its replicas
+    /// confirm it, which a follower cannot see.
+    answers_from_log: bool,
     rooms: RwLock<HashMap<RoomId, Arc<Slot>>>,
     /// The join limit's log and the spent proof-of-work nonces of the
     /// rooms this instance owns (an owner change starts them afresh).
@@ -186,6 +191,7 @@ impl OwnedBackend {
         let backend = Arc::new_cyclic(|weak| Self {
             weak: weak.clone(),
             asker: Asker::start(store.clone(), instance.clone(), shutdown.clone()),
+            answers_from_log: !store.appends_wait_for_replicas(),
             store,
             instance,
             clock,
@@ -239,13 +245,14 @@ impl OwnedBackend {
             stop: stop.clone(),
         });
         let (viewed, clock) = (Arc::downgrade(&slot), self.clock.clone());
+        let asker = self.answers_from_log.then(|| self.asker.clone());
         let follower = Follower::observed(
             self.store.clone(),
             id.clone(),
             stop.clone(),
             move |r, moved| {
                 if let Some(slot) = viewed.upgrade() {
-                    view_moved(&slot, r, moved, &clock);
+                    view_moved(&slot, r, moved, &clock, asker.as_deref());
                 }
             },
         );
@@ -362,8 +369,16 @@ impl OwnedBackend {
     /// (asked again after a timeout, or by a previous owner) gets its
     /// first answer. The answer as logged, and the record to wait for.
     fn apply(&self, o: &Owned, id: u128, body: &[u8]) -> (Vec<u8>, u64) {
+        let (answer, n, _) = self.apply_once(o, id, body);
+        (answer, n)
+    }
+
+    /// [`Self::apply`], and whether the command was applied now (its
+    /// answer is then in the records still to be written, where its
+    /// asker's copy will read it) rather than before.
+    fn apply_once(&self, o: &Owned, id: u128, body: &[u8]) -> (Vec<u8>, u64, bool) {
         if let Some(answer) = o.writer.applied(id) {
-            return (answer, o.writer.appended());
+            return (answer, o.writer.appended(), false);
         }
         let answer = match postcard::from_bytes::<Cmd>(body) {
             Ok(Cmd::Put(settings)) => {
@@ -377,7 +392,7 @@ impl OwnedBackend {
         };
         let answer = postcard::to_allocvec(&answer).expect("answers serialize");
         let n = o.writer.append_applied(id, answer.clone());
-        (answer, n)
+        (answer, n, true)
     }
 
     /// A command's effect on the engine: the same calls the embedded
@@ -545,9 +560,29 @@ impl Wire {
 }
 
 /// The replica moved: apply the batch's records to the room's copy (or
-/// start the copy again from the image), and publish the view as of the
-/// replica's place in the log.
-fn view_moved(slot: &Arc<Slot>, replica: &Replica, moved: Moved<'_>, clock: &Arc<dyn Clock>) {
+/// start the copy again from the image), hand `asker`'s commands the
+/// answers the batch records, and publish the view as of the replica's
+/// place in the log.
+fn view_moved(
+    slot: &Arc<Slot>,
+    replica: &Replica,
+    moved: Moved<'_>,
+    clock: &Arc<dyn Clock>,
+    asker: Option<&Asker>,
+) {
+    if let (Moved::Applied(records), Some(asker)) = (moved, asker) {
+        for record in records {
+            if let LogRecord::Applied { id, reply } = record
+                && asker.is_waiting(*id)
+            {
+                let done = Wire::Done {
+                    at: replica.at,
+                    answer: reply.clone(),
+                };
+                asker.deliver(*id, postcard::to_allocvec(&done).expect("replies serialize"));
+            }
+        }
+    }
     let mut replay = crate::locks::lock(&slot.replay);
     let records = match (moved, replay.is_some()) {
         (Moved::Applied(records), true) => records,
@@ -713,17 +748,22 @@ async fn answer_commands(backend: Arc<OwnedBackend>, id: RoomId, slot: Arc<Slot>
                 move |commands: Vec<Command>| {
                     let (b, o) = (b.clone(), o.clone());
                     async move {
-                        let applied: Vec<(Vec<u8>, u64)> = commands
+                        let applied: Vec<(Vec<u8>, u64, bool)> = commands
                             .iter()
-                            .map(|c| b.apply(&o, c.id, &c.body))
+                            .map(|c| b.apply_once(&o, c.id, &c.body))
                             .collect();
-                        let last = applied.iter().map(|(_, n)| *n).max().unwrap_or(0);
+                        let last = applied.iter().map(|(_, n, _)| *n).max().unwrap_or(0);
                         let at = o.writer.wait_durable(last, b.options.answer_within).await;
+                        let in_log = at.is_ok() && b.answers_from_log;
                         applied
                             .into_iter()
-                            .map(|(answer, _)| {
-                                postcard::to_allocvec(&Wire::after(at.clone(), answer))
-                                    .expect("replies serialize")
+                            // A command applied now has its answer in the
+                            // log, which its asker follows: no reply.
+                            .map(|(answer, _, fresh)| {
+                                (!(fresh && in_log)).then(|| {
+                                    postcard::to_allocvec(&Wire::after(at.clone(), answer))
+                                        .expect("replies serialize")
+                                })
                             })
                             .collect()
                     }

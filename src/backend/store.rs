@@ -114,7 +114,7 @@ pub struct Image {
 }
 
 /// A write sent to a room's owner by another instance.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Command {
     /// Unique per command: the owner applies a command once and answers a
     /// repeat with the first answer.
@@ -233,6 +233,13 @@ pub trait RoomStore: Send + Sync + 'static {
     async fn image(&self, room: &RoomId) -> Result<Option<Image>, StoreError>;
 
     // ----- bus --------------------------------------------------------------
+
+    /// Whether an append is acknowledged only once the store's replicas
+    /// confirm it. A follower may read a batch before then, so a change's
+    /// answer must come from its owner rather than from the log.
+    fn appends_wait_for_replicas(&self) -> bool {
+        false
+    }
 
     /// Send commands to the room's owner, in one round trip.
     async fn send(&self, room: &RoomId, commands: &[Command]) -> Result<(), StoreError>;

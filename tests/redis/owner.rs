@@ -243,7 +243,7 @@ async fn writes_reach_the_owner_in_batches_and_each_answer_reaches_its_asker() {
             batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let bodies = commands
                 .iter()
-                .map(|c| [b"ok ".as_slice(), &c.body].concat())
+                .map(|c| Some([b"ok ".as_slice(), &c.body].concat()))
                 .collect();
             async move { bodies }
         }));
@@ -575,7 +575,7 @@ async fn a_command_in_flight_at_a_change_of_owner_is_applied_once() {
                     .wait_durable(writer_a.appended(), WITHIN)
                     .await
                     .unwrap();
-                std::future::pending::<Vec<Vec<u8>>>().await
+                std::future::pending::<Vec<Option<Vec<u8>>>>().await
             }
         }));
     }
@@ -617,9 +617,9 @@ async fn a_command_in_flight_at_a_change_of_owner_is_applied_once() {
     {
         let (room_b, writer_b) = (room_b.clone(), writer_b.clone());
         tokio::spawn(serve(b.clone(), sale(), stop.clone(), move |commands| {
-            let replies: Vec<Vec<u8>> = commands
+            let replies: Vec<Option<Vec<u8>>> = commands
                 .iter()
-                .map(|c| join(&room_b, &writer_b, c.id, &c.body))
+                .map(|c| Some(join(&room_b, &writer_b, c.id, &c.body)))
                 .collect();
             let writer_b = writer_b.clone();
             async move {

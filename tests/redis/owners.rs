@@ -137,6 +137,15 @@ async fn three_instances_share_one_line_and_an_owner_hands_it_over() {
     let mut numbers: Vec<u64> = visitors.iter().map(|v| v.number).collect();
     numbers.sort_unstable();
     assert_eq!(numbers, (1..=12).collect::<Vec<_>>());
+    // Eight of those joins were sent to the owner by another instance, and
+    // each was answered from the room's log as that instance's copy read
+    // it: no reply travelled back on the bus.
+    let replies: Vec<String> = redis::cmd("KEYS")
+        .arg("narabu:*reply-*")
+        .query_async(&mut redis.client().await)
+        .await
+        .unwrap();
+    assert_eq!(replies, Vec::<String>::new(), "replies were sent");
     // Each instance answers a ticket joined on another at once.
     for (i, v) in visitors.iter().enumerate() {
         let s = instances[(i + 2) % 3].0.status("sale", v).await;

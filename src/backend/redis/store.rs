@@ -13,7 +13,7 @@
 //! A batch is one stream entry, whatever the number of records in it: one
 //! `XADD` is the store's cost of a batch, which is why owners gather the
 //! records of concurrent requests before appending. Commands and replies
-//! are sent with one pipeline per slice.
+//! travel the same way: a slice of them is one entry.
 //!
 //! A read that waits (`XREAD BLOCK`) runs on a connection of its own, so it
 //! never holds up the commands queued on the shared one: one connection
@@ -48,6 +48,8 @@ const ROOMS_KEY: &str = "narabu:v5:rooms";
 /// reader stops reading (a dead instance's replies go away by themselves).
 const REPLIES_KEPT: usize = 65_536;
 const REPLIES_TTL_S: i64 = 60;
+/// The field of a command or reply stream's entry that holds its slice.
+const SLICE: &str = "s";
 
 struct Keys {
     lease: String,
@@ -348,14 +350,11 @@ fn bytes(entry: &StreamId, field: &str) -> Result<Vec<u8>, StoreError> {
     }
 }
 
-fn text(entry: &StreamId, field: &str) -> Result<String, StoreError> {
-    String::from_utf8(bytes(entry, field)?)
-        .map_err(|_| StoreError::Damaged(format!("entry {}: {field} is not text", entry.id)))
-}
-
-fn id_field(entry: &StreamId) -> Result<u128, StoreError> {
-    u128::from_str_radix(&text(entry, "id")?, 16)
-        .map_err(|_| StoreError::Damaged(format!("entry {}: a bad command id", entry.id)))
+/// What one entry of the command or reply stream carries: a slice of
+/// commands or replies, as one value.
+fn slice<T: serde::de::DeserializeOwned>(entry: &StreamId) -> Result<T, StoreError> {
+    postcard::from_bytes(&bytes(entry, SLICE)?)
+        .map_err(|_| StoreError::Damaged(format!("entry {}: an unreadable slice", entry.id)))
 }
 
 /// The first position after `upto`: `XTRIM … MINID` keeps what is at or
@@ -560,26 +559,24 @@ where
         }
     }
 
+    fn appends_wait_for_replicas(&self) -> bool {
+        self.wait.is_on()
+    }
+
     async fn send(&self, room: &RoomId, commands: &[Command]) -> Result<(), StoreError> {
         if commands.is_empty() {
             return Ok(());
         }
-        let key = Keys::new(room).commands;
-        let mut pipe = redis::pipe();
-        for c in commands {
-            pipe.xadd(
-                &key,
-                "*",
-                &[
-                    ("id", format!("{:032x}", c.id).into_bytes()),
-                    ("from", c.from.clone().into_bytes()),
-                    ("body", c.body.clone()),
-                ],
-            )
-            .ignore();
-        }
+        // The whole slice is one entry: Redis's cost is per command it
+        // runs, and one `XADD` a slice instead of one a request is most
+        // of what a forwarded change costs it.
+        let slice = postcard::to_allocvec(commands).expect("commands serialize");
         let mut con = self.conn.clone();
-        pipe.query_async::<()>(&mut con).await.map_err(unavailable)
+        let _: String = con
+            .xadd(Keys::new(room).commands, "*", &[(SLICE, slice)])
+            .await
+            .map_err(unavailable)?;
+        Ok(())
     }
 
     async fn receive(
@@ -590,20 +587,18 @@ where
         wait: Duration,
     ) -> Result<Vec<(LogPos, Command)>, StoreError> {
         let key = Keys::new(room).commands;
-        self.read_stream(&key, after, max, wait)
-            .await?
-            .iter()
-            .map(|e| {
-                Ok((
-                    pos(&e.id)?,
-                    Command {
-                        id: id_field(e)?,
-                        from: text(e, "from")?,
-                        body: bytes(e, "body")?,
-                    },
-                ))
-            })
-            .collect()
+        let mut commands = Vec::new();
+        for entry in self.read_stream(&key, after, max, wait).await? {
+            let at = pos(&entry.id)?;
+            // A slice this version cannot read (another version's
+            // instance sent it) is passed over rather than read again and
+            // again: its senders time out and are told to try again.
+            match slice::<Vec<Command>>(&entry) {
+                Ok(slice) => commands.extend(slice.into_iter().map(|c| (at, c))),
+                Err(e) => tracing::warn!(room = %room, error = %e, "commands passed over"),
+            }
+        }
+        Ok(commands)
     }
 
     async fn consumed(&self, room: &RoomId, upto: LogPos) -> Result<(), StoreError> {
@@ -611,29 +606,24 @@ where
     }
 
     async fn reply(&self, replies: &[Reply]) -> Result<(), StoreError> {
-        // One pipeline per instance, all at once: each instance's replies
-        // live on its own slot, and a Redis Cluster takes a pipeline to
-        // one slot only.
-        let mut by_instance: HashMap<&str, redis::Pipeline> = HashMap::new();
+        // One entry per instance, all sent at once: each instance's
+        // replies live on its own slot, and a Redis Cluster takes a
+        // pipeline to one slot only.
+        let mut by_instance: HashMap<&str, Vec<(u128, &[u8])>> = HashMap::new();
         for r in replies {
-            let key = replies_key(&r.to);
             by_instance
                 .entry(r.to.as_str())
-                .or_insert_with(redis::pipe)
-                .xadd_maxlen(
-                    &key,
-                    StreamMaxlen::Approx(REPLIES_KEPT),
-                    "*",
-                    &[
-                        ("id", format!("{:032x}", r.id).into_bytes()),
-                        ("body", r.body.clone()),
-                    ],
-                )
+                .or_default()
+                .push((r.id, &r.body));
+        }
+        futures_util::future::try_join_all(by_instance.into_iter().map(|(to, slice)| {
+            let key = replies_key(to);
+            let slice = postcard::to_allocvec(&slice).expect("replies serialize");
+            let mut pipe = redis::pipe();
+            pipe.xadd_maxlen(&key, StreamMaxlen::Approx(REPLIES_KEPT), "*", &[(SLICE, slice)])
                 .ignore()
                 .expire(&key, REPLIES_TTL_S)
                 .ignore();
-        }
-        futures_util::future::try_join_all(by_instance.into_values().map(|pipe| {
             let mut con = self.conn.clone();
             async move { pipe.query_async::<()>(&mut con).await }
         }))
@@ -649,20 +639,27 @@ where
         max: usize,
         wait: Duration,
     ) -> Result<Vec<(LogPos, Reply)>, StoreError> {
-        self.read_stream(&replies_key(instance), after, max, wait)
+        let mut replies = Vec::new();
+        for entry in self
+            .read_stream(&replies_key(instance), after, max, wait)
             .await?
-            .iter()
-            .map(|e| {
-                Ok((
-                    pos(&e.id)?,
-                    Reply {
-                        to: instance.to_owned(),
-                        id: id_field(e)?,
-                        body: bytes(e, "body")?,
-                    },
-                ))
-            })
-            .collect()
+        {
+            let at = pos(&entry.id)?;
+            match slice::<Vec<(u128, Vec<u8>)>>(&entry) {
+                Ok(slice) => replies.extend(slice.into_iter().map(|(id, body)| {
+                    (
+                        at,
+                        Reply {
+                            to: instance.to_owned(),
+                            id,
+                            body,
+                        },
+                    )
+                })),
+                Err(e) => tracing::warn!(error = %e, "replies passed over"),
+            }
+        }
+        Ok(replies)
     }
 }
 
