@@ -237,7 +237,13 @@ pub async fn serve<F, Fut>(
         let replies: Vec<Reply> = senders
             .into_iter()
             .zip(bodies)
-            .filter_map(|((to, id), body)| Some(Reply { to, id, body: body? }))
+            .filter_map(|((to, id), body)| {
+                Some(Reply {
+                    to,
+                    id,
+                    body: body?,
+                })
+            })
             .collect();
         if !replies.is_empty()
             && let Err(e) = store.reply(&replies).await

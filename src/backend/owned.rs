@@ -579,7 +579,10 @@ fn view_moved(
                     at: replica.at,
                     answer: reply.clone(),
                 };
-                asker.deliver(*id, postcard::to_allocvec(&done).expect("replies serialize"));
+                asker.deliver(
+                    *id,
+                    postcard::to_allocvec(&done).expect("replies serialize"),
+                );
             }
         }
     }

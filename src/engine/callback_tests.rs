@@ -270,3 +270,57 @@ fn images_with_and_without_callbacks_read_back_as_stored() {
     let back: RoomImage = postcard::from_bytes(&postcard::to_allocvec(&image).unwrap()).unwrap();
     assert_eq!(back, image);
 }
+
+#[test]
+fn a_visitor_admitted_while_subscribing_is_still_told_their_turn() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const N: usize = 20_000;
+    let (room, _clock, calls, _) = room_with(|_| {});
+    let ids = join_n(&room, N);
+    room.tick();
+    assert_eq!(room.state_of(ids[0]), Some(TicketState::Admitted));
+    // One thread subscribes each ticket in turn while another hands the
+    // one permit down the line: each admission races the subscription
+    // of the ticket it admits. A ticket leaves only once its own
+    // subscription is done, so every subscription that was taken belongs
+    // to a ticket that is admitted afterwards or meanwhile.
+    let subscribed = AtomicUsize::new(0);
+    let kept: Vec<bool> = std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..N - 1 {
+                while subscribed.load(Ordering::Acquire) <= i {
+                    std::hint::spin_loop();
+                }
+                for _ in 0..(i * 104_729) % 600 {
+                    std::hint::spin_loop();
+                }
+                room.leave(ids[i]);
+            }
+        });
+        ids.iter()
+            .enumerate()
+            .map(|(i, id)| {
+                // Both sides start a little later each time, over a
+                // spread longer than a hand-off, so the admissions land
+                // at every point of a subscription.
+                for _ in 0..(i * 7_919) % 600 {
+                    std::hint::spin_loop();
+                }
+                let ok = room.subscribe(*id, callback("en")).is_ok();
+                subscribed.fetch_add(1, Ordering::Release);
+                ok
+            })
+            .collect()
+    });
+    let told: std::collections::HashSet<TicketId> = calls
+        .take()
+        .into_iter()
+        .filter(|c| c.2.is_turn())
+        .map(|c| c.0)
+        .collect();
+    let missed: Vec<usize> = (0..N)
+        .filter(|&i| kept[i] && !told.contains(&ids[i]))
+        .collect();
+    assert!(kept.iter().any(|k| *k), "no subscription was taken");
+    assert_eq!(missed, Vec::<usize>::new(), "admitted without being told");
+}

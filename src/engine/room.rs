@@ -686,9 +686,27 @@ impl Room {
             ticket: id,
             callback: &callback,
         });
-        // Ended meanwhile: its end may have missed the callback.
-        if !self.state_of(id).is_some_and(TicketState::is_live) {
-            self.callbacks.remove(id);
+        // The state may have moved on since it was read, before the
+        // callback was kept where the head's calls look for it.
+        match self.state_of(id) {
+            // Ended: its end may have missed the callback.
+            Some(now) if !now.is_live() => {
+                self.callbacks.remove(id);
+            }
+            // Admitted or skipped meanwhile: that turn's call may have
+            // missed it. A call is made once, whoever makes it first.
+            Some(TicketState::Admitted) if state == TicketState::Waiting => {
+                let now = self.clock.now_ms();
+                let grace = self.hot.timeouts().arrival_grace_ms;
+                self.call(id, Notice::Turn { until: now + grace });
+            }
+            Some(TicketState::Away) if state == TicketState::Waiting => {
+                let now = self.clock.now_ms();
+                let idle = self.hot.queue_idle_ms.load(Ordering::Acquire);
+                let until = self.seen_at(t, now) + idle;
+                self.call(id, Notice::Turn { until });
+            }
+            _ => {}
         }
         Ok(())
     }

@@ -620,10 +620,15 @@ where
             let key = replies_key(to);
             let slice = postcard::to_allocvec(&slice).expect("replies serialize");
             let mut pipe = redis::pipe();
-            pipe.xadd_maxlen(&key, StreamMaxlen::Approx(REPLIES_KEPT), "*", &[(SLICE, slice)])
-                .ignore()
-                .expire(&key, REPLIES_TTL_S)
-                .ignore();
+            pipe.xadd_maxlen(
+                &key,
+                StreamMaxlen::Approx(REPLIES_KEPT),
+                "*",
+                &[(SLICE, slice)],
+            )
+            .ignore()
+            .expire(&key, REPLIES_TTL_S)
+            .ignore();
             let mut con = self.conn.clone();
             async move { pipe.query_async::<()>(&mut con).await }
         }))
