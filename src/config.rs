@@ -210,6 +210,9 @@ pub struct Config {
     pub durability: Durability,
     /// How often the embedded backend compacts its journal into a snapshot.
     pub snapshot_interval: std::time::Duration,
+    /// How long the report of a room's line is kept once an operator
+    /// replaces the line (zero: not kept).
+    pub report_keep: std::time::Duration,
     /// The ticket signing key; when absent, a key is kept in
     /// `data_dir/secret.key`.
     pub secret: Option<Secret>,
@@ -271,6 +274,11 @@ impl Config {
     pub const DEFAULT_MAX_STREAMS_PER_ADDRESS: u32 = 2000;
     pub const DEFAULT_MAX_STREAMS_PER_TICKET: u32 = 4;
     pub const DEFAULT_SNAPSHOT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+    /// Thirty days: long enough to answer the complaints after a sale.
+    pub const DEFAULT_REPORT_KEEP: std::time::Duration =
+        std::time::Duration::from_secs(30 * 86_400);
+    /// Ten years: a bound that still fits every store's expiry.
+    pub const MAX_REPORT_KEEP: std::time::Duration = std::time::Duration::from_secs(3_650 * 86_400);
 
     /// Reads and validates a TOML file. Errors name the file as given.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -345,6 +353,7 @@ impl Default for Config {
             backend: Backend::Embedded,
             durability: Durability::Fsync,
             snapshot_interval: Self::DEFAULT_SNAPSHOT_INTERVAL,
+            report_keep: Self::DEFAULT_REPORT_KEEP,
             secret: None,
             previous_secret: None,
             pass_algorithm: PassAlgorithm::default(),
@@ -382,6 +391,8 @@ struct FileConfig {
     durability: Durability,
     #[serde(with = "room::opt_duration")]
     snapshot_interval: Option<std::time::Duration>,
+    #[serde(with = "room::opt_duration")]
+    report_keep: Option<std::time::Duration>,
     redis_url: Option<String>,
     redis_cluster_nodes: Vec<String>,
     redis_sentinels: Vec<String>,
@@ -608,6 +619,10 @@ impl FileConfig {
                 "must be between 100ms and 24h",
             ));
         }
+        let report_keep = self.report_keep.unwrap_or(defaults.report_keep);
+        if report_keep > Config::MAX_REPORT_KEEP {
+            return Err(ConfigError::new("report_keep", "must be at most 3650d"));
+        }
         let public_url = match self.public_url {
             None => None,
             Some(url) => Some(check_public_url(&url)?),
@@ -655,6 +670,7 @@ impl FileConfig {
             backend,
             durability: self.durability,
             snapshot_interval,
+            report_keep,
             secret: self.secret,
             previous_secret: self.previous_secret,
             pass_algorithm: self.pass_algorithm,

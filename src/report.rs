@@ -12,13 +12,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::engine::{AdmissionRecord, EntryKind, RoomSettings, TicketState};
 
 /// A minute of the sale.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Minute {
     /// The minute's start, Unix milliseconds.
     pub at: u64,
@@ -27,7 +27,7 @@ pub struct Minute {
 }
 
 /// Quantiles of a set of durations, in milliseconds (nearest rank).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Spread {
     pub count: u64,
     pub p50_ms: Option<u64>,
@@ -56,7 +56,7 @@ impl Spread {
 }
 
 /// Waits of the tickets whose numbers fall in `[from, to]`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PlaceWaits {
     pub from: u64,
     pub to: u64,
@@ -65,7 +65,7 @@ pub struct PlaceWaits {
 }
 
 /// How tickets ended.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, ToSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Endings {
     pub released: u64,
     pub revoked: u64,
@@ -79,7 +79,7 @@ pub struct Endings {
 }
 
 /// Visitors away at their turn.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Away {
     /// Times the head passed a visitor who was away.
     pub skips: u64,
@@ -90,7 +90,7 @@ pub struct Away {
 }
 
 /// The admission rate over the minutes admissions happened in.
-#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Rate {
     /// Admissions per minute, from the first admission to the last.
     pub observed_per_minute: f64,
@@ -100,7 +100,7 @@ pub struct Rate {
 }
 
 /// One lane's share of admissions.
-#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Share {
     pub lane: String,
     pub weight: u32,
@@ -112,7 +112,7 @@ pub struct Share {
 }
 
 /// The fairness figures of the record.
-#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Fairness {
     /// Entries in the record, and its head hash.
     pub entries: u64,
@@ -125,14 +125,14 @@ pub struct Fairness {
 }
 
 /// A refused join, by reason, as this instance counted it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Refusals {
     pub reason: String,
     pub count: u64,
 }
 
 /// The sale's report.
-#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(as = SaleReport)]
 pub struct Report {
     pub room: String,

@@ -25,8 +25,8 @@ use super::feed::{LineMoves, Placement, RoomFeed, TicketRead};
 use super::join_log::JoinLog;
 use super::journal::{self, Journal, JournalError, Record};
 use super::{
-    Backend, BackendError, Ending, JoinOutcome, JoinRequest, RoomPatch, RoomSnapshot, StreamsHeard,
-    StreamsReport, TicketRef, TicketSignal,
+    Backend, BackendError, Ending, JoinOutcome, JoinRequest, KeptReport, RoomPatch, RoomSnapshot,
+    StreamsHeard, StreamsReport, TicketRef, TicketSignal,
 };
 use crate::config::Durability;
 use crate::engine::rules::StockTaken;
@@ -55,6 +55,8 @@ pub struct EmbeddedBackend {
     spent: super::spent::SpentNonces,
     /// Where every room hands the calls back it finds due.
     callouts: Arc<super::callouts::CallbackTap>,
+    /// The reports of lines operators replaced.
+    reports: Arc<super::kept_reports::Shelf>,
 }
 
 /// Forwards one room's events to the journal, and remembers which record
@@ -196,7 +198,7 @@ impl EmbeddedBackend {
     }
 
     fn build(rooms: Vec<RoomSettings>, clock: Arc<dyn Clock>, run_workers: bool) -> Arc<Self> {
-        let backend = Self::empty(clock, run_workers, None);
+        let backend = Self::empty(clock, run_workers, None, None);
         if run_workers {
             backend.sweep_join_log();
         }
@@ -206,8 +208,14 @@ impl EmbeddedBackend {
         backend
     }
 
-    fn empty(clock: Arc<dyn Clock>, run_workers: bool, journal: Option<Arc<Journal>>) -> Arc<Self> {
+    fn empty(
+        clock: Arc<dyn Clock>,
+        run_workers: bool,
+        journal: Option<Arc<Journal>>,
+        data_dir: Option<&std::path::Path>,
+    ) -> Arc<Self> {
         Arc::new(Self {
+            reports: Arc::new(super::kept_reports::Shelf::new(data_dir)),
             rooms: RwLock::new(HashMap::new()),
             clock,
             run_workers,
@@ -258,7 +266,12 @@ impl EmbeddedBackend {
                     path: persistence.data_dir.clone(),
                     source: std::io::Error::other(e),
                 })??;
-        let backend = Self::empty(clock, run_workers, Some(journal.clone()));
+        let backend = Self::empty(
+            clock,
+            run_workers,
+            Some(journal.clone()),
+            Some(&persistence.data_dir),
+        );
         backend.sweep_join_log();
         let mut found = std::collections::HashSet::new();
         let mut records = recovered.records;
@@ -597,6 +610,24 @@ impl Backend for EmbeddedBackend {
         Ok(crate::locks::lock(&sink.record).record.clone())
     }
 
+    async fn keep_report(&self, room: &RoomId, kept: KeptReport) -> Result<(), BackendError> {
+        let (shelf, room, now) = (self.reports.clone(), room.clone(), self.clock.now_ms());
+        tokio::task::spawn_blocking(move || shelf.keep(&room, &kept, now))
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|r| r)
+            .map_err(not_kept)
+    }
+
+    async fn kept_reports(&self, room: &RoomId) -> Result<Vec<KeptReport>, BackendError> {
+        let (shelf, room, now) = (self.reports.clone(), room.clone(), self.clock.now_ms());
+        tokio::task::spawn_blocking(move || shelf.list(&room, now))
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|r| r)
+            .map_err(not_kept)
+    }
+
     async fn join(&self, id: &RoomId, request: JoinRequest) -> Result<JoinOutcome, BackendError> {
         let room = self.get(id)?;
         let journal = self.journal.clone();
@@ -758,4 +789,11 @@ impl Backend for EmbeddedBackend {
             let _ = tokio::task::spawn_blocking(move || journal.close()).await;
         }
     }
+}
+
+/// A report the data directory could not keep or give back: the message
+/// names no path (it is shown to operators through the API).
+fn not_kept(e: std::io::Error) -> BackendError {
+    tracing::error!(error = %e, "kept reports: the data directory failed");
+    BackendError::Unavailable("the data directory cannot keep reports now".into())
 }

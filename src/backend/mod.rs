@@ -24,6 +24,7 @@ pub mod embedded;
 pub mod feed;
 pub mod join_log;
 pub mod journal;
+mod kept_reports;
 pub mod owned;
 pub mod owner;
 pub mod redis;
@@ -46,6 +47,17 @@ use crate::engine::{
     RoomStats, RoomView, TickReport, TicketStatus,
 };
 use feed::{Follow, RoomFeed, TicketRead};
+
+/// The report of a line an operator replaced, kept for a while after it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KeptReport {
+    /// The line's epoch.
+    pub epoch: u64,
+    /// When the line was replaced, and when its report goes (Unix ms).
+    pub ended_at: u64,
+    pub expires_at: u64,
+    pub report: crate::report::Report,
+}
 
 /// A ticket of one incarnation of a room.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -358,6 +370,13 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         room: &RoomId,
     ) -> Result<crate::engine::AdmissionRecord, BackendError>;
+
+    /// Keep the report of the room's line, which an operator is replacing,
+    /// until `kept.expires_at`; every instance finds it there.
+    async fn keep_report(&self, room: &RoomId, kept: KeptReport) -> Result<(), BackendError>;
+
+    /// The room's kept reports that have not expired, newest line first.
+    async fn kept_reports(&self, room: &RoomId) -> Result<Vec<KeptReport>, BackendError>;
 
     /// Run one worker turn of a room now. Workers call it every tick; tests
     /// call it on virtual time with workers off.

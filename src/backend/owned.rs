@@ -44,8 +44,8 @@ use super::room_log::{Follower, LogRecord, Moved, NotDurable, Replica};
 use super::spent::SpentNonces;
 use super::store::{Command, LogPos, RoomStore};
 use super::{
-    Backend, BackendError, Ending, JoinOutcome, JoinRequest, RoomPatch, RoomSnapshot, StreamsHeard,
-    StreamsReport, TicketRef, TicketSignal,
+    Backend, BackendError, Ending, JoinOutcome, JoinRequest, KeptReport, RoomPatch, RoomSnapshot,
+    StreamsHeard, StreamsReport, TicketRef, TicketSignal,
 };
 use crate::engine::rules::StockTaken;
 use crate::engine::{
@@ -959,6 +959,32 @@ impl Backend for OwnedBackend {
 
     async fn draw(&self, room: &RoomId) -> Result<Option<DrawRecord>, BackendError> {
         Ok(self.view(room).await?.room.draw_record())
+    }
+
+    async fn keep_report(&self, room: &RoomId, kept: KeptReport) -> Result<(), BackendError> {
+        let bytes = serde_json::to_vec(&kept).map_err(|_| unexpected())?;
+        let ttl = Duration::from_millis(kept.expires_at.saturating_sub(self.clock.now_ms()));
+        self.store
+            .put_report(room, kept.epoch, &bytes, ttl)
+            .await
+            .map_err(|e| BackendError::Unavailable(e.to_string()))
+    }
+
+    async fn kept_reports(&self, room: &RoomId) -> Result<Vec<KeptReport>, BackendError> {
+        let now = self.clock.now_ms();
+        let mut kept: Vec<KeptReport> = self
+            .store
+            .reports(room)
+            .await
+            .map_err(|e| BackendError::Unavailable(e.to_string()))?
+            .iter()
+            // One this version cannot read is passed over, as is one
+            // expired by this instance's clock that Redis still holds.
+            .filter_map(|b| serde_json::from_slice::<KeptReport>(b).ok())
+            .filter(|k| k.expires_at > now)
+            .collect();
+        kept.sort_by_key(|k| std::cmp::Reverse(k.epoch));
+        Ok(kept)
     }
 
     async fn record(

@@ -21,6 +21,8 @@
 //! - **Image.** The owner stores the engine's image as of a log position
 //!   from time to time (fenced as well); a new instance starts from the
 //!   image and the log after it.
+//! - **Kept reports.** The report of a line an operator replaced, kept
+//!   until it expires.
 //! - **Bus.** An instance that does not own a room sends its writes to the
 //!   owner as [`Command`]s and reads the [`Reply`]s addressed to it.
 //!   Commands and replies travel in slices: one round trip carries all the
@@ -231,6 +233,21 @@ pub trait RoomStore: Send + Sync + 'static {
     ) -> Result<(), StoreError>;
 
     async fn image(&self, room: &RoomId) -> Result<Option<Image>, StoreError>;
+
+    // ----- kept reports -----------------------------------------------------
+
+    /// Keep `report` (the report of the room's line `epoch`) for `ttl`,
+    /// after which the store drops it by itself.
+    async fn put_report(
+        &self,
+        room: &RoomId,
+        epoch: u64,
+        report: &[u8],
+        ttl: Duration,
+    ) -> Result<(), StoreError>;
+
+    /// The room's reports that have not expired, in no order.
+    async fn reports(&self, room: &RoomId) -> Result<Vec<Vec<u8>>, StoreError>;
 
     // ----- bus --------------------------------------------------------------
 

@@ -763,3 +763,21 @@ fn push_errors_name_the_field() {
     let e = err("[push]\ncontact = \"mailto:a@b.c\"\nvapid_key = \"x\"\n");
     assert!(e.contains("vapid_key"), "{e}");
 }
+
+#[test]
+fn a_replaced_lines_report_is_kept_thirty_days_unless_said_otherwise() {
+    let secret = format!("secret = \"{SECRET_A}\"\n");
+    assert_eq!(
+        parse(&secret).unwrap().report_keep,
+        Duration::from_secs(30 * 86_400)
+    );
+    let off = parse(&format!("{secret}report_keep = \"0s\"\n")).unwrap();
+    assert_eq!(off.report_keep, Duration::ZERO);
+    let year = parse(&format!("{secret}report_keep = \"365d\"\n")).unwrap();
+    assert_eq!(year.report_keep, Duration::from_secs(365 * 86_400));
+    assert!(
+        err(&format!("{secret}report_keep = \"4000d\"\n"))
+            .contains("report_keep: must be at most 3650d")
+    );
+    assert!(err(&format!("{secret}report_keep = \"soon\"\n")).contains("report_keep"));
+}

@@ -258,6 +258,7 @@ impl Modify for Security {
         super::admin::revoke,
         super::admin::purchases,
         super::admin::report::report,
+        super::admin::report::reports,
         super::admin::events,
         super::admin::dashboard,
         super::health::healthz,

@@ -138,6 +138,7 @@ fn routes_and_paths() -> (Router<AppState>, Vec<&'static str>) {
             ("/admin/rooms/{room}/revoke", post(admin::revoke)),
             ("/admin/rooms/{room}/purchases", post(admin::purchases)),
             ("/admin/rooms/{room}/report", get(admin::report::report)),
+            ("/admin/rooms/{room}/reports", get(admin::report::reports)),
         ],
         &mut paths,
     )

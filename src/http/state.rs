@@ -95,6 +95,8 @@ pub struct HttpSettings {
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// The header those proxies name the client in.
     pub client_ip_header: crate::config::ClientIpHeader,
+    /// How long a replaced line's report is kept (zero: not kept).
+    pub report_keep: std::time::Duration,
 }
 
 impl HttpSettings {
@@ -114,6 +116,7 @@ impl HttpSettings {
             on_backend_error: config.on_backend_error,
             trusted_proxies: config.trusted_proxies.clone(),
             client_ip_header: config.client_ip_header,
+            report_keep: config.report_keep,
         }
     }
 }

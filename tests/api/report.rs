@@ -232,3 +232,96 @@ async fn the_reports_figures_are_the_tests_own_count_of_the_run() {
     assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
     app.stop().await;
 }
+
+async fn get_json(app: &TestApp, path: &str) -> (StatusCode, Value) {
+    let r = app
+        .client
+        .get(app.url(path))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_lines_report_is_kept_for_thirty_days_then_gone() {
+    const DAY_MS: u64 = 86_400_000;
+    let clock = ManualClock::new(T0);
+    let (app, _redis) = app_on(&clock, vec![room("sale", 5)]).await;
+    for _ in 0..3 {
+        app.join("sale").await;
+    }
+    app.tick("sale").await;
+    let (_, live) = get_json(&app, "/admin/rooms/sale/report").await;
+    assert_eq!(
+        (live["joins"].as_u64(), live["admissions"].as_u64()),
+        (Some(3), Some(3))
+    );
+    let epoch = live["epoch"].as_u64().unwrap();
+
+    // An operator replaces the line: its report is kept.
+    let put = app
+        .client
+        .put(app.url("/admin/rooms/sale"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"capacity": 5}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), StatusCode::OK);
+    let (_, now) = get_json(&app, "/admin/rooms/sale/report").await;
+    assert_ne!(now["epoch"].as_u64(), Some(epoch), "a new line");
+    assert_eq!(now["joins"].as_u64(), Some(0));
+    let (status, list) = get_json(&app, "/admin/rooms/sale/reports").await;
+    assert_eq!(status, StatusCode::OK);
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!(list[0]["epoch"].as_u64(), Some(epoch));
+    assert_eq!(list[0]["ended_at"].as_u64(), Some(T0));
+    assert_eq!(list[0]["expires_at"].as_u64(), Some(T0 + 30 * DAY_MS));
+    let (status, kept) = get_json(&app, &format!("/admin/rooms/sale/report?epoch={epoch}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(kept, live, "the kept report is the line's report");
+    let csv = app
+        .client
+        .get(app.url(&format!(
+            "/admin/rooms/sale/report?epoch={epoch}&format=csv"
+        )))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(csv.status(), StatusCode::OK);
+    assert!(csv.text().await.unwrap().contains(&epoch.to_string()));
+
+    // A line nobody joined leaves nothing to keep.
+    let put = app
+        .client
+        .put(app.url("/admin/rooms/sale"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"capacity": 6}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), StatusCode::OK);
+    let (_, list) = get_json(&app, "/admin/rooms/sale/reports").await;
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+
+    let (status, err) = get_json(&app, "/admin/rooms/sale/report?epoch=12345").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(err["error"], "no_report");
+    let (status, _) = get_json(&app, "/admin/rooms/sale/report?epoch=soon").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    // Thirty days on, it is gone.
+    clock.advance(Duration::from_millis(30 * DAY_MS - 1));
+    let (_, list) = get_json(&app, "/admin/rooms/sale/reports").await;
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "not yet");
+    clock.advance(Duration::from_millis(1));
+    let (_, list) = get_json(&app, "/admin/rooms/sale/reports").await;
+    assert_eq!(list, json!([]));
+    let (status, _) = get_json(&app, &format!("/admin/rooms/sale/report?epoch={epoch}")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

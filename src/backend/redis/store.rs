@@ -57,6 +57,7 @@ struct Keys {
     log: String,
     image: String,
     commands: String,
+    reports: String,
 }
 
 impl Keys {
@@ -68,6 +69,7 @@ impl Keys {
             log: format!("{prefix}log"),
             image: format!("{prefix}image"),
             commands: format!("{prefix}cmd"),
+            reports: format!("{prefix}reports"),
         }
     }
 }
@@ -557,6 +559,62 @@ where
             })),
             _ => Ok(None),
         }
+    }
+
+    async fn put_report(
+        &self,
+        room: &RoomId,
+        epoch: u64,
+        report: &[u8],
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        // Each report a key that expires by itself, and an index of them;
+        // the room's hash tag keeps both on one slot.
+        let k = Keys::new(room);
+        let key = format!("{}:{epoch}", k.reports);
+        let mut con = self.conn.clone();
+        redis::pipe()
+            .cmd("SET")
+            .arg(&key)
+            .arg(report)
+            .arg("PX")
+            .arg(ttl_ms(ttl))
+            .ignore()
+            .sadd(&k.reports, &key)
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(&k.reports)
+            .arg(ttl_ms(ttl))
+            .arg("GT")
+            .ignore()
+            .query_async::<()>(&mut con)
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn reports(&self, room: &RoomId) -> Result<Vec<Vec<u8>>, StoreError> {
+        let k = Keys::new(room);
+        let mut con = self.conn.clone();
+        let keys: Vec<String> = con.smembers(&k.reports).await.map_err(unavailable)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let found: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
+            .arg(&keys)
+            .query_async(&mut con)
+            .await
+            .map_err(unavailable)?;
+        // The index keeps a key until its report is looked for after it
+        // expired; dropping it then keeps the index as small as the shelf.
+        let gone: Vec<&String> = keys
+            .iter()
+            .zip(&found)
+            .filter_map(|(k, f)| f.is_none().then_some(k))
+            .collect();
+        if !gone.is_empty() {
+            let _: i64 = con.srem(&k.reports, gone).await.map_err(unavailable)?;
+        }
+        Ok(found.into_iter().flatten().collect())
     }
 
     fn appends_wait_for_replicas(&self) -> bool {

@@ -398,6 +398,10 @@ pub async fn put_room(
         Err(BackendError::NoSuchRoom(_)) => false,
         Err(e) => return Err(e.into()),
     };
+    // The line ends here: its report outlives it.
+    if existed {
+        report::keep_current(&state, &id).await?;
+    }
     let s = state.backend.put_room(settings).await?;
     state.pages.install(&id, dir.as_deref(), pages);
     state.monitor.observe(&s);
