@@ -287,14 +287,14 @@ fn a_visitor_admitted_while_subscribing_is_still_told_their_turn() {
     let subscribed = AtomicUsize::new(0);
     let kept: Vec<bool> = std::thread::scope(|s| {
         s.spawn(|| {
-            for i in 0..N - 1 {
+            for (i, id) in ids.iter().enumerate().take(N - 1) {
                 while subscribed.load(Ordering::Acquire) <= i {
                     std::hint::spin_loop();
                 }
                 for _ in 0..(i * 104_729) % 600 {
                     std::hint::spin_loop();
                 }
-                room.leave(ids[i]);
+                room.leave(*id);
             }
         });
         ids.iter()
