@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod monitor;
 pub mod pass;
 pub mod private_files;
+pub mod published_record;
 pub mod push;
 pub mod receipt;
 pub mod report;

@@ -36,7 +36,6 @@ use p256::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePublicKey, LineEnding
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::config::Config;
 use crate::engine::RoomId;
 use crate::token::Keyring;
 
@@ -60,11 +59,6 @@ impl PassAlgorithm {
         }
     }
 }
-
-/// The salt of the HKDF step from the instance secret to pass keys, so the
-/// derived key has nothing in common with the ticket MACs made from the
-/// same secret.
-pub const DERIVE_SALT: &[u8] = b"narabu signed pass v1";
 
 /// Why the pass keys could not be loaded. Never quotes a key.
 #[derive(Debug, thiserror::Error)]
@@ -400,17 +394,20 @@ impl PassKeys {
         Ok(Self::new(alg, signer, previous))
     }
 
-    /// The keys `config` asks for: its key files, or keys derived from the
-    /// ticket key (`keyring`, the configured secret or the key file).
-    pub fn from_config(config: &Config, keyring: &Keyring) -> Result<Self, PassKeyError> {
-        let alg = config.pass_algorithm;
-        match &config.pass_key_file {
+    /// The keys the configuration asks for: its key files (`current` and
+    /// `previous`), or keys derived from the ticket key (`keyring`, the
+    /// configured secret or the key file).
+    pub fn load(
+        alg: PassAlgorithm,
+        current: Option<&Path>,
+        previous: Option<&Path>,
+        keyring: &Keyring,
+    ) -> Result<Self, PassKeyError> {
+        match current {
             Some(current) => {
-                let (seed, previous) = keyring.pass_seeds();
-                Ok(
-                    Self::from_files(alg, current, config.previous_pass_key_file.as_deref())?
-                        .with_receipt_seeds(&seed, previous.as_ref()),
-                )
+                let (seed, previous_seed) = keyring.pass_seeds();
+                Ok(Self::from_files(alg, current, previous)?
+                    .with_receipt_seeds(&seed, previous_seed.as_ref()))
             }
             None => {
                 let (current, previous) = keyring.pass_seeds();

@@ -257,11 +257,11 @@ pub fn report(record: &AdmissionRecord, settings: &RoomSettings, refused: Vec<Re
     } else {
         0.0
     };
-    let entries: Vec<crate::http::record::EntryBody> = record
+    let entries: Vec<crate::published_record::EntryBody> = record
         .entries()
         .iter()
         .enumerate()
-        .map(|(i, e)| crate::http::record::EntryBody {
+        .map(|(i, e)| crate::published_record::EntryBody {
             n: i as u64 + 1,
             kind: e.kind.word().to_owned(),
             ticket: u64::from(e.ticket),

@@ -89,7 +89,13 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let keys = Keyring::from_config(&config).context("loading the ticket signing key")?;
-    let passes = PassKeys::from_config(&config, &keys).context("loading the pass signing key")?;
+    let passes = PassKeys::load(
+        config.pass_algorithm,
+        config.pass_key_file.as_deref(),
+        config.previous_pass_key_file.as_deref(),
+        &keys,
+    )
+    .context("loading the pass signing key")?;
     // Before anything serves: a broken template stops the start here.
     let pages = Arc::new(PageBook::load(&config).context("loading the page templates")?);
     let settings = Arc::new(HttpSettings::from_config(&config));

@@ -31,6 +31,11 @@ use sha2::Sha256;
 use crate::config::{Config, Secret};
 use crate::engine::RoomId;
 
+/// The salt of the HKDF step from the instance secret to pass keys, so the
+/// derived key has nothing in common with the ticket MACs made from the
+/// same secret.
+const PASS_SALT: &[u8] = b"narabu signed pass v1";
+
 type HmacSha256 = Hmac<Sha256>;
 
 /// What a ticket token says.
@@ -129,7 +134,7 @@ impl fmt::Debug for Keyring {
 /// from: the secret is the input keying material, so the derived keys are
 /// as strong as it and tell nothing about it.
 fn pass_seed(secret: &[u8]) -> [u8; 32] {
-    let (prk, _) = hkdf::Hkdf::<Sha256>::extract(Some(crate::pass::DERIVE_SALT), secret);
+    let (prk, _) = hkdf::Hkdf::<Sha256>::extract(Some(PASS_SALT), secret);
     prk.into()
 }
 

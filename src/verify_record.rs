@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use anyhow::{Context, bail};
 
 use crate::engine::record::{chain, genesis};
-use crate::http::record::{EntryBody, LaneBody, RecordBody};
+use crate::published_record::{EntryBody, LaneBody, RecordBody};
 use crate::receipt::ReceiptClaims;
 
 /// The most pages read: a room's record of ten million entries.

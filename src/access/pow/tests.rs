@@ -150,7 +150,7 @@ fn garbage_is_malformed_and_never_panics() {
 
 #[test]
 fn derived_keys_differ_by_purpose_and_from_ticket_keys() {
-    use crate::config::Secret;
+    use crate::secret::Secret;
     use crate::token::Keyring;
     let ring = Keyring::from_secrets(&Secret::new("s".repeat(32)), None);
     let (a, prev) = ring.derive("pow challenge");
