@@ -228,11 +228,11 @@ async fn bad_subscriptions_are_refused_naming_the_field_and_an_ended_ticket_is_n
     assert_eq!(answer.status(), StatusCode::UNAUTHORIZED);
     let cases: [(String, StatusCode, &str, &str); 5] = [
         ("not json".into(), StatusCode::BAD_REQUEST, "bad_body", "JSON"),
-        ("{}".into(), StatusCode::UNPROCESSABLE_ENTITY, "bad_field", "subscription"),
+        ("{}".into(), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field", "subscription"),
         (
             json!({"subscription": {"endpoint": "https://x.example/p"}, "extra": 1}).to_string(),
             StatusCode::UNPROCESSABLE_ENTITY,
-            "bad_field",
+            "invalid_field",
             "extra",
         ),
         (

@@ -88,13 +88,7 @@ fn parse_join_body(body: &Bytes) -> Result<Proof, ApiError> {
             "The body must be a JSON object (or empty).",
         ));
     }
-    serde_json::from_value::<Proof>(value).map_err(|e| {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_field",
-            format!("The join request was not understood: {e}"),
-        )
-    })
+    super::extract::json_value(value)
 }
 
 /// The fewest characters an `Idempotency-Key` may have: a key is a
@@ -539,7 +533,8 @@ impl PurchaseBody {
         (status = 410, description = "The line this ticket stood in was reset (the room started again): join again.", body = ErrorBody),
         (status = 409, description = "The ticket holds no permit.", body = ErrorBody),
         (status = 413, description = "The body is too large."),
-        (status = 422, description = "The body is not `{\"ticket\": …, \"purchased\": n}`.", body = ErrorBody),
+        (status = 400, description = "The body is not JSON (`bad_body`).", body = ErrorBody),
+        (status = 422, description = "The body is not `{\"ticket\": …, \"purchased\": n}` (`invalid_field`, naming the field).", body = ErrorBody),
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
@@ -549,13 +544,7 @@ pub async fn release(
     Room(room): Room,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let request: ReleaseRequest = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_field",
-            format!("Expected {{\"ticket\": \"<token>\", \"purchased\": n}}: {e}"),
-        )
-    })?;
+    let request: ReleaseRequest = super::extract::json_body(&body)?;
     let claim = state.keys.verify(&request.ticket)?;
     if claim.room != room {
         return Err(ApiError::wrong_room());

@@ -1,11 +1,14 @@
 //! What handlers take from a request, checked once, here: the room named
 //! in the path (a name that cannot be a room is 404 for every route), the
-//! visitor's ticket for that room, and operators' credentials. A handler's
-//! signature then says who may call it and about what.
+//! visitor's ticket for that room, operators' credentials, and JSON bodies
+//! (one way to refuse a bad one, naming the field). A handler's signature
+//! then says who may call it and about what.
 
 use axum::extract::{FromRequestParts, Path, Query};
+use axum::http::StatusCode;
 use axum::http::request::Parts;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
 use super::auth;
 use super::error::ApiError;
@@ -115,5 +118,93 @@ impl FromRequestParts<AppState> for ReleaseKey {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         auth::require_release_key(state, &parts.headers).map(|()| Self)
+    }
+}
+
+/// A JSON body read into `T`: `400 bad_body` when it is not JSON at all,
+/// `422 invalid_field` when it does not fit `T`, naming the field in the
+/// message and, for a value of the wrong kind, its path in `field`
+/// (`subscription.keys.p256dh`). Every handler
+/// that takes a JSON body refuses a bad one this same way.
+pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_body(format!("The body is not JSON: {e}")))?;
+    json_value(value)
+}
+
+/// [`json_body`] of a body already read as JSON.
+pub fn json_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        // A field missing or unknown is the object's fault (`.`): serde's
+        // message names the field then.
+        match e.path().to_string() {
+            root if root == "." => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_field",
+                format!("The body was not understood: {}", e.inner()),
+            ),
+            field => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_field",
+                format!("{field}: {}", e.inner()),
+            )
+            .with("field", field),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Outer {
+        name: String,
+        inner: Inner,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Inner {
+        count: u32,
+    }
+
+    fn field(e: &ApiError) -> Option<&serde_json::Value> {
+        e.details.as_ref().and_then(|d| d.get("field"))
+    }
+
+    #[test]
+    fn a_bad_body_is_refused_naming_what_is_wrong() {
+        let e = json_body::<Outer>(b"{not json").unwrap_err();
+        assert_eq!((e.status, e.code), (StatusCode::BAD_REQUEST, "bad_body"));
+
+        let e = json_body::<Outer>(br#"{"name": "a", "inner": {"count": "many"}}"#).unwrap_err();
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::UNPROCESSABLE_ENTITY, "invalid_field")
+        );
+        assert_eq!(field(&e), Some(&serde_json::json!("inner.count")));
+        assert!(
+            e.message.starts_with("inner.count: invalid type"),
+            "{}",
+            e.message
+        );
+
+        let e = json_body::<Outer>(br#"{"inner": {"count": 1}}"#).unwrap_err();
+        assert_eq!(e.code, "invalid_field");
+        assert!(e.message.contains("missing field `name`"), "{}", e.message);
+
+        let e = json_body::<Outer>(br#"{"name": "a", "inner": {"count": 1}, "x": 0}"#).unwrap_err();
+        assert!(e.message.contains("unknown field `x`"), "{}", e.message);
+
+        assert_eq!(
+            json_body::<Outer>(br#"{"name": "a", "inner": {"count": 1}}"#)
+                .unwrap()
+                .inner
+                .count,
+            1
+        );
     }
 }

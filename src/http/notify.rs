@@ -127,7 +127,7 @@ pub struct SubscribeBody {
         (status = 409, description = "The ticket is not waiting any more (`not_waiting`).", body = ErrorBody),
         (status = 410, description = "The line this ticket stood in was reset: join again.", body = ErrorBody),
         (status = 413, description = "The body is too large."),
-        (status = 422, description = "The subscription or a field is not valid (`bad_subscription`, `bad_field`); the message names the field.", body = ErrorBody),
+        (status = 422, description = "The subscription or a field is not valid (`bad_subscription`, `invalid_field`); the message names the field.", body = ErrorBody),
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
@@ -151,15 +151,7 @@ pub async fn subscribe(
             format!("The body must be at most {MAX_BODY} bytes."),
         ));
     }
-    let value: serde_json::Value = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_body(format!("The body is not valid JSON: {e}")))?;
-    let request: SubscribeBody = serde_json::from_value(value).map_err(|e| {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "bad_field",
-            format!("The body must be {{\"subscription\": {{…}}, \"lang\": \"…\"}}: {e}"),
-        )
-    })?;
+    let request: SubscribeBody = super::extract::json_body(&body)?;
     let text = request.subscription.to_string();
     let subscription = Subscription::from_json(text.as_bytes(), push.allow_insecure_endpoints)
         .map_err(|e| {

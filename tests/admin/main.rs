@@ -279,7 +279,7 @@ async fn put_creates_and_replaces_rooms_with_the_config_rules() {
         let (status, err) =
             admin(&app, put.clone(), "/admin/rooms/flash", Some(body.clone())).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {err}");
-        assert_eq!(err["error"], "invalid");
+        assert_eq!(err["error"], "invalid_field");
         let message = err["message"].as_str().unwrap();
         assert!(message.starts_with(field), "{body}: {message}");
     }

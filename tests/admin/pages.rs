@@ -36,7 +36,7 @@ async fn queue_page(app: &TestApp, room: &str) -> String {
 
 fn assert_refusal(status: StatusCode, body: &Value, file: &str, line: u64, words: &str) {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
-    assert_eq!(body["error"], "invalid", "{body}");
+    assert_eq!(body["error"], "invalid_field", "{body}");
     assert_eq!(body["field"], "templates_dir", "{body}");
     assert_eq!(body["file"], file, "{body}");
     assert_eq!(body["line"], line, "{body}");

@@ -209,8 +209,18 @@ fn body(state: &AppState, s: &RoomSnapshot) -> RoomBody {
     .with_sends(state.push.as_deref())
 }
 
+/// A room's setting refused: `422 invalid_field` naming it, as a bad
+/// field of any other JSON body is refused (`super::extract::json_body`).
 fn invalid(e: &ConfigError) -> ApiError {
-    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", e.to_string())
+    let error = ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_field",
+        e.to_string(),
+    );
+    match e.field() {
+        "" => error,
+        field => error.with("field", field),
+    }
 }
 
 /// A template directory that cannot be used: 422 naming the file, the
@@ -218,7 +228,7 @@ fn invalid(e: &ConfigError) -> ApiError {
 fn invalid_pages(e: &PageError) -> ApiError {
     ApiError::new(
         StatusCode::UNPROCESSABLE_ENTITY,
-        "invalid",
+        "invalid_field",
         format!("templates_dir: {e}"),
     )
     .with("field", "templates_dir")
@@ -257,7 +267,7 @@ fn object(bytes: &Bytes) -> Result<Map<String, Value>, ApiError> {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid",
+            "invalid_field",
             "The body must be a JSON object.",
         )),
         Err(e) => Err(ApiError::bad_body(format!("The body is not JSON: {e}"))),
@@ -675,9 +685,7 @@ pub async fn purchases(
     Room(id): Room,
     bytes: Bytes,
 ) -> Result<Json<PurchaseBody>, ApiError> {
-    let report: PurchaseReport =
-        serde_path_to_error::deserialize(Value::Object(object(&bytes)?))
-            .map_err(|e| invalid_field(&e.path().to_string(), e.into_inner().to_string()))?;
+    let report: PurchaseReport = super::extract::json_value(Value::Object(object(&bytes)?))?;
     let Some(taken) = api::record_purchase(&state, &id, report.purchased).await? else {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
