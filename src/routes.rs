@@ -11,8 +11,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::RoomId;
-
 /// The most routes a room may claim.
 pub const MAX_ROUTES: usize = 64;
 
@@ -85,27 +83,37 @@ pub fn validate(routes: &[Route]) -> Result<(), (String, String)> {
 
 /// Two rooms claim the same route.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Conflict {
+pub struct Conflict<R> {
     /// The room that claimed it first, and the one that claims it again,
     /// with the route's index in that room's list.
-    pub first: RoomId,
-    pub second: RoomId,
+    pub first: R,
+    pub second: R,
     pub index: usize,
 }
 
-/// Every room's routes, most specific first.
-#[derive(Debug, Default)]
-pub struct RouteTable {
-    routes: Vec<(Route, RoomId)>,
+/// Every room's routes, most specific first. `R` names a room (the
+/// engine's room id): the table only hands it back.
+#[derive(Debug)]
+pub struct RouteTable<R> {
+    routes: Vec<(Route, R)>,
 }
 
-impl RouteTable {
+impl<R> Default for RouteTable<R> {
+    fn default() -> Self {
+        Self { routes: Vec::new() }
+    }
+}
+
+impl<R: Clone> RouteTable<R> {
     /// The table of these rooms' routes, or the first route two rooms
     /// claim.
     pub fn build<'a>(
-        rooms: impl IntoIterator<Item = (&'a RoomId, &'a [Route])>,
-    ) -> Result<Self, Conflict> {
-        let mut routes: Vec<(Route, RoomId)> = Vec::new();
+        rooms: impl IntoIterator<Item = (&'a R, &'a [Route])>,
+    ) -> Result<Self, Conflict<R>>
+    where
+        R: 'a,
+    {
+        let mut routes: Vec<(Route, R)> = Vec::new();
         for (room, claimed) in rooms {
             for (index, route) in claimed.iter().enumerate() {
                 if let Some((_, first)) = routes.iter().find(|(r, _)| r == route) {
@@ -129,7 +137,7 @@ impl RouteTable {
     }
 
     /// The room whose route fits the request best.
-    pub fn pick(&self, host: Option<&str>, path: &str) -> Option<&RoomId> {
+    pub fn pick(&self, host: Option<&str>, path: &str) -> Option<&R> {
         self.routes
             .iter()
             .find(|(r, _)| r.matches(host, path))
@@ -140,6 +148,7 @@ impl RouteTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::RoomId;
 
     fn route(host: Option<&str>, path: &str) -> Route {
         Route {

@@ -135,7 +135,7 @@ impl RuleBook {
 /// start, on each monitor sample and on an operator's change.
 #[derive(Debug, Default)]
 pub struct RouteBook {
-    table: RwLock<Arc<RouteTable>>,
+    table: RwLock<Arc<RouteTable<RoomId>>>,
 }
 
 impl RouteBook {
