@@ -1,7 +1,9 @@
 //! A room's traffic rules: which requests the gate lets through without a
 //! ticket (`bypass`: health checks, static assets, a partner's API),
-//! refuses outright (`block`: a known-bad network) or sends to the line
-//! (`queue`, what happens to every request no rule matches).
+//! refuses outright (`block`: a known-bad network), sends to the line
+//! (`queue`, what happens to every request no rule matches) or to a line
+//! that never admits anyone without telling it so (`shadow`: a network
+//! that should not learn it was caught, as `http::shadow` serves it).
 //!
 //! A [`Rule`] is what an operator writes, in a `[[rooms.rules]]` table or
 //! in the admin API's room body; the engine keeps a room's rules with its
@@ -46,6 +48,11 @@ pub enum Action {
     Queue,
     /// `403`, whoever asks.
     Block,
+    /// A real-looking ticket in a line that never admits anyone: the gate
+    /// never lets the request through, and its joins never take a place
+    /// in the real line. Judged at the join too, so only on what a join
+    /// carries (no path or method).
+    Shadow,
 }
 
 impl Action {
@@ -54,6 +61,7 @@ impl Action {
             Self::Bypass => "bypass",
             Self::Queue => "queue",
             Self::Block => "block",
+            Self::Shadow => "shadow",
         }
     }
 }
@@ -198,6 +206,21 @@ pub fn validate(rules: &[Rule]) -> Result<(), RuleError> {
                 ));
             }
         }
+        if rule.action == Action::Shadow {
+            for (key, len) in [
+                ("path_prefix", rule.path_prefix.len()),
+                ("path", rule.path.len()),
+                ("method", rule.method.len()),
+            ] {
+                if len > 0 {
+                    return Err(error(
+                        at(key),
+                        "a shadow rule is judged at the join too, which asks for no page of \
+                         the site: match on network, host, header, cookie or user_agent",
+                    ));
+                }
+            }
+        }
         for (j, p) in rule.path_prefix.iter().enumerate() {
             check_path(each("path_prefix", j), p)?;
         }
@@ -327,6 +350,24 @@ impl<'a> RequestView<'a> {
             method: text("x-forwarded-method"),
             host,
             client,
+            headers,
+        }
+    }
+}
+
+impl<'a> RequestView<'a> {
+    /// A join as the rules see it: no page of the site (no path, no
+    /// method), the host it was sent to, the client as `trusted_proxies`
+    /// and `client_ip_header` determine it.
+    pub fn of_join(headers: &'a HeaderMap, client: IpAddr) -> Self {
+        Self {
+            path: None,
+            method: None,
+            host: headers
+                .get(header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .map(without_port),
+            client: Some(client),
             headers,
         }
     }

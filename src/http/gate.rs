@@ -258,26 +258,27 @@ fn apply_rules(
     } else {
         None
     };
-    let (index, action) = rules
-        .set
-        .first_match(&RequestView::from_proxy(headers, client))?;
-    rules.matches[index].inc();
-    match action {
+    match rules.judge(&RequestView::from_proxy(headers, client))? {
         Action::Queue => None,
+        // Never through, whatever ticket it carries: to the queue, where
+        // its join is sent to the shadow line.
+        Action::Shadow => Some(refuse(state, room, headers, asks(request).redirect)),
         Action::Bypass => {
             let mut response = Response::new(axum::body::Body::empty());
             *response.status_mut() = StatusCode::NO_CONTENT;
             Some(response)
         }
-        Action::Block => Some(
-            ApiError::new(
-                StatusCode::FORBIDDEN,
-                "blocked",
-                "This site does not accept this request.",
-            )
-            .into_response(),
-        ),
+        Action::Block => Some(blocked().into_response()),
     }
+}
+
+/// What a request a `block` rule matches is answered.
+pub fn blocked() -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "blocked",
+        "This site does not accept this request.",
+    )
 }
 
 async fn decide(
@@ -291,7 +292,9 @@ async fn decide(
     }
     let headers = &request.headers;
     let Asks { redirect, pass, .. } = asks(request);
-    let Some(visitor) = ticket::find(state, room, headers).ok().flatten() else {
+    // A shadow line's ticket is never let through: as good as none.
+    let held = ticket::find(state, room, headers).ok().flatten();
+    let Some(visitor) = held.filter(|v| v.shadow.is_none()) else {
         // Without a ticket the answer is the queue, unless there is no such
         // room to queue for: a misconfigured proxy should see that plainly.
         if let Err(BackendError::NoSuchRoom(_)) = state.backend.epoch(room).await {

@@ -15,10 +15,11 @@ use std::sync::{Arc, RwLock};
 use prometheus_client::metrics::counter::Counter;
 use serde::Serialize;
 
+use super::shadow::ShadowBook;
 use crate::engine::{RoomId, RoomSettings};
 use crate::metrics::Metrics;
 use crate::routes::RouteTable;
-use crate::rules::{Action, Rule, RuleSet};
+use crate::rules::{Action, RequestView, Rule, RuleSet};
 
 /// One room's rules, ready for the gate.
 #[derive(Debug)]
@@ -28,6 +29,16 @@ pub struct RoomRules {
     pub set: RuleSet,
     /// One per rule: `narabu_rule_matches_total{room,rule,action}`.
     pub matches: Vec<Counter>,
+}
+
+impl RoomRules {
+    /// What the first rule that matches says of a request, counted as
+    /// one of its matches; `None` when none matches.
+    pub fn judge(&self, request: &RequestView<'_>) -> Option<Action> {
+        let (index, action) = self.set.first_match(request)?;
+        self.matches[index].inc();
+        Some(action)
+    }
 }
 
 /// A rule and how often it has matched on this instance, for the admin
@@ -47,6 +58,8 @@ pub struct RuleBook {
     rooms: RwLock<HashMap<RoomId, Arc<RoomRules>>>,
     /// Rooms with rules; while 0 the map is never read.
     with_rules: AtomicUsize,
+    /// What this instance remembers of the shadow line's joins.
+    pub shadow: ShadowBook,
 }
 
 impl RuleBook {
@@ -55,6 +68,7 @@ impl RuleBook {
             metrics,
             rooms: RwLock::default(),
             with_rules: AtomicUsize::new(0),
+            shadow: ShadowBook::default(),
         }
     }
 

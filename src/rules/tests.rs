@@ -236,6 +236,15 @@ fn bad_rules_are_refused_naming_the_rule_and_field() {
             rule(Action::Bypass, |r| r.name = Some("Upper".into())),
             "rules[1].name",
         ),
+        // A join carries no page of the site to match a path against.
+        (
+            rule(Action::Shadow, |r| r.path_prefix = vec!["/".into()]),
+            "rules[1].path_prefix",
+        ),
+        (
+            rule(Action::Shadow, |r| r.method = vec!["GET".into()]),
+            "rules[1].method",
+        ),
     ];
     for (bad, field) in cases {
         let first = rule(Action::Queue, |r| r.name = Some("first".into()));

@@ -306,3 +306,255 @@ async fn the_site_gate_routes_by_host_and_path() {
             .starts_with("/queue/other?return=")
     );
 }
+
+/// A join as a browser sends it from `client` (through the trusted proxy
+/// on 127.0.0.1), with the ticket it holds.
+async fn join_from(
+    app: &TestApp,
+    room: &str,
+    client: &str,
+    token: Option<&str>,
+) -> (StatusCode, Value) {
+    let mut request = app
+        .client
+        .post(app.url(&format!("/api/rooms/{room}/join")))
+        .header("x-forwarded-for", client);
+    if let Some(t) = token {
+        request = request.bearer_auth(t);
+    }
+    let response = request.send().await.unwrap();
+    let code = response.status();
+    (code, response.json().await.unwrap())
+}
+
+async fn status_of(app: &TestApp, room: &str, token: &str) -> Value {
+    let response = app
+        .client
+        .get(app.url(&format!("/api/rooms/{room}/status")))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    response.json().await.unwrap()
+}
+
+fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+    k.sort();
+    k
+}
+
+/// A `shadow` rule: its network's joins get tickets and figures that look
+/// like the real line's and move with it, but never a place in it, never
+/// through the gate, and never a change to what the real line sees.
+#[tokio::test]
+async fn a_shadow_network_queues_in_a_line_that_never_admits_and_the_real_line_never_sees_it() {
+    let mut sale = room("sale", 1);
+    sale.rules = serde_json::from_value(json!([
+        {"name": "scrapers", "action": "shadow", "network": ["203.0.113.0/24"]},
+        {"name": "bad-net", "action": "block", "network": ["198.51.100.0/24"]},
+    ]))
+    .unwrap();
+    let app = spawn_app_with(
+        narabu::config::Config {
+            trusted_proxies: vec!["127.0.0.1/32".parse().unwrap()],
+            ..config()
+        },
+        vec![sale],
+    )
+    .await;
+    // Fifteen real visitors (more than a shadow ticket's floor); the
+    // first is let in.
+    let mut real = Vec::new();
+    for i in 1..=15 {
+        let (code, body) = join_from(&app, "sale", &format!("192.0.2.{i}"), None).await;
+        assert_eq!(code, StatusCode::CREATED, "{body}");
+        real.push(body);
+    }
+    app.tick("sale").await;
+    let before: Vec<Value> = {
+        let mut v = Vec::new();
+        for r in &real {
+            v.push(status_of(&app, "sale", r["ticket"].as_str().unwrap()).await);
+        }
+        v
+    };
+    assert_eq!(before[0]["status"], "admitted");
+    assert_eq!(before[2]["position"], 2);
+
+    // Shadow joins: the same answer, to the byte shape.
+    let mut shadows = Vec::new();
+    for i in 1..=4 {
+        let (code, body) = join_from(&app, "sale", &format!("203.0.113.{i}"), None).await;
+        assert_eq!(code, StatusCode::CREATED, "{body}");
+        assert_eq!(keys(&body), keys(&real[2]), "{body}");
+        let (token, real_token) = (
+            body["ticket"].as_str().unwrap(),
+            real[2]["ticket"].as_str().unwrap(),
+        );
+        assert_eq!(token.len(), real_token.len());
+        assert_eq!(body["status"], "waiting");
+        assert!(body["number"].as_u64().unwrap() >= 16, "{body}");
+        // Behind the real line, and never at its head.
+        assert!(body["position"].as_u64().unwrap() >= 3, "{body}");
+        assert!(body["eta_seconds"].is_u64() || body["eta_seconds"].is_null());
+        shadows.push(body);
+    }
+    // Joining again with the ticket: the same one.
+    let first = shadows[0]["ticket"].as_str().unwrap();
+    let (code, again) = join_from(&app, "sale", "203.0.113.1", Some(first)).await;
+    assert_eq!(code, StatusCode::OK, "{again}");
+    assert_eq!(again["number"], shadows[0]["number"]);
+
+    // The real line saw nothing: the same counts and places, and the next
+    // real join gets the number it would have had anyway.
+    let view = app.admin_room("sale").await;
+    assert_eq!(view["waiting"], 14, "{view}");
+    for (r, was) in real.iter().zip(&before) {
+        let now = status_of(&app, "sale", r["ticket"].as_str().unwrap()).await;
+        assert_eq!(
+            (
+                &now["status"],
+                &now["number"],
+                &now["position"],
+                &now["queue_length"]
+            ),
+            (
+                &was["status"],
+                &was["number"],
+                &was["position"],
+                &was["queue_length"]
+            ),
+        );
+    }
+    let (_, last) = join_from(&app, "sale", "192.0.2.16", None).await;
+    assert_eq!(last["number"], 16, "{last}");
+    real.push(last);
+
+    // The status and the receipt of a shadow ticket answer as a real
+    // one's do; the gate never lets it through, from any network.
+    let shadow_status = status_of(&app, "sale", first).await;
+    assert_eq!(keys(&shadow_status), keys(&before[2]));
+    assert_eq!(shadow_status["status"], "waiting");
+    let receipt = app
+        .client
+        .get(app.url("/api/rooms/sale/receipt"))
+        .bearer_auth(first)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(receipt.status(), StatusCode::OK);
+    let gate = app
+        .client
+        .get(app.url("/gate/sale"))
+        .header("cookie", format!("narabu_sale={first}"))
+        .header("x-forwarded-for", "192.0.2.50")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gate.status(), StatusCode::UNAUTHORIZED);
+    // An admitted real ticket shown from the shadow network: not through.
+    let admitted = real[0]["ticket"].as_str().unwrap();
+    let from_shadow = app
+        .client
+        .get(app.url("/gate/sale"))
+        .header("cookie", format!("narabu_sale={admitted}"))
+        .header("x-forwarded-for", "203.0.113.9")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(from_shadow.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        app.gate("sale", Some(admitted)).await.status(),
+        StatusCode::NO_CONTENT
+    );
+
+    // The real line drains to nobody; the shadow tickets move with it,
+    // then wait just short of the head, for ever.
+    let last_number = shadows[3]["number"].as_u64().unwrap();
+    let mut positions = Vec::new();
+    for chunk in real.chunks(4) {
+        for r in chunk {
+            let visitor = narabu_testkit::app::Visitor {
+                token: r["ticket"].as_str().unwrap().to_owned(),
+                number: 0,
+                body: Value::Null,
+            };
+            app.leave("sale", &visitor).await;
+        }
+        app.tick("sale").await;
+        let s = status_of(&app, "sale", shadows[3]["ticket"].as_str().unwrap()).await;
+        assert_eq!(s["status"], "waiting", "{s}");
+        assert_eq!(s["number"].as_u64(), Some(last_number));
+        positions.push(s["position"].as_u64().unwrap());
+    }
+    assert!(positions.iter().all(|&p| p >= 3), "{positions:?}");
+    assert!(
+        positions.windows(2).all(|w| w[1] <= w[0]),
+        "a place never goes up: {positions:?}"
+    );
+    assert!(positions[3] < shadows[3]["position"].as_u64().unwrap());
+    assert_eq!(app.admin_room("sale").await["waiting"], 0);
+
+    // Its event stream: a real-looking position, no admission.
+    let mut events = app
+        .events(
+            "sale",
+            &narabu_testkit::app::Visitor {
+                token: first.to_owned(),
+                number: 0,
+                body: Value::Null,
+            },
+        )
+        .await;
+    let event =
+        narabu_testkit::app::next_event(&mut events, std::time::Duration::from_secs(5)).await;
+    assert_eq!(event.event, "position");
+    let data: Value = serde_json::from_str(&event.data).unwrap();
+    assert_eq!(data["status"], "waiting");
+    assert!(data["position"].as_u64().unwrap() >= 3, "{data}");
+    drop(events);
+
+    // Leaving: as a real ticket leaves.
+    let left = app
+        .client
+        .post(app.url("/api/rooms/sale/leave"))
+        .bearer_auth(first)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(left.status(), StatusCode::NO_CONTENT);
+    assert_eq!(status_of(&app, "sale", first).await["status"], "left");
+
+    // A blocked network cannot join either.
+    let (code, body) = join_from(&app, "sale", "198.51.100.3", None).await;
+    assert_eq!(code, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["error"], "blocked");
+
+    // Counted per rule: five shadow joins and one gate check.
+    let view = app.admin_room("sale").await;
+    assert_eq!(
+        view["rule_matches"][0],
+        json!({"rule": "scrapers", "action": "shadow", "matches": 6}),
+        "{view}"
+    );
+    assert_eq!(view["joins"], 16, "{view}");
+
+    // A shadow rule on a page is refused: a join asks for no page.
+    let (code, body) = send(
+        &app,
+        reqwest::Method::PATCH,
+        "sale",
+        json!({"rules": [{"action": "shadow", "path_prefix": ["/checkout"]}]}),
+    )
+    .await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("rules[0].path_prefix"),
+        "{body}"
+    );
+}
