@@ -403,9 +403,11 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
 }
 
 /// A room's traffic rules, the failing one named with its field
-/// (`rooms[0].rules[2].network[1]`).
+/// (`rooms[0].rules[2].network[1]`); each `network_file` is read, and one
+/// that does not read is named with its line.
 pub fn check_rules(field_prefix: &str, rules: &[crate::rules::Rule]) -> Result<(), ConfigError> {
     crate::rules::validate(rules)
+        .and_then(|()| crate::rules::check_files(rules))
         .map_err(|e| ConfigError::new(join_field(field_prefix, &e.field), e.message))
 }
 

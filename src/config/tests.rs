@@ -232,6 +232,23 @@ fn bad_rules_name_the_room_the_rule_and_the_field() {
     assert!(err(text).starts_with("test.toml: rooms[0].rules[0].path[0]: not a glob"));
     let text = "[[rooms]]\nid = \"a\"\n[[rooms.rules]]\naction = \"allow\"\n";
     assert!(err(text).starts_with("test.toml: rooms[0].rules[0].action: unknown variant"));
+    // A network file that does not read stops the start, naming the rule,
+    // the field, the file and its line.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("scrapers.txt");
+    std::fs::write(&file, "# scrapers\n203.0.113.0/24\n203.0.113.300\n").unwrap();
+    let text = format!(
+        "[[rooms]]\nid = \"a\"\n[[rooms.rules]]\naction = \"queue\"\n[[rooms.rules]]\naction = \"shadow\"\nnetwork_file = {:?}\n",
+        file.to_str().unwrap()
+    );
+    let e = err(&text);
+    assert!(
+        e.starts_with("test.toml: rooms[0].rules[1].network_file: ")
+            && e.contains("scrapers.txt: line 3: "),
+        "{e}"
+    );
+    std::fs::write(&file, "203.0.113.0/24\n").unwrap();
+    assert!(parse(&text).is_ok());
 }
 
 #[test]
