@@ -558,3 +558,99 @@ async fn a_shadow_network_queues_in_a_line_that_never_admits_and_the_real_line_n
         "{body}"
     );
 }
+
+/// A rule's network file: changed, it applies without a restart; broken,
+/// the list read before holds; changed without its size or time moving,
+/// `SIGHUP` reads it again.
+#[tokio::test]
+async fn a_network_file_is_read_again_when_it_changes_and_on_sighup() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("blocked.txt");
+    std::fs::write(&file, "198.51.100.0/24\n").unwrap();
+    let mut sale = room("sale", 1);
+    sale.rules = serde_json::from_value(json!([
+        {"name": "listed", "action": "block", "network_file": file.to_str().unwrap()},
+    ]))
+    .unwrap();
+    let app = spawn_app_with(
+        narabu::config::Config {
+            trusted_proxies: vec!["127.0.0.1/32".parse().unwrap()],
+            ..config()
+        },
+        vec![sale],
+    )
+    .await;
+    let browser = "Mozilla/5.0";
+    let status = |client: &'static str| {
+        let app = &app;
+        async move { check(app, "sale", "/", client, browser).await.status() }
+    };
+    // Waits, within a bound, for `client` to be answered `want`.
+    let until = |client: &'static str, want: StatusCode| async move {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        while status(client).await != want {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{client} never got {want}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    assert_eq!(status("198.51.100.7").await, StatusCode::FORBIDDEN);
+    assert_eq!(status("203.0.113.7").await, StatusCode::UNAUTHORIZED);
+
+    // Changed: taken up within a few seconds.
+    std::fs::write(&file, "203.0.113.0/24\n").unwrap();
+    until("203.0.113.7", StatusCode::FORBIDDEN).await;
+    assert_eq!(status("198.51.100.7").await, StatusCode::UNAUTHORIZED);
+
+    // Broken: the list read before holds (well past two looks at it).
+    let broken = "198.51.100.0/24\nnot a network\n";
+    std::fs::write(&file, broken).unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(status("203.0.113.7").await, StatusCode::FORBIDDEN);
+    assert_eq!(status("198.51.100.7").await, StatusCode::UNAUTHORIZED);
+
+    // Fixed with the broken file's size and time: nothing to notice, until
+    // SIGHUP says to read every file again.
+    let stamp = std::fs::metadata(&file).unwrap().modified().unwrap();
+    let fixed = format!("198.51.100.0/24\n#{}\n", "-".repeat(broken.len() - 18));
+    assert_eq!(fixed.len(), broken.len());
+    std::fs::write(&file, &fixed).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_modified(stamp)
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(status("198.51.100.7").await, StatusCode::UNAUTHORIZED);
+    let hup = std::process::Command::new("kill")
+        .args(["-HUP", &std::process::id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    until("198.51.100.7", StatusCode::FORBIDDEN).await;
+    assert_eq!(status("203.0.113.7").await, StatusCode::UNAUTHORIZED);
+
+    // A file that does not read is refused on a change, naming the rule,
+    // the field, the file and its line.
+    let bad = dir.path().join("bad.txt");
+    std::fs::write(&bad, "# scrapers\n10.0.0.0/33\n").unwrap();
+    let (code, body) = send(
+        &app,
+        reqwest::Method::PATCH,
+        "sale",
+        json!({"rules": [
+            {"action": "queue"},
+            {"action": "shadow", "network_file": bad.to_str().unwrap()},
+        ]}),
+    )
+    .await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("rules[1].network_file") && message.contains("bad.txt: line 2"),
+        "{body}"
+    );
+}
