@@ -525,12 +525,32 @@ async fn rules_through(kind: Kind) {
     app.stop().await;
 }
 
-/// One nginx gate for a site (`config/nginx-site.conf`) in front of three
-/// rooms: the rest of the site, a presale section and a partner host. Each
-/// request is sent to its own room's queue, and a ticket for one room
-/// does not open another's pages.
 #[tokio::test]
 async fn one_nginx_gate_sends_each_request_to_its_rooms_line() {
+    site_gate_through(Kind::NginxSite).await;
+}
+
+#[tokio::test]
+async fn one_caddy_gate_sends_each_request_to_its_rooms_line() {
+    site_gate_through(Kind::CaddySite).await;
+}
+
+#[tokio::test]
+async fn one_haproxy_gate_sends_each_request_to_its_rooms_line() {
+    site_gate_through(Kind::HaproxySite).await;
+}
+
+#[tokio::test]
+async fn one_traefik_gate_sends_each_request_to_its_rooms_line() {
+    site_gate_through(Kind::TraefikSite).await;
+}
+
+/// One gate for a site (`config/nginx-site.conf`, `Caddyfile-site`,
+/// `haproxy-site.cfg`, `traefik-site.yml`) in front of three rooms: the
+/// rest of the site, a presale section and a partner host. Each request
+/// is sent to its own room's queue, and a ticket for one room does not
+/// open another's pages.
+async fn site_gate_through(kind: Kind) {
     let with_routes = |id: &str, capacity: u32, routes: Value| {
         let mut s = room(id, capacity);
         s.routes = serde_json::from_value(routes).unwrap();
@@ -547,12 +567,7 @@ async fn one_nginx_gate_sends_each_request_to_its_rooms_line() {
     ])
     .await;
     let origin = spawn_origin().await;
-    let proxy = Proxy::start(
-        Kind::NginxSite,
-        app.base.trim_start_matches("http://"),
-        &origin,
-    )
-    .await;
+    let proxy = Proxy::start(kind, app.base.trim_start_matches("http://"), &origin).await;
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
