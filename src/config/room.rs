@@ -163,9 +163,9 @@ pub struct RoomTable {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(example = 200)]
     pub notify_ahead: Option<u32>,
-    /// Traffic rules, tried in order on every gate check; the first that
-    /// matches decides (`bypass`, `queue` or `block`). A request no rule
-    /// matches queues.
+    /// Traffic rules, tried in order on every gate check (and on joins);
+    /// the first that matches decides (`bypass`, `queue`, `block` or
+    /// `shadow`). A request no rule matches queues.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<crate::rules::Rule>,
     /// The parts of the site (host, path prefix) whose checks at `GET

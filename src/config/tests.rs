@@ -117,10 +117,14 @@ fn every_commented_example_in_the_example_file_is_valid() {
     assert_eq!(c.rooms.len(), 2);
     assert_eq!(c.rooms[0].admit_per_minute, Some(600));
     let rules = &c.rooms[0].rules;
-    assert_eq!(rules.len(), 2);
+    assert_eq!(rules.len(), 3);
     assert_eq!(
-        (rules[0].action, rules[1].action),
-        (crate::rules::Action::Bypass, crate::rules::Action::Block)
+        (rules[0].action, rules[1].action, rules[2].action),
+        (
+            crate::rules::Action::Bypass,
+            crate::rules::Action::Block,
+            crate::rules::Action::Shadow
+        )
     );
     assert_eq!(rules[1].network.len(), 2);
     assert_eq!(c.rooms[0].opens_at, c.rooms[1].opens_at);
