@@ -291,7 +291,7 @@ pub fn set_cookie(state: &AppState, room: &RoomId, token: String) -> (header::He
         (status = 201, description = "A new ticket; the room cookie is set.", body = JoinBody),
         (status = 200, description = "The ticket this visitor already holds.", body = JoinBody),
         (status = 400, description = "The body is not JSON, or a bad `Idempotency-Key`.", body = ErrorBody),
-        (status = 403, description = "The room wants a solved challenge or an enqueue token; or the ticket cookie came on a request from another site (`cross_site_request`).", body = ErrorBody),
+        (status = 403, description = "The room wants a solved challenge or an enqueue token; or the ticket cookie came on a request from another site (`cross_site_request`); or a `block` traffic rule refuses the client (`blocked`).", body = ErrorBody),
         (status = 404, description = "No such room.", body = ErrorBody),
         (status = 409, description = "The `Idempotency-Key` already made a live ticket this request does not carry (`idempotency_key_used`); no token is given.", body = ErrorBody),
         (status = 410, description = "The room is closed.", body = ErrorBody),
