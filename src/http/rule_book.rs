@@ -202,38 +202,29 @@ impl RuleBook {
             return Some(file.networks.clone());
         }
         let stamp = stamp(path);
-        match crate::rules::read_networks(path) {
+        let read = crate::rules::read_networks(path);
+        let networks: Arc<[IpNet]> = match &read {
             Ok(nets) => {
-                let networks: Arc<[IpNet]> = nets.into();
-                tracing::info!(file = path, networks = networks.len(), "network file read");
-                self.files
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(
-                        path.to_owned(),
-                        NetworkFile {
-                            networks: networks.clone(),
-                            stamp,
-                        },
-                    );
-                Some(networks)
+                tracing::info!(file = path, networks = nets.len(), "network file read");
+                nets.as_slice().into()
             }
+            // Watched all the same: read once it changes.
             Err(e) => {
                 tracing::error!(error = %e, "a rule's network file does not read; its rule matches no client by it");
-                // Watched all the same: read once it changes.
-                self.files
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(
-                        path.to_owned(),
-                        NetworkFile {
-                            networks: Arc::new([]),
-                            stamp,
-                        },
-                    );
-                None
+                Arc::new([])
             }
-        }
+        };
+        self.files
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                path.to_owned(),
+                NetworkFile {
+                    networks: networks.clone(),
+                    stamp,
+                },
+            );
+        read.is_ok().then_some(networks)
     }
 
     /// Reads again the network files that changed (`every`: all of them),

@@ -666,11 +666,7 @@ async fn shadow_through(kind: Kind) {
         {"name": "scrapers", "action": "shadow", "network_file": file.to_str().unwrap()},
     ]))
     .unwrap();
-    let config = narabu::config::Config {
-        trusted_proxies: vec!["127.0.0.1/32".parse().unwrap()],
-        ..narabu_testkit::app::config()
-    };
-    let app = narabu_testkit::app::spawn_app_with(config, vec![sale]).await;
+    let app = super::rules::behind_local_proxy(vec![sale]).await;
     let origin = spawn_origin().await;
     let proxy = Proxy::start(kind, app.base.trim_start_matches("http://"), &origin).await;
     let client = reqwest::Client::builder()

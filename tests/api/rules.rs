@@ -26,6 +26,19 @@ async fn send(
     (status, response.json().await.unwrap())
 }
 
+/// The server behind a proxy on 127.0.0.1, which it trusts to name the
+/// client (`X-Forwarded-For`).
+pub async fn behind_local_proxy(rooms: Vec<narabu::engine::RoomSettings>) -> TestApp {
+    spawn_app_with(
+        narabu::config::Config {
+            trusted_proxies: vec!["127.0.0.1/32".parse().unwrap()],
+            ..config()
+        },
+        rooms,
+    )
+    .await
+}
+
 /// A gate check as nginx sends it: the original URI and method, the
 /// visitor's user agent, and the address chain it was given.
 async fn check(
@@ -48,14 +61,7 @@ async fn check(
 
 #[tokio::test]
 async fn rules_set_live_let_through_block_and_queue_and_are_counted() {
-    let app = spawn_app_with(
-        narabu::config::Config {
-            trusted_proxies: vec!["127.0.0.1/32".parse().unwrap()],
-            ..config()
-        },
-        vec![room("sale", 1)],
-    )
-    .await;
+    let app = behind_local_proxy(vec![room("sale", 1)]).await;
     let browser = "Mozilla/5.0";
     // No rules: the line.
     assert_eq!(
@@ -356,14 +362,7 @@ async fn a_shadow_network_queues_in_a_line_that_never_admits_and_the_real_line_n
         {"name": "bad-net", "action": "block", "network": ["198.51.100.0/24"]},
     ]))
     .unwrap();
-    let app = spawn_app_with(
-        narabu::config::Config {
-            trusted_proxies: vec!["127.0.0.1/32".parse().unwrap()],
-            ..config()
-        },
-        vec![sale],
-    )
-    .await;
+    let app = behind_local_proxy(vec![sale]).await;
     // Fifteen real visitors (more than a shadow ticket's floor); the
     // first is let in.
     let mut real = Vec::new();
@@ -572,14 +571,7 @@ async fn a_network_file_is_read_again_when_it_changes_and_on_sighup() {
         {"name": "listed", "action": "block", "network_file": file.to_str().unwrap()},
     ]))
     .unwrap();
-    let app = spawn_app_with(
-        narabu::config::Config {
-            trusted_proxies: vec!["127.0.0.1/32".parse().unwrap()],
-            ..config()
-        },
-        vec![sale],
-    )
-    .await;
+    let app = behind_local_proxy(vec![sale]).await;
     let browser = "Mozilla/5.0";
     let status = |client: &'static str| {
         let app = &app;
