@@ -8,7 +8,9 @@
 //! A shadow ticket is told apart by the server alone: its token is signed
 //! under a MAC context of its own (`token::Line::Shadow`), over the same
 //! payload as a real one. Its ticket id is the next queue index of the
-//! real line when it joined (what a real join would have got), and its
+//! real line when it joined (what a real join would have got; past the
+//! shadow tickets placed there before, so many shadow joins in a row are
+//! numbered as many real ones would be), and its
 //! figures are counted from the room's feed as a real ticket's at that
 //! index would be, except that the count ahead never falls below a floor
 //! drawn from a per-ticket seed only the server can compute: the visitor
@@ -85,11 +87,26 @@ struct Placed {
 #[derive(Debug, Default)]
 pub struct ShadowBook {
     rooms: Mutex<HashMap<RoomId, BTreeMap<ShadowKey, Placed>>>,
+    /// Per room, the last place handed out, in its incarnation.
+    last: Mutex<HashMap<RoomId, ShadowKey>>,
 }
 
 type ShadowKey = (u64, u64);
 
 impl ShadowBook {
+    /// The place of a new shadow ticket: the real line's tail (`next`, its
+    /// next queue index), or past the shadow tickets already placed there,
+    /// as many joins in a row would have been numbered in the real line.
+    fn place(&self, room: &RoomId, epoch: u64, next: u64) -> ShadowTicket {
+        let mut last = lock(&self.last);
+        let id = match last.get(room) {
+            Some(&(e, id)) if e == epoch && id >= next => id + 1,
+            _ => next,
+        };
+        last.insert(room.clone(), (epoch, id));
+        ShadowTicket { epoch, id }
+    }
+
     fn note(&self, room: &RoomId, ticket: ShadowTicket, placed: Placed) {
         let mut rooms = lock(&self.rooms);
         let joins = rooms.entry(room.clone()).or_default();
@@ -297,10 +314,10 @@ pub async fn join(
     let (ticket, is_new) = match held.filter(|t| t.epoch == snapshot.epoch) {
         Some(t) => (t, false),
         None => (
-            ShadowTicket {
-                epoch: snapshot.epoch,
-                id: snapshot.stats.joins,
-            },
+            state
+                .rules
+                .shadow
+                .place(room, snapshot.epoch, snapshot.stats.joins),
             true,
         ),
     };

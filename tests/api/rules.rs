@@ -400,6 +400,18 @@ async fn a_shadow_network_queues_in_a_line_that_never_admits_and_the_real_line_n
         assert!(body["eta_seconds"].is_u64() || body["eta_seconds"].is_null());
         shadows.push(body);
     }
+    // Joins in a row are numbered, and placed, one behind the other, as
+    // in the real line.
+    let numbers: Vec<u64> = shadows
+        .iter()
+        .map(|s| s["number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, [16, 17, 18, 19]);
+    let places: Vec<u64> = shadows
+        .iter()
+        .map(|s| s["position"].as_u64().unwrap())
+        .collect();
+    assert!(places.windows(2).all(|w| w[1] == w[0] + 1), "{places:?}");
     // Joining again with the ticket: the same one.
     let first = shadows[0]["ticket"].as_str().unwrap();
     let (code, again) = join_from(&app, "sale", "203.0.113.1", Some(first)).await;
@@ -429,6 +441,8 @@ async fn a_shadow_network_queues_in_a_line_that_never_admits_and_the_real_line_n
     }
     let (_, last) = join_from(&app, "sale", "192.0.2.16", None).await;
     assert_eq!(last["number"], 16, "{last}");
+    // (The shadow line's numbers overlap the real line's: only someone
+    // holding tickets of both could see it.)
     real.push(last);
 
     // The status and the receipt of a shadow ticket answer as a real
