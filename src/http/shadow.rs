@@ -351,3 +351,49 @@ pub async fn join(
     let status = status(state, room, ticket).await?;
     Ok((ticket, token, status, is_new))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shadow_joins_are_placed_behind_each_other_and_the_real_line() {
+        let book = ShadowBook::default();
+        let room = RoomId::new("sale").unwrap();
+        let ids = |epoch, next| book.place(&room, epoch, next).id;
+        // Three in a row at a tail of 10: 10, 11, 12.
+        assert_eq!([ids(1, 10), ids(1, 10), ids(1, 10)], [10, 11, 12]);
+        // The real line moved past them: its tail again.
+        assert_eq!(ids(1, 20), 20);
+        assert_eq!(ids(1, 15), 21);
+        // A new incarnation of the room counts afresh.
+        assert_eq!(ids(2, 3), 3);
+        // Another room has its own.
+        assert_eq!(book.place(&RoomId::new("b").unwrap(), 2, 0).id, 0);
+    }
+
+    #[test]
+    fn the_book_forgets_its_oldest_joins_first() {
+        let book = ShadowBook::default();
+        let room = RoomId::new("sale").unwrap();
+        let placed = Placed {
+            initial_ahead: 5,
+            joined_at: 1,
+            left: false,
+        };
+        for id in 0..(KEPT as u64 + 10) {
+            book.note(&room, ShadowTicket { epoch: 1, id }, placed);
+        }
+        assert!(
+            book.placed(&room, ShadowTicket { epoch: 1, id: 9 })
+                .is_none()
+        );
+        assert!(
+            book.placed(&room, ShadowTicket { epoch: 1, id: 10 })
+                .is_some()
+        );
+        let t = ShadowTicket { epoch: 1, id: 500 };
+        book.leave(&room, t, 2);
+        assert!(book.placed(&room, t).unwrap().left);
+    }
+}
