@@ -159,7 +159,7 @@ fn floor(state: &AppState, room: &RoomId, ticket: ShadowTicket) -> u64 {
 
 /// The room's feed as one shadow ticket sees it: the real line's, with
 /// the ticket's own count ahead kept at or above its floor (and the
-/// line's length at least as long as that).
+/// line at least as long as the place shown).
 struct ShadowFeed {
     real: Arc<dyn RoomFeed>,
     lane: u8,
@@ -175,7 +175,9 @@ impl RoomFeed for ShadowFeed {
 
     fn room_facts(&self) -> RoomFacts {
         let mut facts = self.real.room_facts();
-        facts.waiting = facts.waiting.max(self.floor + 1);
+        // A line is at least as long as the place in it shown.
+        let ahead = self.ahead(self.lane, self.qi).unwrap_or(self.floor);
+        facts.waiting = facts.waiting.max(ahead + 1);
         facts
     }
 

@@ -398,6 +398,10 @@ async fn a_shadow_network_queues_in_a_line_that_never_admits_and_the_real_line_n
         // Behind the real line, and never at its head.
         assert!(body["position"].as_u64().unwrap() >= 3, "{body}");
         assert!(body["eta_seconds"].is_u64() || body["eta_seconds"].is_null());
+        assert!(
+            body["queue_length"].as_u64() >= body["position"].as_u64(),
+            "{body}"
+        );
         shadows.push(body);
     }
     // Joins in a row are numbered, and placed, one behind the other, as
@@ -500,6 +504,7 @@ async fn a_shadow_network_queues_in_a_line_that_never_admits_and_the_real_line_n
         let s = status_of(&app, "sale", shadows[3]["ticket"].as_str().unwrap()).await;
         assert_eq!(s["status"], "waiting", "{s}");
         assert_eq!(s["number"].as_u64(), Some(last_number));
+        assert!(s["queue_length"].as_u64() >= s["position"].as_u64(), "{s}");
         positions.push(s["position"].as_u64().unwrap());
     }
     assert!(positions.iter().all(|&p| p >= 3), "{positions:?}");
