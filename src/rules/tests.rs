@@ -329,7 +329,8 @@ fn a_network_file_reads_one_network_a_line_and_names_a_bad_line() {
     );
     let e = parse_networks("203.0.113.0/24\n\n10.0.0.0/33\n").unwrap_err();
     assert_eq!(e.line, 3);
-    assert!(e.message.contains("10.0.0.0/33"), "{e:?}");
+    // What the line says is not repeated (the file may be a key).
+    assert!(!e.message.contains("10.0.0.0"), "{e:?}");
 
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.txt");
