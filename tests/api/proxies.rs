@@ -714,7 +714,7 @@ async fn shadow_through(kind: Kind) {
     let before = statuses().await;
 
     // Loopback into the file: the rule takes it up without a restart.
-    std::fs::write(&file, "# every visitor through the proxy\n127.0.0.0/8\n").unwrap();
+    super::rules::replace_file(&file, "# every visitor through the proxy\n127.0.0.0/8\n");
     let mut shadowed = Browser {
         client: &client,
         base: &proxy.base,

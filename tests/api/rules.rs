@@ -577,6 +577,14 @@ async fn a_shadow_network_queues_in_a_line_that_never_admits_and_the_real_line_n
     );
 }
 
+/// Puts `text` in `file` at once, as an operator should (written aside,
+/// renamed into place): a reader never sees it half written.
+pub fn replace_file(file: &std::path::Path, text: &str) {
+    let aside = file.with_extension("new");
+    std::fs::write(&aside, text).unwrap();
+    std::fs::rename(&aside, file).unwrap();
+}
+
 /// A rule's network file: changed, it applies without a restart; broken,
 /// the list read before holds; changed without its size or time moving,
 /// `SIGHUP` reads it again.
@@ -611,13 +619,13 @@ async fn a_network_file_is_read_again_when_it_changes_and_on_sighup() {
     assert_eq!(status("203.0.113.7").await, StatusCode::UNAUTHORIZED);
 
     // Changed: taken up within a few seconds.
-    std::fs::write(&file, "203.0.113.0/24\n").unwrap();
+    replace_file(&file, "203.0.113.0/24\n");
     until("203.0.113.7", StatusCode::FORBIDDEN).await;
     assert_eq!(status("198.51.100.7").await, StatusCode::UNAUTHORIZED);
 
     // Broken: the list read before holds (well past two looks at it).
     let broken = "198.51.100.0/24\nnot a network\n";
-    std::fs::write(&file, broken).unwrap();
+    replace_file(&file, broken);
     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     assert_eq!(status("203.0.113.7").await, StatusCode::FORBIDDEN);
     assert_eq!(status("198.51.100.7").await, StatusCode::UNAUTHORIZED);
@@ -627,13 +635,16 @@ async fn a_network_file_is_read_again_when_it_changes_and_on_sighup() {
     let stamp = std::fs::metadata(&file).unwrap().modified().unwrap();
     let fixed = format!("198.51.100.0/24\n#{}\n", "-".repeat(broken.len() - 18));
     assert_eq!(fixed.len(), broken.len());
-    std::fs::write(&file, &fixed).unwrap();
+    // Written aside and renamed into place: never seen with another time.
+    let aside = dir.path().join("aside.txt");
+    std::fs::write(&aside, &fixed).unwrap();
     std::fs::File::options()
         .write(true)
-        .open(&file)
+        .open(&aside)
         .unwrap()
         .set_modified(stamp)
         .unwrap();
+    std::fs::rename(&aside, &file).unwrap();
     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     assert_eq!(status("198.51.100.7").await, StatusCode::UNAUTHORIZED);
     let hup = std::process::Command::new("kill")
