@@ -151,9 +151,10 @@ impl RuleBook {
                 _ => {}
             }
         }
-        let compiled = self.compile(&s.id, &s.rules);
+        // Compiled under the lock, as the watcher compiles: a file read
+        // again meanwhile cannot leave this room with the list before.
         let mut rooms = self.rooms.write().unwrap_or_else(|e| e.into_inner());
-        match compiled {
+        match self.compile(&s.id, &s.rules) {
             Some(rules) => rooms.insert(s.id.clone(), rules),
             None => rooms.remove(&s.id),
         };
@@ -230,6 +231,24 @@ impl RuleBook {
     /// Reads again the network files that changed (`every`: all of them),
     /// and compiles anew the rooms whose rules name one that read well.
     pub fn reload_files(&self, every: bool) {
+        {
+            // A file no room's rules name any more is let go. Under the
+            // rooms' lock, which a room's rules are compiled under (their
+            // files read): none is between its file read and its place.
+            let rooms = self.rooms.read().unwrap_or_else(|e| e.into_inner());
+            let named: std::collections::HashSet<&str> = rooms
+                .values()
+                .flat_map(|r| {
+                    r.source
+                        .iter()
+                        .filter_map(|rule| rule.network_file.as_deref())
+                })
+                .collect();
+            self.files
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|path, _| named.contains(path.as_str()));
+        }
         let known: Vec<(String, Option<Stamp>)> = self
             .files
             .read()
