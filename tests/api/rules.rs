@@ -462,25 +462,19 @@ async fn a_shadow_network_queues_in_a_line_that_never_admits_and_the_real_line_n
         .await
         .unwrap();
     assert_eq!(receipt.status(), StatusCode::OK);
-    let gate = app
-        .client
-        .get(app.url("/gate/sale"))
-        .header("cookie", format!("narabu_sale={first}"))
-        .header("x-forwarded-for", "192.0.2.50")
-        .send()
-        .await
-        .unwrap();
+    // A gate check with the ticket's cookie, from `client`.
+    let gate_from = |token: &str, client: &str| {
+        app.client
+            .get(app.url("/gate/sale"))
+            .header("cookie", format!("narabu_sale={token}"))
+            .header("x-forwarded-for", client)
+            .send()
+    };
+    let gate = gate_from(first, "192.0.2.50").await.unwrap();
     assert_eq!(gate.status(), StatusCode::UNAUTHORIZED);
     // An admitted real ticket shown from the shadow network: not through.
     let admitted = real[0]["ticket"].as_str().unwrap();
-    let from_shadow = app
-        .client
-        .get(app.url("/gate/sale"))
-        .header("cookie", format!("narabu_sale={admitted}"))
-        .header("x-forwarded-for", "203.0.113.9")
-        .send()
-        .await
-        .unwrap();
+    let from_shadow = gate_from(admitted, "203.0.113.9").await.unwrap();
     assert_eq!(from_shadow.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(
         app.gate("sale", Some(admitted)).await.status(),
