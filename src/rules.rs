@@ -1,7 +1,9 @@
 //! A room's traffic rules: which requests the gate lets through without a
 //! ticket (`bypass`: health checks, static assets, a partner's API),
-//! refuses outright (`block`: a known-bad network) or sends to the line
-//! (`queue`, what happens to every request no rule matches).
+//! refuses outright (`block`: a known-bad network), sends to the line
+//! (`queue`, what happens to every request no rule matches) or to a line
+//! that never admits anyone without telling it so (`shadow`: a network
+//! that should not learn it was caught, as `http::shadow` serves it).
 //!
 //! A [`Rule`] is what an operator writes, in a `[[rooms.rules]]` table or
 //! in the admin API's room body; the engine keeps a room's rules with its
@@ -16,6 +18,7 @@
 //! and the first that matches decides.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use axum::http::{HeaderMap, HeaderName, header};
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
@@ -46,6 +49,11 @@ pub enum Action {
     Queue,
     /// `403`, whoever asks.
     Block,
+    /// A real-looking ticket in a line that never admits anyone: the gate
+    /// never lets the request through, and its joins never take a place
+    /// in the real line. Judged at the join too, so only on what a join
+    /// carries (no path or method).
+    Shadow,
 }
 
 impl Action {
@@ -54,6 +62,7 @@ impl Action {
             Self::Bypass => "bypass",
             Self::Queue => "queue",
             Self::Block => "block",
+            Self::Shadow => "shadow",
         }
     }
 }
@@ -102,6 +111,13 @@ pub struct Rule {
     #[serde(default)]
     #[schema(value_type = Vec<String>, example = json!(["203.0.113.0/24"]))]
     pub network: Vec<IpNet>,
+    /// A file of more client networks, one a line (`#` starts a comment),
+    /// read on each instance from its own disk: re-read when it changes
+    /// (within a few seconds, or at once on `SIGHUP`), without a restart.
+    /// A file that no longer reads keeps the list read before.
+    #[serde(default)]
+    #[schema(example = "/etc/narabu/scrapers.txt")]
+    pub network_file: Option<String>,
     /// Headers the request carries (any value, or the one given).
     #[serde(default)]
     pub header: Vec<Named>,
@@ -127,6 +143,7 @@ impl Rule {
             method: Vec::new(),
             host: Vec::new(),
             network: Vec::new(),
+            network_file: None,
             header: Vec::new(),
             cookie: Vec::new(),
             user_agent: Vec::new(),
@@ -198,6 +215,21 @@ pub fn validate(rules: &[Rule]) -> Result<(), RuleError> {
                 ));
             }
         }
+        if rule.action == Action::Shadow {
+            for (key, len) in [
+                ("path_prefix", rule.path_prefix.len()),
+                ("path", rule.path.len()),
+                ("method", rule.method.len()),
+            ] {
+                if len > 0 {
+                    return Err(error(
+                        at(key),
+                        "a shadow rule is judged at the join too, which asks for no page of \
+                         the site: match on network, host, header, cookie or user_agent",
+                    ));
+                }
+            }
+        }
         for (j, p) in rule.path_prefix.iter().enumerate() {
             check_path(each("path_prefix", j), p)?;
         }
@@ -212,6 +244,11 @@ pub fn validate(rules: &[Rule]) -> Result<(), RuleError> {
                     "a method in capitals, as sent (GET, POST)",
                 ));
             }
+        }
+        if let Some(path) = &rule.network_file
+            && (path.is_empty() || path.len() > 4096 || path.contains('\0'))
+        {
+            return Err(error(at("network_file"), "a file's path"));
         }
         for (j, h) in rule.host.iter().enumerate() {
             if !is_host_pattern(h) {
@@ -252,6 +289,99 @@ pub fn validate(rules: &[Rule]) -> Result<(), RuleError> {
         }
     }
     Ok(())
+}
+
+/// Checks that every rule's `network_file` reads as a list of networks,
+/// naming the rule and the file's line that does not. Reads the files:
+/// for the configuration at start and for an operator's change.
+pub fn check_files(rules: &[Rule]) -> Result<(), RuleError> {
+    for (i, rule) in rules.iter().enumerate() {
+        if let Some(path) = &rule.network_file {
+            read_networks(path).map_err(|e| error(format!("rules[{i}].network_file"), e))?;
+        }
+    }
+    Ok(())
+}
+
+/// The most networks a file may list.
+pub const MAX_FILE_NETWORKS: usize = 1_000_000;
+
+/// A list of networks that does not read: the line (from 1), and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListError {
+    pub line: usize,
+    pub message: String,
+}
+
+/// Networks one a line (`203.0.113.0/24`, `2001:db8::/32`, or an address
+/// alone); blank lines and everything from a `#` are ignored.
+pub fn parse_networks(text: &str) -> Result<Vec<IpNet>, ListError> {
+    let mut nets = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let entry = line.split('#').next().unwrap_or_default().trim();
+        if entry.is_empty() {
+            continue;
+        }
+        let net = entry
+            .parse::<IpNet>()
+            .or_else(|_| entry.parse::<IpAddr>().map(IpNet::from))
+            // The line itself is not repeated: the path may name a file
+            // that was never meant to be a list (a key), and the message
+            // goes to the log and to whoever changed the rule.
+            .map_err(|_| ListError {
+                line: i + 1,
+                message: "not a network (203.0.113.0/24, 2001:db8::/32) or an address".into(),
+            })?;
+        if nets.len() == MAX_FILE_NETWORKS {
+            return Err(ListError {
+                line: i + 1,
+                message: format!("more than {MAX_FILE_NETWORKS} networks"),
+            });
+        }
+        nets.push(net);
+    }
+    Ok(nets)
+}
+
+/// A file of networks ([`parse_networks`]), or what is wrong with it,
+/// naming the file (and the line).
+pub fn read_networks(path: &str) -> Result<Vec<IpNet>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    parse_networks(&text).map_err(|e| format!("{path}: line {}: {}", e.line, e.message))
+}
+
+/// Networks to test an address against: merged where they overlap or
+/// touch, and sorted, so a lookup is a binary search however long the
+/// list (a file may hold many).
+#[derive(Clone, Debug, Default)]
+pub struct Networks(Vec<IpNet>);
+
+impl Networks {
+    pub fn new(nets: &[IpNet]) -> Self {
+        let mut merged = IpNet::aggregate(&nets.to_vec());
+        // Disjoint once merged: by first address, every v4 before every v6.
+        merged.sort_by_key(IpNet::network);
+        Self(merged)
+    }
+
+    /// An IPv4 client reached over IPv6 (`::ffff:203.0.113.5`) is in the
+    /// IPv4 networks it belongs to.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        let after = self.0.partition_point(|n| n.network() <= ip);
+        after > 0 && self.0[after - 1].contains(&ip)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// `shop.example.com`, or `*.` and a domain: lower case, no port.
@@ -332,6 +462,24 @@ impl<'a> RequestView<'a> {
     }
 }
 
+impl<'a> RequestView<'a> {
+    /// A join as the rules see it: no page of the site (no path, no
+    /// method), the host it was sent to, the client as `trusted_proxies`
+    /// and `client_ip_header` determine it.
+    pub fn of_join(headers: &'a HeaderMap, client: IpAddr) -> Self {
+        Self {
+            path: None,
+            method: None,
+            host: headers
+                .get(header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .map(without_port),
+            client: Some(client),
+            headers,
+        }
+    }
+}
+
 /// `example.com:8000` → `example.com`; `[::1]:80` → `::1`.
 pub fn without_port(host: &str) -> &str {
     if let Some(rest) = host.strip_prefix('[') {
@@ -351,7 +499,8 @@ struct Compiled {
     path: Option<GlobSet>,
     method: Vec<Box<str>>,
     host: Vec<Box<str>>,
-    network: Vec<IpNet>,
+    /// `None`: the rule asks nothing of the client.
+    network: Option<Networks>,
     header: Vec<(HeaderName, Option<Box<str>>)>,
     cookie: Vec<(Box<str>, Option<Box<str>>)>,
     user_agent: Vec<Box<[u8]>>,
@@ -366,7 +515,19 @@ pub struct RuleSet {
 
 impl RuleSet {
     /// Compiles rules [`validate`] accepted; `None` for any it would not.
+    /// A rule's `network_file` adds nothing here: see
+    /// [`Self::compile_with`].
     pub fn compile(rules: &[Rule]) -> Option<Self> {
+        Self::compile_with(rules, |_| None)
+    }
+
+    /// Compiles rules, with the networks of each `network_file` as
+    /// `files` has them (`None`: none, so the rule's file adds no
+    /// network).
+    pub fn compile_with(
+        rules: &[Rule],
+        files: impl Fn(&str) -> Option<Arc<[IpNet]>>,
+    ) -> Option<Self> {
         validate(rules).ok()?;
         let mut set = Self::default();
         for r in rules {
@@ -379,14 +540,23 @@ impl RuleSet {
                 }
                 Some(b.build().ok()?)
             };
-            set.needs_client |= !r.network.is_empty();
+            let network = if r.network.is_empty() && r.network_file.is_none() {
+                None
+            } else {
+                let mut nets = r.network.clone();
+                if let Some(listed) = r.network_file.as_deref().and_then(&files) {
+                    nets.extend_from_slice(&listed);
+                }
+                Some(Networks::new(&nets))
+            };
+            set.needs_client |= network.is_some();
             set.rules.push(Compiled {
                 action: r.action,
                 path_prefix: r.path_prefix.iter().map(|s| s.as_str().into()).collect(),
                 path,
                 method: r.method.iter().map(|s| s.as_str().into()).collect(),
                 host: r.host.iter().map(|s| s.as_str().into()).collect(),
-                network: r.network.clone(),
+                network,
                 header: r
                     .header
                     .iter()
@@ -459,10 +629,8 @@ impl Compiled {
         {
             return false;
         }
-        if !self.network.is_empty()
-            && !q
-                .client
-                .is_some_and(|ip| any(&self.network, |n| contains(n, ip)))
+        if let Some(networks) = &self.network
+            && !q.client.is_some_and(|ip| networks.contains(ip))
         {
             return false;
         }
@@ -505,16 +673,6 @@ pub fn host_matches(pattern: &str, host: &str) -> bool {
         }
         None => host.eq_ignore_ascii_case(pattern),
     }
-}
-
-/// An IPv4 client reached over IPv6 (`::ffff:203.0.113.5`) is in the IPv4
-/// networks it belongs to.
-fn contains(net: &IpNet, ip: IpAddr) -> bool {
-    let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    };
-    net.contains(&ip)
 }
 
 /// A cookie's value, from any `Cookie` header.

@@ -134,6 +134,7 @@ pub async fn serve(
     // keep them current from here on.
     let rules = Arc::new(RuleBook::new(metrics.clone()));
     let routes = Arc::new(RouteBook::default());
+    crate::http::rule_book::watch_files(rules.clone(), stop.clone());
     match backend.list_rooms().await {
         Ok(rooms) => {
             rooms.iter().for_each(|s| rules.observe(&s.settings));

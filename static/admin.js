@@ -343,6 +343,7 @@
     ["access", "Access"],
     ["stock", "Stock left"],
     ["lanes", "Lanes: waiting / admitted"],
+    ["rules", "Traffic rules: matches"],
     ["push", "Push: subscribed · sent / failed / gone / dropped"]
   ];
 
@@ -513,6 +514,12 @@
       return l.name + " (" + l.weight + "): " + fmtNum(l.waiting) + " / " + fmtNum(l.admitted);
     });
     set("lanes", lanes.length ? lanes.join(" · ") : "one line");
+    // The same counters as /metrics' narabu_rule_matches_total, on this
+    // instance.
+    var matched = (b.rule_matches || []).map(function (m) {
+      return m.rule + " (" + m.action + "): " + fmtNum(m.matches);
+    });
+    set("rules", matched.length ? matched.join(" · ") : "none");
     var modeSelect = $("mode-" + r.id);
     show(modeSelect, b.mode);
     modeSelect.disabled = b.state === "closed";

@@ -24,11 +24,17 @@ async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
     sale.tick = std::time::Duration::from_millis(200);
     sale.join_limit_per_minute = 0;
     // A second room with priority lanes, to show them.
-    let later = with_lanes(
+    let mut later = with_lanes(
         room("later", 10),
         &[("members", 1), ("general", 3)],
         "general",
     );
+    // And traffic rules, to show their counts.
+    later.rules = serde_json::from_value(serde_json::json!([
+        {"name": "health", "action": "bypass", "path_prefix": ["/healthz"]},
+        {"action": "block", "user_agent": ["BadBot"]},
+    ]))
+    .unwrap();
     let backend = EmbeddedBackend::new(vec![sale, later], Arc::new(SystemClock));
     let app = spawn_with(config(), backend.clone()).await;
     // Some line to draw: visitors join over a few seconds.
@@ -73,6 +79,44 @@ async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
             "var l = document.getElementById('fig-lanes-later').textContent; \
              return /^members \\(1\\): \\d+ \\/ \\d+ · general \\(3\\): \\d+ \\/ \\d+$/.test(l) && \
              document.getElementById('fig-lanes-sale').textContent === 'one line'",
+        )
+        .await;
+    // Each rule's matches, as /metrics counts them.
+    for (path, agent) in [
+        ("/healthz", "Mozilla/5.0"),
+        ("/healthz/db", "x"),
+        ("/", "BadBot/1"),
+    ] {
+        let checked = app
+            .client
+            .get(app.url("/gate/later"))
+            .header("x-original-uri", path)
+            .header("user-agent", agent)
+            .send()
+            .await
+            .unwrap();
+        assert!(checked.status().is_success() || checked.status() == 403);
+    }
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .contains(r#"narabu_rule_matches_total{room="later",rule="health",action="bypass"} 2"#),
+        "{metrics}"
+    );
+    driver
+        .wait_until(
+            "the rules figure shows each rule's matches, and none elsewhere",
+            "return document.getElementById('fig-rules-later').textContent === \
+             'health (bypass): 2 · 1 (block): 1' && \
+             document.getElementById('fig-rules-sale').textContent === 'none'",
         )
         .await;
     assert_eq!(stored[0], ADMIN_TOKEN);

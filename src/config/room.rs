@@ -163,9 +163,9 @@ pub struct RoomTable {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(example = 200)]
     pub notify_ahead: Option<u32>,
-    /// Traffic rules, tried in order on every gate check; the first that
-    /// matches decides (`bypass`, `queue` or `block`). A request no rule
-    /// matches queues.
+    /// Traffic rules, tried in order on every gate check (and on joins);
+    /// the first that matches decides (`bypass`, `queue`, `block` or
+    /// `shadow`). A request no rule matches queues.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<crate::rules::Rule>,
     /// The parts of the site (host, path prefix) whose checks at `GET
@@ -403,9 +403,11 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
 }
 
 /// A room's traffic rules, the failing one named with its field
-/// (`rooms[0].rules[2].network[1]`).
+/// (`rooms[0].rules[2].network[1]`); each `network_file` is read, and one
+/// that does not read is named with its line.
 pub fn check_rules(field_prefix: &str, rules: &[crate::rules::Rule]) -> Result<(), ConfigError> {
     crate::rules::validate(rules)
+        .and_then(|()| crate::rules::check_files(rules))
         .map_err(|e| ConfigError::new(join_field(field_prefix, &e.field), e.message))
 }
 

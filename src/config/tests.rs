@@ -117,10 +117,14 @@ fn every_commented_example_in_the_example_file_is_valid() {
     assert_eq!(c.rooms.len(), 2);
     assert_eq!(c.rooms[0].admit_per_minute, Some(600));
     let rules = &c.rooms[0].rules;
-    assert_eq!(rules.len(), 2);
+    assert_eq!(rules.len(), 3);
     assert_eq!(
-        (rules[0].action, rules[1].action),
-        (crate::rules::Action::Bypass, crate::rules::Action::Block)
+        (rules[0].action, rules[1].action, rules[2].action),
+        (
+            crate::rules::Action::Bypass,
+            crate::rules::Action::Block,
+            crate::rules::Action::Shadow
+        )
     );
     assert_eq!(rules[1].network.len(), 2);
     assert_eq!(c.rooms[0].opens_at, c.rooms[1].opens_at);
@@ -232,6 +236,23 @@ fn bad_rules_name_the_room_the_rule_and_the_field() {
     assert!(err(text).starts_with("test.toml: rooms[0].rules[0].path[0]: not a glob"));
     let text = "[[rooms]]\nid = \"a\"\n[[rooms.rules]]\naction = \"allow\"\n";
     assert!(err(text).starts_with("test.toml: rooms[0].rules[0].action: unknown variant"));
+    // A network file that does not read stops the start, naming the rule,
+    // the field, the file and its line.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("scrapers.txt");
+    std::fs::write(&file, "# scrapers\n203.0.113.0/24\n203.0.113.300\n").unwrap();
+    let text = format!(
+        "[[rooms]]\nid = \"a\"\n[[rooms.rules]]\naction = \"queue\"\n[[rooms.rules]]\naction = \"shadow\"\nnetwork_file = {:?}\n",
+        file.to_str().unwrap()
+    );
+    let e = err(&text);
+    assert!(
+        e.starts_with("test.toml: rooms[0].rules[1].network_file: ")
+            && e.contains("scrapers.txt: line 3: "),
+        "{e}"
+    );
+    std::fs::write(&file, "203.0.113.0/24\n").unwrap();
+    assert!(parse(&text).is_ok());
 }
 
 #[test]

@@ -20,12 +20,14 @@ use super::origin::Provenance;
 use super::passes;
 use super::receipts;
 use super::return_path::validate_return_path;
+use super::shadow;
 use super::state::AppState;
 use super::ticket::{self, VisitorTicket};
 use crate::access::PowError;
 use crate::backend::{BackendError, JoinRequest, TicketRef};
 use crate::engine::rules::{Mode, STOCK_MAX, StockTaken};
 use crate::engine::{Binding, Departure, Identity, RoomId, StatusBody, TicketStatus};
+use crate::rules::{Action, RequestView};
 
 /// A join's answer: the ticket's token and its status (the same body as
 /// `status`, with `ticket` first).
@@ -153,6 +155,36 @@ pub async fn join_room(
         .access
         .policy(state.backend.as_ref(), room, state.clock.now_ms())
         .await?;
+    // The room's traffic rules judge the join too, on what it carries (the
+    // client, the host, headers and cookies): a blocked network cannot
+    // queue, and a shadowed one is answered from the shadow line, which
+    // the backend never hears of.
+    let verdict = state
+        .rules
+        .for_room(room)
+        .and_then(|rules| rules.judge(&RequestView::of_join(headers, client.0)));
+    match verdict {
+        Some(Action::Block) => return Err(super::gate::blocked()),
+        Some(Action::Shadow) => {
+            let held = held.and_then(|v| v.shadow);
+            if held.is_none()
+                && let Err(refusal) = access::clear(state, room, &policy, proof)
+            {
+                return Err(access::refuse(state, room, &policy, refusal));
+            }
+            let (ticket, token, status, is_new) = shadow::join(state, room, held).await?;
+            return Ok(Joined {
+                ticket: ticket.shown(),
+                token,
+                status,
+                is_new,
+            });
+        }
+        _ => {}
+    }
+    // A shadow ticket no rule sends back to the shadow line (the rule was
+    // removed, or its holder moved) is no ticket in the real one.
+    let held = held.filter(|v| v.shadow.is_none());
     // What the rules find missing only matters if a new ticket is made:
     // a visitor who holds a live ticket keeps it without showing anything.
     let (cleared, refusal) = match access::clear(state, room, &policy, proof) {
@@ -253,7 +285,7 @@ pub fn set_cookie(state: &AppState, room: &RoomId, token: String) -> (header::He
         (status = 201, description = "A new ticket; the room cookie is set.", body = JoinBody),
         (status = 200, description = "The ticket this visitor already holds.", body = JoinBody),
         (status = 400, description = "The body is not JSON, or a bad `Idempotency-Key`.", body = ErrorBody),
-        (status = 403, description = "The room wants a solved challenge or an enqueue token; or the ticket cookie came on a request from another site (`cross_site_request`).", body = ErrorBody),
+        (status = 403, description = "The room wants a solved challenge or an enqueue token; or the ticket cookie came on a request from another site (`cross_site_request`); or a `block` traffic rule refuses the client (`blocked`).", body = ErrorBody),
         (status = 404, description = "No such room.", body = ErrorBody),
         (status = 409, description = "The `Idempotency-Key` already made a live ticket this request does not carry (`idempotency_key_used`); no token is given.", body = ErrorBody),
         (status = 410, description = "The room is closed.", body = ErrorBody),
@@ -327,7 +359,10 @@ pub async fn status(
     State(state): State<AppState>,
     Visitor { room, ticket }: Visitor,
 ) -> Result<Response, ApiError> {
-    let status = state.backend.status(&room, ticket.ticket, true).await?;
+    let status = match ticket.shadow {
+        Some(t) => shadow::status(&state, &room, t).await?,
+        None => state.backend.status(&room, ticket.ticket, true).await?,
+    };
     let minted = passes::mint(&state, &room, ticket.ticket, &status).await;
     let mut response = Json(StatusAnswer {
         status: status_body(&state, &room, &status).await,
@@ -387,7 +422,17 @@ pub async fn leave(
     if ticket.from_cookie {
         provenance.require_same_origin()?;
     }
-    state.backend.leave(&room, ticket.ticket).await?;
+    match ticket.shadow {
+        Some(t) => {
+            // As a real departure would: an unknown room or a reset line
+            // is said so.
+            shadow::status(&state, &room, t).await?;
+            state.rules.shadow.leave(&room, t, state.clock.now_ms());
+        }
+        None => {
+            state.backend.leave(&room, ticket.ticket).await?;
+        }
+    }
     let is_form = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

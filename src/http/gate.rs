@@ -156,7 +156,7 @@ fn refuse(state: &AppState, room: &RoomId, headers: &HeaderMap, redirect: bool) 
                  ("Set-Cookie" = String, description = "With `?pass=1`: the signed pass (`narabu_{room}_jwt`); with `on_backend_error = \"open\"`: the fail-open pass."))),
         (status = 302, description = "`?redirect=1` and no live pass: to the queue.",
          headers(("Location" = String, description = "The queue page, with the return path."))),
-        (status = 401, description = "No live pass: send the visitor to the queue.",
+        (status = 401, description = "No live pass, or a `shadow` traffic rule matches (its visitors never get through): send the visitor to the queue.",
          headers(("X-Narabu-Queue" = String, description = "The queue page, with the return path."))),
         (status = 403, description = "A `block` traffic rule of the room refuses the request.", body = ErrorBody),
         (status = 404, description = "No such room.", body = ErrorBody),
@@ -203,7 +203,7 @@ pub async fn gate(
                  ("Set-Cookie" = String, description = "As for `/gate/{room}`."))),
         (status = 302, description = "`?redirect=1` and no live pass: to the room's queue.",
          headers(("Location" = String, description = "The room's queue page, with the return path."))),
-        (status = 401, description = "No live pass for the room the routes picked: send the visitor to its queue.",
+        (status = 401, description = "No live pass for the room the routes picked, or a `shadow` traffic rule of it matches: send the visitor to its queue.",
          headers(("X-Narabu-Queue" = String, description = "The room's queue page, with the return path."))),
         (status = 403, description = "No room's route covers the request (`no_route`), or a `block` traffic rule of its room refuses it.", body = ErrorBody),
         (status = 404, description = "The room the routes picked was removed.", body = ErrorBody),
@@ -258,26 +258,27 @@ fn apply_rules(
     } else {
         None
     };
-    let (index, action) = rules
-        .set
-        .first_match(&RequestView::from_proxy(headers, client))?;
-    rules.matches[index].inc();
-    match action {
+    match rules.judge(&RequestView::from_proxy(headers, client))? {
         Action::Queue => None,
+        // Never through, whatever ticket it carries: to the queue, where
+        // its join is sent to the shadow line.
+        Action::Shadow => Some(refuse(state, room, headers, asks(request).redirect)),
         Action::Bypass => {
             let mut response = Response::new(axum::body::Body::empty());
             *response.status_mut() = StatusCode::NO_CONTENT;
             Some(response)
         }
-        Action::Block => Some(
-            ApiError::new(
-                StatusCode::FORBIDDEN,
-                "blocked",
-                "This site does not accept this request.",
-            )
-            .into_response(),
-        ),
+        Action::Block => Some(blocked().into_response()),
     }
+}
+
+/// What a request a `block` rule matches is answered.
+pub fn blocked() -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "blocked",
+        "This site does not accept this request.",
+    )
 }
 
 async fn decide(
@@ -291,7 +292,9 @@ async fn decide(
     }
     let headers = &request.headers;
     let Asks { redirect, pass, .. } = asks(request);
-    let Some(visitor) = ticket::find(state, room, headers).ok().flatten() else {
+    // A shadow line's ticket is never let through: as good as none.
+    let held = ticket::find(state, room, headers).ok().flatten();
+    let Some(visitor) = held.filter(|v| v.shadow.is_none()) else {
         // Without a ticket the answer is the queue, unless there is no such
         // room to queue for: a misconfigured proxy should see that plainly.
         if let Err(BackendError::NoSuchRoom(_)) = state.backend.epoch(room).await {

@@ -10,6 +10,8 @@
 //!   the writers (a few per-core shards) that send every stream's events
 //! - `gate`: what a reverse proxy asks on every protected request, and
 //!   `rule_book`: each room's traffic rules (`crate::rules`) it applies;
+//!   `shadow`: the line a `shadow` rule sends visitors to, which never
+//!   admits anyone and which the engine never sees;
 //!   `passes`: the signed passes a proxy verifies by itself, their keys
 //!   and their cookie
 //! - `health`: liveness and readiness; `openapi`: this API described as
@@ -55,6 +57,7 @@ pub mod record;
 pub mod return_path;
 pub mod router;
 pub mod rule_book;
+pub mod shadow;
 pub mod state;
 pub mod ticket;
 pub mod visitor;

@@ -173,10 +173,18 @@ pub async fn subscribe(
             .map_err(|_| ApiError::bad_body("The subscription cannot be kept."))?,
         lang: lang.code().to_owned(),
     };
-    state
-        .backend
-        .subscribe(&room, ticket.ticket, callback)
-        .await?;
+    match ticket.shadow {
+        // Never called: its turn never comes. Checked as a real one is.
+        Some(t) => {
+            super::shadow::status(&state, &room, t).await?;
+        }
+        None => {
+            state
+                .backend
+                .subscribe(&room, ticket.ticket, callback)
+                .await?;
+        }
+    }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -209,7 +217,14 @@ pub async fn unsubscribe(
     if ticket.from_cookie {
         provenance.require_same_origin()?;
     }
-    state.backend.unsubscribe(&room, ticket.ticket).await?;
+    match ticket.shadow {
+        Some(t) => {
+            super::shadow::status(&state, &room, t).await?;
+        }
+        None => {
+            state.backend.unsubscribe(&room, ticket.ticket).await?;
+        }
+    }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

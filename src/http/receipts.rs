@@ -81,9 +81,15 @@ pub async fn receipt(
     State(state): State<AppState>,
     Visitor { room, ticket }: Visitor,
 ) -> Result<Json<ReceiptBody>, ApiError> {
-    let status = state.backend.status(&room, ticket.ticket, false).await?;
+    let (shown, status) = match ticket.shadow {
+        Some(t) => (t.shown(), super::shadow::status(&state, &room, t).await?),
+        None => (
+            ticket.ticket,
+            state.backend.status(&room, ticket.ticket, false).await?,
+        ),
+    };
     let lane = super::api::lane_name(&state, &room, status.lane).await;
-    let token = sign(&state, &room, ticket.ticket, &status, lane);
+    let token = sign(&state, &room, shown, &status, lane);
     let claims = crate::receipt::claims_unverified(&token).map_err(|e| {
         ApiError::new(
             axum::http::StatusCode::INTERNAL_SERVER_ERROR,

@@ -5,10 +5,11 @@ use axum::http::{HeaderMap, header};
 use cookie::{Cookie, SameSite};
 
 use super::error::ApiError;
+use super::shadow::{NOWHERE, ShadowTicket};
 use super::state::AppState;
 use crate::backend::TicketRef;
 use crate::engine::RoomId;
-use crate::token::{MAX_TOKEN_LEN, PassClaim, TicketClaim};
+use crate::token::{Line, MAX_TOKEN_LEN, PassClaim, TicketClaim};
 
 /// A verified ticket of the room being asked about.
 #[derive(Debug, Clone)]
@@ -19,6 +20,9 @@ pub struct VisitorTicket {
     /// request that changes something must then prove it is the site's own
     /// ([`super::origin`]).
     pub from_cookie: bool,
+    /// A ticket of the shadow line (`super::shadow`): `ticket` is then
+    /// `shadow::NOWHERE`, and this is what the token says.
+    pub shadow: Option<ShadowTicket>,
 }
 
 /// What the room's cookies start with. Served over HTTPS (`cookie_secure`)
@@ -141,20 +145,31 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-/// A token checked against this room: its ticket, or why not.
-fn check(state: &AppState, room: &RoomId, token: &str) -> Result<TicketRef, ApiError> {
+/// A token checked against this room: its ticket (and, for one of the
+/// shadow line, what its token says), or why not.
+fn check(
+    state: &AppState,
+    room: &RoomId,
+    token: &str,
+) -> Result<(TicketRef, Option<ShadowTicket>), ApiError> {
     if token.len() > MAX_TOKEN_LEN {
         return Err(crate::token::TokenError::Malformed.into());
     }
-    let TicketClaim {
-        room: claimed,
-        epoch,
-        ticket,
-    } = state.keys.verify(token)?;
+    let (
+        TicketClaim {
+            room: claimed,
+            epoch,
+            ticket,
+        },
+        line,
+    ) = state.keys.verify_line(token)?;
     if &claimed != room {
         return Err(ApiError::wrong_room());
     }
-    Ok(TicketRef { epoch, id: ticket })
+    Ok(match line {
+        Line::Real => (TicketRef { epoch, id: ticket }, None),
+        Line::Shadow => (NOWHERE, Some(ShadowTicket { epoch, id: ticket })),
+    })
 }
 
 /// The visitor's ticket for `room`, if the request carries one: a Bearer
@@ -168,21 +183,23 @@ pub fn find(
     headers: &HeaderMap,
 ) -> Result<Option<VisitorTicket>, ApiError> {
     if let Some(token) = bearer(headers) {
-        let ticket = check(state, room, token)?;
+        let (ticket, shadow) = check(state, room, token)?;
         return Ok(Some(VisitorTicket {
             token: token.to_owned(),
             ticket,
             from_cookie: false,
+            shadow,
         }));
     }
     let mut refused = None;
     for token in cookie_values(headers, cookie_prefix(state), room, "") {
         match check(state, room, token) {
-            Ok(ticket) => {
+            Ok((ticket, shadow)) => {
                 return Ok(Some(VisitorTicket {
                     token: token.to_owned(),
                     ticket,
                     from_cookie: true,
+                    shadow,
                 }));
             }
             Err(e) => {

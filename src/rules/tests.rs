@@ -236,6 +236,15 @@ fn bad_rules_are_refused_naming_the_rule_and_field() {
             rule(Action::Bypass, |r| r.name = Some("Upper".into())),
             "rules[1].name",
         ),
+        // A join carries no page of the site to match a path against.
+        (
+            rule(Action::Shadow, |r| r.path_prefix = vec!["/".into()]),
+            "rules[1].path_prefix",
+        ),
+        (
+            rule(Action::Shadow, |r| r.method = vec!["GET".into()]),
+            "rules[1].method",
+        ),
     ];
     for (bad, field) in cases {
         let first = rule(Action::Queue, |r| r.name = Some("first".into()));
@@ -307,5 +316,98 @@ proptest! {
         let v = RequestView { client: Some(ip), ..view(&h, "/", "192.0.2.1") };
         let want = if net.contains(&ip) { (0, Action::Block) } else { (1, Action::Queue) };
         prop_assert_eq!(rules.first_match(&v), Some(want));
+    }
+}
+
+#[test]
+fn a_network_file_reads_one_network_a_line_and_names_a_bad_line() {
+    let text = "# scrapers\n203.0.113.0/24\n\n  198.51.100.7   # one address\n2001:db8::/32\n";
+    let nets = parse_networks(text).unwrap();
+    assert_eq!(
+        nets,
+        ["203.0.113.0/24", "198.51.100.7/32", "2001:db8::/32"].map(|n| n.parse::<IpNet>().unwrap())
+    );
+    let e = parse_networks("203.0.113.0/24\n\n10.0.0.0/33\n").unwrap_err();
+    assert_eq!(e.line, 3);
+    // What the line says is not repeated (the file may be a key).
+    assert!(!e.message.contains("10.0.0.0"), "{e:?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.txt");
+    std::fs::write(&bad, "203.0.113.0/24\nnot-a-network\n").unwrap();
+    let rules = [
+        Rule::new(Action::Queue),
+        rule(Action::Shadow, |r| {
+            r.network_file = Some(bad.to_str().unwrap().to_owned())
+        }),
+    ];
+    assert!(validate(&rules).is_ok());
+    let e = check_files(&rules).unwrap_err();
+    assert_eq!(e.field, "rules[1].network_file");
+    assert!(
+        e.message.contains("bad.txt") && e.message.contains("line 2"),
+        "{e:?}"
+    );
+    let missing = [rule(Action::Block, |r| {
+        r.network_file = Some(dir.path().join("none").to_str().unwrap().to_owned())
+    })];
+    assert_eq!(
+        check_files(&missing).unwrap_err().field,
+        "rules[0].network_file"
+    );
+    let empty = [rule(Action::Block, |r| {
+        r.network_file = Some(String::new())
+    })];
+    assert_eq!(validate(&empty).unwrap_err().field, "rules[0].network_file");
+}
+
+#[test]
+fn a_rule_takes_its_files_networks_with_its_own() {
+    let rules = [rule(Action::Block, |r| {
+        r.network = vec!["192.0.2.0/24".parse().unwrap()];
+        r.network_file = Some("/scrapers".into());
+    })];
+    let h = HeaderMap::new();
+    let asks = |set: &RuleSet, ip: &str| set.first_match(&view(&h, "/", ip)).is_some();
+    let listed: Arc<[IpNet]> = vec!["203.0.113.0/24".parse().unwrap()].into();
+    let with =
+        RuleSet::compile_with(&rules, |p| (p == "/scrapers").then(|| listed.clone())).unwrap();
+    assert!(asks(&with, "192.0.2.1") && asks(&with, "203.0.113.9"));
+    assert!(!asks(&with, "198.51.100.1"));
+    // A file not read adds nothing: the rule's own networks still count.
+    let without = RuleSet::compile(&rules).unwrap();
+    assert!(asks(&without, "192.0.2.1") && !asks(&without, "203.0.113.9"));
+    let only_file = [rule(Action::Block, |r| r.network_file = Some("/x".into()))];
+    assert!(!asks(&RuleSet::compile(&only_file).unwrap(), "192.0.2.1"));
+}
+
+proptest! {
+    /// However many networks, overlapping or not, of either family: an
+    /// address is in the merged list exactly when it is in one of them.
+    #[test]
+    fn a_merged_list_holds_what_its_networks_hold(
+        v4 in prop::collection::vec((any::<u32>(), 0u8..=32), 0..40),
+        v6 in prop::collection::vec((any::<u128>(), 0u8..=128), 0..10),
+        probes in prop::collection::vec(any::<u32>(), 1..20),
+        near in any::<u8>(),
+    ) {
+        let mut nets: Vec<IpNet> = v4
+            .iter()
+            .map(|&(a, l)| ipnet::Ipv4Net::new(a.into(), l).unwrap().into())
+            .collect();
+        nets.extend(v6.iter().map(|&(a, l)| IpNet::from(ipnet::Ipv6Net::new(a.into(), l).unwrap())));
+        let merged = Networks::new(&nets);
+        // Random addresses, and ones at the networks' edges.
+        let mut ips: Vec<IpAddr> = probes.iter().map(|&p| IpAddr::from(std::net::Ipv4Addr::from(p))).collect();
+        for n in nets.iter().take(usize::from(near % 8) + 1) {
+            ips.push(n.network());
+            ips.push(n.broadcast());
+        }
+        if let Some(&(a, _)) = v6.first() {
+            ips.push(IpAddr::from(std::net::Ipv6Addr::from(a)));
+        }
+        for ip in ips {
+            prop_assert_eq!(merged.contains(ip), nets.iter().any(|n| n.contains(&ip)), "{}", ip);
+        }
     }
 }

@@ -394,3 +394,22 @@ proptest! {
         let _ = ring(KEY_A, None).verify_pass(&s);
     }
 }
+
+#[test]
+fn a_shadow_ticket_reads_like_a_ticket_but_only_the_key_tells_them_apart() {
+    let keys = ring(KEY_A, None);
+    let c = claim("sale", 7, 41);
+    let (real, shadow) = (keys.sign(&c), keys.sign_shadow(&c));
+    // The same payload and length: only the MAC differs.
+    assert_eq!(real.len(), shadow.len());
+    assert_eq!(real.split('.').next(), shadow.split('.').next());
+    assert_ne!(real, shadow);
+    assert_eq!(keys.verify_line(&real), Ok((c.clone(), Line::Real)));
+    assert_eq!(keys.verify_line(&shadow), Ok((c.clone(), Line::Shadow)));
+    // What reads real tickets only never takes a shadow one for one.
+    assert_eq!(keys.verify(&shadow), Err(TokenError::BadSignature));
+    // Through a rotation, as tickets are.
+    let rotated = ring(KEY_B, Some(KEY_A));
+    assert_eq!(rotated.verify_line(&shadow), Ok((c.clone(), Line::Shadow)));
+    assert!(ring(KEY_B, None).verify_line(&shadow).is_err());
+}

@@ -27,10 +27,16 @@ pub enum Kind {
     NginxSite,
     /// `forward_auth` with `?redirect=1`: the gate's 302 goes to the browser.
     Caddy,
+    /// `config/Caddyfile-site`: Caddy with one gate for a site.
+    CaddySite,
     /// The `lua.narabu-gate` action, with HAProxy's built-in HTTP client.
     Haproxy,
+    /// `config/haproxy-site.cfg`: HAProxy with one gate for a site.
+    HaproxySite,
     /// `ForwardAuth` with `?redirect=1`, like Caddy.
     Traefik,
+    /// `config/traefik-site.yml`: Traefik with one gate for a site.
+    TraefikSite,
     /// nginx checking signed passes itself (`config/nginx-verify.conf`,
     /// njs): the gate only when the pass is missing or expired.
     NginxVerify,
@@ -87,6 +93,12 @@ impl Proxy {
                 &rewrite(include_str!("../../config/nginx-site.conf")),
             ),
             Kind::Caddy => caddy(dir.path(), &rewrite(include_str!("../../config/Caddyfile"))),
+            // Every host of the site, on the port the test picked.
+            Kind::CaddySite => caddy(
+                dir.path(),
+                &rewrite(include_str!("../../config/Caddyfile-site"))
+                    .replace("http://:8000", &format!("http://:{port}")),
+            ),
             Kind::Haproxy => haproxy(
                 dir.path(),
                 &rewrite(include_str!("../../config/haproxy.cfg")),
@@ -95,6 +107,15 @@ impl Proxy {
                 dir.path(),
                 &address,
                 &rewrite(include_str!("../../config/traefik.yml")),
+            ),
+            Kind::HaproxySite => haproxy(
+                dir.path(),
+                &rewrite(include_str!("../../config/haproxy-site.cfg")),
+            ),
+            Kind::TraefikSite => traefik(
+                dir.path(),
+                &address,
+                &rewrite(include_str!("../../config/traefik-site.yml")),
             ),
             Kind::NginxVerify => {
                 let key = pass_key(dir.path(), narabu).await;

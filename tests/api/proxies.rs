@@ -525,12 +525,32 @@ async fn rules_through(kind: Kind) {
     app.stop().await;
 }
 
-/// One nginx gate for a site (`config/nginx-site.conf`) in front of three
-/// rooms: the rest of the site, a presale section and a partner host. Each
-/// request is sent to its own room's queue, and a ticket for one room
-/// does not open another's pages.
 #[tokio::test]
 async fn one_nginx_gate_sends_each_request_to_its_rooms_line() {
+    site_gate_through(Kind::NginxSite).await;
+}
+
+#[tokio::test]
+async fn one_caddy_gate_sends_each_request_to_its_rooms_line() {
+    site_gate_through(Kind::CaddySite).await;
+}
+
+#[tokio::test]
+async fn one_haproxy_gate_sends_each_request_to_its_rooms_line() {
+    site_gate_through(Kind::HaproxySite).await;
+}
+
+#[tokio::test]
+async fn one_traefik_gate_sends_each_request_to_its_rooms_line() {
+    site_gate_through(Kind::TraefikSite).await;
+}
+
+/// One gate for a site (`config/nginx-site.conf`, `Caddyfile-site`,
+/// `haproxy-site.cfg`, `traefik-site.yml`) in front of three rooms: the
+/// rest of the site, a presale section and a partner host. Each request
+/// is sent to its own room's queue, and a ticket for one room does not
+/// open another's pages.
+async fn site_gate_through(kind: Kind) {
     let with_routes = |id: &str, capacity: u32, routes: Value| {
         let mut s = room(id, capacity);
         s.routes = serde_json::from_value(routes).unwrap();
@@ -547,12 +567,7 @@ async fn one_nginx_gate_sends_each_request_to_its_rooms_line() {
     ])
     .await;
     let origin = spawn_origin().await;
-    let proxy = Proxy::start(
-        Kind::NginxSite,
-        app.base.trim_start_matches("http://"),
-        &origin,
-    )
-    .await;
+    let proxy = Proxy::start(kind, app.base.trim_start_matches("http://"), &origin).await;
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -609,6 +624,187 @@ async fn one_nginx_gate_sends_each_request_to_its_rooms_line() {
     };
     assert_eq!(waiting("presale").await, 1);
     assert_eq!(waiting("shop").await, 0);
+
+    drop(proxy);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn nginx_sends_a_shadow_network_to_a_line_that_never_admits() {
+    shadow_through(Kind::Nginx).await;
+}
+
+#[tokio::test]
+async fn caddy_sends_a_shadow_network_to_a_line_that_never_admits() {
+    shadow_through(Kind::Caddy).await;
+}
+
+#[tokio::test]
+async fn haproxy_sends_a_shadow_network_to_a_line_that_never_admits() {
+    shadow_through(Kind::Haproxy).await;
+}
+
+#[tokio::test]
+async fn traefik_sends_a_shadow_network_to_a_line_that_never_admits() {
+    shadow_through(Kind::Traefik).await;
+}
+
+/// A `shadow` rule whose networks come from a file, behind a real proxy.
+/// The file first names a network nobody here is in; rewritten to name
+/// loopback (every visitor through the proxy), it applies without a
+/// restart. From then on the proxy's visitors get tickets and figures
+/// behind the real line and never reach the origin, the real line (three
+/// visitors who joined from elsewhere) keeps its numbers and places, and
+/// the bypass before the shadow rule still holds.
+async fn shadow_through(kind: Kind) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("scrapers.txt");
+    std::fs::write(&file, "# scrapers\n198.51.100.0/24\n").unwrap();
+    let mut sale = room("sale", 1);
+    sale.rules = serde_json::from_value(json!([
+        {"name": "health", "action": "bypass", "path_prefix": ["/healthz"]},
+        {"name": "scrapers", "action": "shadow", "network_file": file.to_str().unwrap()},
+    ]))
+    .unwrap();
+    let app = super::rules::behind_local_proxy(vec![sale]).await;
+    let origin = spawn_origin().await;
+    let proxy = Proxy::start(kind, app.base.trim_start_matches("http://"), &origin).await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+
+    // The real line: three visitors from elsewhere, the first let in.
+    let mut real = Vec::new();
+    for i in 1..=3 {
+        let joined: Value = app
+            .client
+            .post(app.url("/api/rooms/sale/join"))
+            .header("x-forwarded-for", format!("192.0.2.{i}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        real.push(joined["ticket"].as_str().unwrap().to_owned());
+    }
+    app.tick("sale").await;
+    let statuses = || async {
+        let mut all = Vec::new();
+        for token in &real {
+            let s: Value = app
+                .client
+                .get(app.url("/api/rooms/sale/status"))
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            all.push((
+                s["status"].clone(),
+                s["number"].clone(),
+                s["position"].clone(),
+            ));
+        }
+        all
+    };
+    let before = statuses().await;
+
+    // Loopback into the file: the rule takes it up without a restart.
+    super::rules::replace_file(&file, "# every visitor through the proxy\n127.0.0.0/8\n");
+    let mut shadowed = Browser {
+        client: &client,
+        base: &proxy.base,
+        cookie: None,
+    };
+    let matched = || async { app.admin_room("sale").await["rule_matches"][1]["matches"].clone() };
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        assert_eq!(shadowed.visit("/tickets").await.0, StatusCode::FOUND);
+        if matched().await != 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rewritten file was not taken up: {}",
+            proxy.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A ticket from the queue page, through the proxy, as anyone gets.
+    let (status, queue) = shadowed.visit("/tickets?seat=b2").await;
+    assert_eq!(
+        (status, queue.as_str()),
+        (
+            StatusCode::FOUND,
+            "/queue/sale?return=%2Ftickets%3Fseat%3Db2"
+        )
+    );
+    let page = shadowed.get(&queue).await;
+    assert_eq!(page.status(), StatusCode::OK);
+    assert!(page.text().await.unwrap().contains("/static/queue.js"));
+    assert!(
+        shadowed
+            .cookie
+            .as_deref()
+            .unwrap()
+            .starts_with("narabu_sale=")
+    );
+    let status: Value = shadowed
+        .get("/api/rooms/sale/status")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["status"], "waiting", "{status}");
+    assert!(status["position"].as_u64().unwrap() >= 3, "{status}");
+    let events = shadowed.get("/api/rooms/sale/events").await;
+    assert_eq!(events.status(), StatusCode::OK);
+    let mut stream = events.bytes_stream().eventsource();
+    let first = next_event(&mut stream, Duration::from_secs(5)).await;
+    assert_eq!(first.event, "position");
+    drop(stream);
+
+    // However the real line moves, the origin never sees them; the
+    // bypass ahead of the shadow rule still lets them reach its path.
+    for token in &real {
+        let left = app
+            .client
+            .post(app.url("/api/rooms/sale/leave"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(left.status(), StatusCode::NO_CONTENT);
+        app.tick("sale").await;
+        assert_eq!(shadowed.visit("/tickets").await.0, StatusCode::FOUND);
+    }
+    let status: Value = shadowed
+        .get("/api/rooms/sale/status")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["status"], "waiting", "{status}");
+    assert_eq!(
+        shadowed.visit("/healthz").await,
+        (StatusCode::OK, "origin page /healthz".to_owned())
+    );
+
+    // The real line saw none of it: it moved only as its own visitors
+    // did, and its counts know no one else.
+    assert_eq!(before[0].0, "admitted");
+    assert_eq!((&before[2].1, &before[2].2), (&json!(3), &json!(2)));
+    let view = app.admin_room("sale").await;
+    assert_eq!(
+        (&view["joins"], &view["waiting"]),
+        (&json!(3), &json!(0)),
+        "{view}"
+    );
 
     drop(proxy);
     app.stop().await;

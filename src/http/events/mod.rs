@@ -118,9 +118,19 @@ pub async fn events(
 ) -> Result<Response, ApiError> {
     // Fail before the stream starts, with a proper status, for a ticket or
     // room that does not exist; the stream starts from what this read.
-    let follow = state.backend.follow(&room, ticket.ticket).await?;
-    let hold = state.presence.hold(&room, ticket.ticket)?;
-    let slot = state.streams.acquire(client)?;
+    let (follow, held): (_, Box<dyn Send + Sync>) = match ticket.shadow {
+        // Nothing to hold: the backend knows no such ticket.
+        Some(t) => (
+            super::shadow::follow(&state, &room, t).await?,
+            Box::new(state.streams.acquire(client)?),
+        ),
+        None => {
+            let follow = state.backend.follow(&room, ticket.ticket).await?;
+            let hold = state.presence.hold(&room, ticket.ticket)?;
+            let slot = state.streams.acquire(client)?;
+            (follow, Box::new((slot, hold)))
+        }
+    };
     // A ticket's lane is its own for life: named once.
     let lane = super::api::lane_name(&state, &room, follow.ticket.facts.lane).await;
     let stream = stream::Stream::new(
@@ -133,7 +143,7 @@ pub async fn events(
     );
     let handoff = Handoff(Arc::new(Mutex::new(Some(Start {
         stream,
-        held: Box::new((slot, hold)),
+        held,
         writers: state.writers.clone(),
     }))));
     let mut response =
