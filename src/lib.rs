@@ -4,7 +4,7 @@ pub mod backend;
 pub mod config;
 pub mod engine;
 pub mod http;
-pub mod lean;
+pub mod connections;
 pub mod locks;
 pub mod metrics;
 pub mod monitor;

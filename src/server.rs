@@ -31,7 +31,7 @@ use crate::http::presence::Presence;
 use crate::http::router::router;
 use crate::http::rule_book::{RouteBook, RuleBook};
 use crate::http::state::{AppState, HttpSettings, Shared};
-use crate::lean::{self, First, Rewind};
+use crate::connections::{self, First, Rewind};
 use crate::metrics::Metrics;
 use crate::monitor::Monitor;
 use crate::pass::PassKeys;
@@ -271,7 +271,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Accept connections and serve each with hyper until `shutdown`, then
 /// end every stream (`stop`) and let open requests finish. A connection
-/// whose first request is an event stream is served by `lean` instead.
+/// whose first request is an event stream is served by `connections` instead.
 ///
 /// Served with hyper-util directly rather than `axum::serve` for the
 /// connection settings it does not expose: the header read timeout (which
@@ -288,7 +288,7 @@ async fn accept_loop(
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
     let graceful = GracefulShutdown::new();
-    // Every connection task, hyper's and the lean streams' alike, so that
+    // Every connection task, hyper's and those served without it alike, so that
     // shutdown can wait for the streams to say goodbye.
     let connections = TaskTracker::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -319,7 +319,7 @@ async fn accept_loop(
                 () = stop.cancelled() => return,
                 first = tokio::time::timeout(
                     HEADER_READ_TIMEOUT,
-                    lean::read_first(&mut socket, peer),
+                    connections::read_first(&mut socket, peer),
                 ) => match first {
                     Ok(first) => first,
                     Err(_) => return,
@@ -327,9 +327,9 @@ async fn accept_loop(
             };
             let (socket, prefix) = match first {
                 First::Closed => return,
-                First::Stream(request) => return lean::serve(socket, request, router).await,
+                First::Stream(request) => return connections::serve(socket, request, router).await,
                 First::Gate(buf) => {
-                    let served = lean::gate::serve(
+                    let served = connections::gate::serve(
                         socket,
                         buf,
                         router.clone(),
@@ -338,8 +338,8 @@ async fn accept_loop(
                         stop,
                     );
                     match served.await {
-                        lean::gate::Ended::Closed => return,
-                        lean::gate::Ended::Handoff(socket, rest) => (socket, rest),
+                        connections::gate::Ended::Closed => return,
+                        connections::gate::Ended::Handoff(socket, rest) => (socket, rest),
                     }
                 }
                 First::Other(prefix) => (socket, prefix),

@@ -539,7 +539,7 @@ impl GateFirst {
 
 impl GateFirst {
     /// Answer a gate check ([`is_gate_check`]): what
-    /// [`GateFirst`]'s service does with one, and what the lean
+    /// [`GateFirst`]'s service does with one, and what the hyper-less
     /// connection path calls for the checks it reads itself.
     pub fn answer(
         &self,

@@ -10,7 +10,7 @@
 //! Tens of thousands of these are open at once, so a stream is not a task:
 //! the handler checks the request, reads the ticket once and hands the
 //! stream to a shard of the stream writers (`writers`), which owns its
-//! connection from then on (`lean` gives it the socket itself; on a
+//! connection from then on (`connections` gives it the socket itself; on a
 //! connection hyper serves, the writer feeds the response body). A stream
 //! asks the store nothing when the room changes: it counts its place from
 //! its room's feed on this instance (`backend::feed`), and only when the
@@ -65,7 +65,7 @@ fn last_seen(headers: &HeaderMap) -> Option<u64> {
 }
 
 /// A stream on its way to its writer, in the response's extensions: the
-/// connection that takes it first writes it (`lean` with the socket, or
+/// connection that takes it first writes it (`connections` with the socket, or
 /// the response body when hyper sends it).
 #[derive(Clone)]
 pub struct Handoff(Arc<Mutex<Option<Start>>>);

@@ -1,5 +1,5 @@
 //! Where a stream's bytes go: straight to its socket (a connection whose
-//! first request was the stream, taken from hyper by `lean`), or into the
+//! first request was the stream, taken from hyper by `connections`), or into the
 //! body of a response hyper serves (a stream asked for on a kept-alive
 //! connection, or over HTTP/2). Either way its shard writes each event
 //! with one call and is woken, through the stream's waker, when the
@@ -224,7 +224,7 @@ impl BodyShared {
 }
 
 /// The response body of a stream hyper serves. Its first poll hands the
-/// stream to a shard (unless `lean` took it with the socket first).
+/// stream to a shard (unless `connections` took it with the socket first).
 pub struct StreamBody {
     shared: Arc<BodyShared>,
     handoff: Option<Handoff>,

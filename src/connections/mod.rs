@@ -1,5 +1,5 @@
-//! Lean connection paths: event streams, and connections that only ask
-//! the gate ([`gate`]).
+//! Connections served without hyper: those whose first request is an
+//! event stream, and those that only ask the gate ([`gate`]).
 //!
 //! hyper keeps an 8 KiB read buffer and an 8 KiB write buffer for every
 //! connection for as long as it is open (its `INIT_BUFFER_SIZE`, which its
@@ -384,7 +384,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_events_route_is_lean() {
+    fn only_the_events_route_is_served_without_hyper() {
         assert!(is_events_path("/api/rooms/sale/events"));
         assert!(!is_events_path("/api/rooms//events"));
         assert!(!is_events_path("/api/rooms/a/b/events"));
