@@ -2,9 +2,9 @@
 pub mod access;
 pub mod backend;
 pub mod config;
+pub mod connections;
 pub mod engine;
 pub mod http;
-pub mod connections;
 pub mod locks;
 pub mod metrics;
 pub mod monitor;

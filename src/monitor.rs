@@ -26,8 +26,8 @@ use crate::locks::lock;
 use crate::webhooks::{EventType, WebhookEvent, Webhooks};
 
 /// One sample a second, fifteen minutes of them.
-pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);
-pub const HISTORY: usize = 15 * 60;
+pub(crate) const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const HISTORY: usize = 15 * 60;
 /// The window of "per second" and wait percentiles.
 const WINDOW_MS: u64 = 60_000;
 
@@ -158,7 +158,7 @@ impl Monitor {
     }
 
     /// Each room's chart history, oldest first.
-    pub fn history(&self) -> Vec<(RoomId, Vec<Sample>)> {
+    pub(crate) fn history(&self) -> Vec<(RoomId, Vec<Sample>)> {
         let rooms = lock(&self.rooms);
         let mut out: Vec<_> = rooms
             .iter()
@@ -205,7 +205,7 @@ impl Monitor {
     /// A snapshot taken just before (to know what changed, even if no
     /// sample was taken yet) or just after an operator's change (to fire its
     /// webhooks now).
-    pub fn observe(&self, s: &RoomSnapshot) {
+    pub(crate) fn observe(&self, s: &RoomSnapshot) {
         let mut rooms = lock(&self.rooms);
         let h = rooms.entry(s.settings.id.clone()).or_default();
         self.detect(h, s);

@@ -74,7 +74,7 @@ pub enum PassKeyError {
 
 /// The claims of a pass.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PassClaims {
+pub(crate) struct PassClaims {
     pub iss: String,
     pub aud: String,
     pub sub: String,
@@ -358,7 +358,11 @@ impl PassKeys {
     /// Receipts signed with the Ed25519 key derived from these seeds (the
     /// previous one's key published too, while rotating), beside the pass
     /// keys in the JWKS.
-    pub fn with_receipt_seeds(mut self, current: &[u8; 32], previous: Option<&[u8; 32]>) -> Self {
+    pub(crate) fn with_receipt_seeds(
+        mut self,
+        current: &[u8; 32],
+        previous: Option<&[u8; 32]>,
+    ) -> Self {
         let signer = derive_receipt_signer(current);
         let public = signer.public();
         let kid = public.thumbprint();
@@ -381,7 +385,7 @@ impl PassKeys {
 
     /// Keys from PEM files: the current private key and, while rotating,
     /// the previous key (private or public).
-    pub fn from_files(
+    pub(crate) fn from_files(
         alg: PassAlgorithm,
         current: &Path,
         previous: Option<&Path>,
@@ -437,7 +441,7 @@ impl PassKeys {
     }
 
     /// The previous public key as SPKI PEM, while rotating.
-    pub fn previous_public_pem(&self) -> Option<&str> {
+    pub(crate) fn previous_public_pem(&self) -> Option<&str> {
         self.previous_pem.as_deref()
     }
 
@@ -445,7 +449,7 @@ impl PassKeys {
     /// seconds): the one signed for it last if that still runs at least
     /// `fresh_for` seconds past `now` and no later than `exp`, else a new
     /// one from `now`. Answers the token, its `iat` and its `exp`.
-    pub fn sign_or_reuse(
+    pub(crate) fn sign_or_reuse(
         &self,
         iss: &str,
         room: &RoomId,

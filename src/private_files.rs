@@ -15,10 +15,10 @@ use std::path::Path;
 
 /// Mode of the files this module creates.
 #[cfg(unix)]
-pub const FILE_MODE: u32 = 0o600;
+pub(crate) const FILE_MODE: u32 = 0o600;
 /// Mode of the directories this module creates.
 #[cfg(unix)]
-pub const DIR_MODE: u32 = 0o700;
+pub(crate) const DIR_MODE: u32 = 0o700;
 
 /// `create_dir_all`, with every directory it creates private. An existing
 /// directory keeps its mode: the operator may have chosen it.

@@ -20,7 +20,7 @@ pub struct Secret(String);
 impl Secret {
     /// The shortest secret the configuration accepts, in bytes: a 256-bit
     /// key, or 32 characters of a passphrase.
-    pub const MIN_LEN: usize = 32;
+    pub(crate) const MIN_LEN: usize = 32;
 
     pub fn new(value: impl Into<String>) -> Self {
         Self(value.into())
@@ -63,7 +63,7 @@ impl<'de> Deserialize<'de> for Secret {
 
 /// Shows a URL's scheme and host only: user info may hold a password, and
 /// the path or query of a webhook URL is often a token itself.
-pub struct RedactedUrl<'a>(pub &'a str);
+pub(crate) struct RedactedUrl<'a>(pub &'a str);
 
 impl fmt::Debug for RedactedUrl<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

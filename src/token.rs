@@ -95,7 +95,7 @@ const DERIVE_CONTEXT: &[u8] = b"narabu derived key v1\0";
 
 /// Why the key file could not be used.
 #[derive(Debug, thiserror::Error)]
-pub enum KeyFileError {
+pub(crate) enum KeyFileError {
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: io::Error },
     #[error(
@@ -116,10 +116,11 @@ const MAC_LEN: usize = 32;
 const MAC_B64_LEN: usize = 43;
 /// The longest token this server can make (a 64-byte room id); anything
 /// longer is refused before any decoding work.
-pub const MAX_TOKEN_LEN: usize = (HEADER_LEN + RoomId::MAX_LEN).div_ceil(3) * 4 + 1 + MAC_B64_LEN;
+pub(crate) const MAX_TOKEN_LEN: usize =
+    (HEADER_LEN + RoomId::MAX_LEN).div_ceil(3) * 4 + 1 + MAC_B64_LEN;
 
 /// The name of the generated key inside the data directory.
-pub const KEY_FILE: &str = "secret.key";
+pub(crate) const KEY_FILE: &str = "secret.key";
 
 /// The signing keys: the current one signs, both verify.
 #[derive(Clone)]
@@ -171,7 +172,7 @@ impl Keyring {
 
     /// The configured secrets, or the key file in the data directory when
     /// no secret is configured.
-    pub fn from_config(config: &Config) -> Result<Self, KeyFileError> {
+    pub(crate) fn from_config(config: &Config) -> Result<Self, KeyFileError> {
         match &config.secret {
             Some(secret) => Ok(Self::from_secrets(secret, config.previous_secret.as_ref())),
             None => Self::load_or_create(&config.data_dir),
@@ -189,7 +190,7 @@ impl Keyring {
     /// Two processes starting at once agree on one key: the new key is
     /// written to a temporary file and linked into place only if no key file
     /// exists, so the loser reads the winner's key.
-    pub fn load_or_create(data_dir: &Path) -> Result<Self, KeyFileError> {
+    pub(crate) fn load_or_create(data_dir: &Path) -> Result<Self, KeyFileError> {
         let path = data_dir.join(KEY_FILE);
         let io_err = |path: &Path| {
             let path = path.to_path_buf();
@@ -267,7 +268,7 @@ impl Keyring {
 
     /// The token for a ticket of the shadow line: it reads exactly like
     /// [`Self::sign`]'s.
-    pub fn sign_shadow(&self, claim: &TicketClaim) -> String {
+    pub(crate) fn sign_shadow(&self, claim: &TicketClaim) -> String {
         self.sign_in(SHADOW_CONTEXT, claim)
     }
 
@@ -299,7 +300,7 @@ impl Keyring {
     }
 
     /// The claim of a ticket token of either line, and which.
-    pub fn verify_line(&self, token: &str) -> Result<(TicketClaim, Line), TokenError> {
+    pub(crate) fn verify_line(&self, token: &str) -> Result<(TicketClaim, Line), TokenError> {
         if token.len() > MAX_TOKEN_LEN {
             return Err(TokenError::Malformed);
         }

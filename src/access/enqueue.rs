@@ -32,11 +32,11 @@ use super::{AccessSettings, SharedKey};
 use crate::engine::RoomId;
 
 /// Seconds a token's `exp` and `nbf` may be off, for clocks that disagree.
-pub const LEEWAY_SECS: u64 = 30;
+pub(crate) const LEEWAY_SECS: u64 = 30;
 /// Longer accounts are refused: an account id is an id, not a document.
-pub const MAX_ACCOUNT_LEN: usize = 256;
+pub(crate) const MAX_ACCOUNT_LEN: usize = 256;
 /// Longer tokens are refused before any parsing.
-pub const MAX_TOKEN_LEN: usize = 4096;
+pub(crate) const MAX_TOKEN_LEN: usize = 4096;
 const MAX_LANE_LEN: usize = 64;
 
 /// Why an enqueue token was refused. Messages name the problem, never the
@@ -88,21 +88,6 @@ impl EnqueueError {
             Self::Critical => "critical_extension",
         }
     }
-
-    /// Every `reason`, for metrics that show zeros before the first refusal.
-    pub const REASONS: [&'static str; 11] = [
-        "missing",
-        "malformed",
-        "algorithm",
-        "bad_signature",
-        "expired",
-        "not_yet_valid",
-        "wrong_room",
-        "missing_claim",
-        "bad_claim",
-        "unknown_lane",
-        "critical_extension",
-    ];
 }
 
 /// Who a verified token lets in.

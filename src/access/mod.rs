@@ -62,7 +62,7 @@ pub struct SharedKey(String);
 
 impl SharedKey {
     /// RFC 7518 asks HS256 keys to be at least as long as the hash.
-    pub const MIN_LEN: usize = 32;
+    pub(crate) const MIN_LEN: usize = 32;
 
     pub fn new(key: impl Into<String>) -> Self {
         Self(key.into())
@@ -103,11 +103,11 @@ pub struct AccessSettings {
 impl AccessSettings {
     /// About a second of WebCrypto hashing on a phone (2^15 hashes on
     /// average; the "Proof of work" section of docs/fair-access.md has the measurements).
-    pub const DEFAULT_DIFFICULTY: u8 = 15;
-    pub const DEFAULT_RISE_PER_SECOND: u32 = 50;
+    pub(crate) const DEFAULT_DIFFICULTY: u8 = 15;
+    pub(crate) const DEFAULT_RISE_PER_SECOND: u32 = 50;
     /// How many bits below the room's current difficulty a solution is
     /// still accepted at ([`Self::least_accepted`]).
-    pub const POW_SLACK_BITS: u8 = 1;
+    pub(crate) const POW_SLACK_BITS: u8 = 1;
 
     /// The difficulty to ask when the room takes `joins_per_second`: the
     /// base, plus one bit for each doubling above `pow_rise_per_second`,
@@ -134,7 +134,7 @@ impl AccessSettings {
     /// room rose by a step while it hashed is not sent back, but never a
     /// challenge fetched before a flood, when joins were cheap (the rise
     /// would then buy nothing), and never below the base.
-    pub fn least_accepted(&self, current: u8) -> u8 {
+    pub(crate) fn least_accepted(&self, current: u8) -> u8 {
         current
             .saturating_sub(Self::POW_SLACK_BITS)
             .max(self.pow_difficulty)
@@ -201,7 +201,7 @@ impl Default for AccessSettings {
 /// maps to the same ticket, and accounts of different rooms never meet.
 /// A different domain than `Idempotency-Key`s, so neither can be made to
 /// collide with the other.
-pub fn account_identity(room: &RoomId, account: &str) -> Identity {
+pub(crate) fn account_identity(room: &RoomId, account: &str) -> Identity {
     let digest = Sha256::new()
         .chain_update(b"narabu account\0")
         .chain_update(room.as_str())
@@ -231,7 +231,7 @@ impl RoomAccess {
         Self { settings, enqueue }
     }
 
-    pub fn needs_pow(&self) -> bool {
+    pub(crate) fn needs_pow(&self) -> bool {
         self.settings.challenge == ChallengeMode::Pow
     }
 }

@@ -46,12 +46,12 @@ type HmacSha256 = Hmac<Sha256>;
 /// How long a challenge may be solved and used. Long enough for a slow
 /// phone at the highest difficulty a room may ask; short enough that the
 /// spent nonces to remember stay few.
-pub const CHALLENGE_TTL_MS: u64 = 5 * 60_000;
+pub(crate) const CHALLENGE_TTL_MS: u64 = 5 * 60_000;
 /// The most leading zero bits a room may ask: 2^32 hashes is hours on a
 /// phone already.
-pub const MAX_DIFFICULTY: u8 = 32;
+pub(crate) const MAX_DIFFICULTY: u8 = 32;
 /// The largest counter accepted: JavaScript's largest safe integer.
-pub const MAX_COUNTER: u64 = (1 << 53) - 1;
+pub(crate) const MAX_COUNTER: u64 = (1 << 53) - 1;
 
 const VERSION: u8 = 1;
 const CONTEXT: &[u8] = b"narabu challenge v1\0";
@@ -60,7 +60,7 @@ const HEADER_LEN: usize = 1 + 1 + 8 + NONCE_LEN;
 const TAG_LEN: usize = 32;
 /// The longest challenge this server makes (a 64-byte room id); longer
 /// input is refused before any decoding.
-pub const MAX_CHALLENGE_LEN: usize = (HEADER_LEN + RoomId::MAX_LEN).div_ceil(3) * 4 + 1 + 43;
+pub(crate) const MAX_CHALLENGE_LEN: usize = (HEADER_LEN + RoomId::MAX_LEN).div_ceil(3) * 4 + 1 + 43;
 
 /// The keys challenges are signed with: derived from the current signing
 /// key, and from the previous one so that a key rotation does not void
@@ -293,7 +293,7 @@ pub fn digest(token: &str, counter: u64) -> [u8; 32] {
 }
 
 /// Leading zero bits of a digest, most significant bit first.
-pub fn leading_zero_bits(digest: &[u8; 32]) -> u32 {
+pub(crate) fn leading_zero_bits(digest: &[u8; 32]) -> u32 {
     let mut bits = 0;
     for &b in digest {
         if b != 0 {

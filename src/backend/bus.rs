@@ -124,12 +124,12 @@ impl Asker {
     }
 
     /// Whether a command with this id waits for its answer here.
-    pub fn is_waiting(&self, id: u128) -> bool {
+    pub(crate) fn is_waiting(&self, id: u128) -> bool {
         self.waiting.contains_key(&id)
     }
 
     /// Hand a waiting command its answer, found other than on the bus.
-    pub fn deliver(&self, id: u128, answer: Vec<u8>) {
+    pub(crate) fn deliver(&self, id: u128, answer: Vec<u8>) {
         if let Some((_, tx)) = self.waiting.remove(&id) {
             let _ = tx.send(answer);
         }

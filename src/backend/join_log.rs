@@ -13,7 +13,7 @@ use crate::engine::RoomId;
 use crate::engine::rules::{join_allowance, join_window_start};
 
 #[derive(Debug, Default)]
-pub struct JoinLog {
+pub(crate) struct JoinLog {
     joins: DashMap<(RoomId, IpAddr), VecDeque<u64>>,
 }
 
@@ -47,16 +47,18 @@ impl JoinLog {
     }
 
     /// Forget addresses with no join left in the window.
-    pub fn sweep(&self, now: u64) {
+    pub(crate) fn sweep(&self, now: u64) {
         let since = join_window_start(now);
         self.joins
             .retain(|_, log| log.back().is_some_and(|&t| t > since));
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.joins.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.joins.is_empty()
     }

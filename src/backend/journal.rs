@@ -51,7 +51,7 @@ use format::{Damage, FILE_HEADER, SEGMENT_MAGIC, SNAPSHOT_MAGIC};
 
 /// One journal record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum Record {
+pub(crate) enum Record {
     /// A room was created, or replaced by a new incarnation: its whole
     /// (empty) state.
     Created(Box<RoomImage>),
@@ -121,7 +121,7 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> JournalError + '_ {
 
 /// What start-up found.
 #[derive(Debug, Default)]
-pub struct Recovered {
+pub(crate) struct Recovered {
     pub rooms: Vec<RoomImage>,
     /// Each room's admission record, with every record replayed.
     pub records: BTreeMap<RoomId, AdmissionRecord>,
@@ -168,7 +168,7 @@ thread_local! {
 
 /// Make a change and return, with its result, the last record it appended
 /// on this thread (0: none), the number its caller waits on to be durable.
-pub fn recording<T>(change: impl FnOnce() -> T) -> (T, u64) {
+pub(crate) fn recording<T>(change: impl FnOnce() -> T) -> (T, u64) {
     LAST_APPENDED.with(|c| c.set(0));
     let out = change();
     (out, LAST_APPENDED.with(std::cell::Cell::get))
@@ -185,7 +185,7 @@ fn lock(m: &Mutex<Pending>) -> MutexGuard<'_, Pending> {
 }
 
 /// The open journal of one data directory.
-pub struct Journal {
+pub(crate) struct Journal {
     dir: PathBuf,
     durability: Durability,
     shared: Arc<Shared>,
@@ -333,18 +333,18 @@ impl Journal {
     }
 
     /// Whether every record up to `seq` is on disk.
-    pub fn is_durable(&self, seq: u64) -> bool {
+    pub(crate) fn is_durable(&self, seq: u64) -> bool {
         self.shared.progress.borrow().durable >= seq
     }
 
     /// Bytes journalled since the last snapshot.
-    pub fn since_snapshot(&self) -> u64 {
+    pub(crate) fn since_snapshot(&self) -> u64 {
         self.shared.since_snapshot.load(Ordering::Relaxed)
     }
 
     /// Start a new segment; returns the last sequence number in the old
     /// ones. Blocks until the writer has switched.
-    pub fn rotate(&self) -> Result<u64, JournalError> {
+    pub(crate) fn rotate(&self) -> Result<u64, JournalError> {
         let mut p = lock(&self.shared.pending);
         p.rotate = true;
         p.rotated_at = None;
@@ -369,7 +369,7 @@ impl Journal {
 
     /// Store every room as the state after record `seq` (from
     /// [`Self::rotate`]), then delete what it makes redundant.
-    pub fn write_snapshot(
+    pub(crate) fn write_snapshot(
         &self,
         seq: u64,
         rooms: Vec<RoomImage>,

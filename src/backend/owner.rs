@@ -161,7 +161,7 @@ pub struct Contender {
 
 /// The admission record as some replica holds it: the number of the last
 /// record it took, the log position of that record's batch, the record.
-pub type Recorded = Arc<dyn Fn() -> Option<(u64, LogPos, AdmissionRecord)> + Send + Sync>;
+pub(crate) type Recorded = Arc<dyn Fn() -> Option<(u64, LogPos, AdmissionRecord)> + Send + Sync>;
 
 impl Contender {
     /// Contend for the room's lease until `stop`, publishing the engine

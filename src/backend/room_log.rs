@@ -83,7 +83,7 @@ pub struct Applied {
 impl Applied {
     /// Commands remembered; a command's sender gives up on it long before
     /// this many later ones have been applied.
-    pub const KEPT: usize = 65_536;
+    pub(crate) const KEPT: usize = 65_536;
 
     pub fn get(&self, id: u128) -> Option<&[u8]> {
         self.replies.get(&id).map(Vec::as_slice)
@@ -225,7 +225,7 @@ impl LogWriter {
 
     /// Close every batch with this engine's tally, so replicas show its
     /// figures.
-    pub fn tally_from(&self, room: &Arc<Room>) {
+    pub(crate) fn tally_from(&self, room: &Arc<Room>) {
         *self
             .tallied
             .lock()
@@ -776,13 +776,13 @@ impl Follower {
     /// Whether the store answered the last read: when it did not, the
     /// replica may lack changes written since (by an owner that can still
     /// reach it), so it is no ground for an answer.
-    pub fn in_touch(&self) -> bool {
+    pub(crate) fn in_touch(&self) -> bool {
         *self.in_touch.borrow()
     }
 
     /// Wait, up to `within`, until the store answers a read again (at once
     /// when it does now); whether it did.
-    pub async fn back_in_touch(&self, within: Duration) -> bool {
+    pub(crate) async fn back_in_touch(&self, within: Duration) -> bool {
         if self.in_touch() {
             return true;
         }

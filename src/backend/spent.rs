@@ -13,7 +13,7 @@ use std::sync::Mutex;
 const BUCKET_MS: u64 = 60_000;
 
 #[derive(Debug, Default)]
-pub struct SpentNonces {
+pub(crate) struct SpentNonces {
     /// Expiry minute → nonces that expire within it.
     buckets: Mutex<BTreeMap<u64, HashSet<[u8; 16]>>>,
 }
@@ -21,7 +21,7 @@ pub struct SpentNonces {
 impl SpentNonces {
     /// Remembers `nonce` until `until_ms`; false if it was already spent
     /// (and not yet forgotten).
-    pub fn spend(&self, nonce: [u8; 16], until_ms: u64, now_ms: u64) -> bool {
+    pub(crate) fn spend(&self, nonce: [u8; 16], until_ms: u64, now_ms: u64) -> bool {
         let mut buckets = self
             .buckets
             .lock()

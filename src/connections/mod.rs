@@ -43,7 +43,7 @@ const MAX_HEAD: usize = 16 * 1024 + 1024;
 const MAX_HEADERS: usize = 64;
 
 /// What the first bytes of a connection turned out to be.
-pub enum First {
+pub(crate) enum First {
     /// The head of an event-stream request, to serve here.
     Stream(Box<Request<axum::body::Body>>),
     /// A gate check (and whatever followed it), to serve with [`gate`].
@@ -57,7 +57,7 @@ pub enum First {
 /// Read the connection's first request head, or as much of it as tells it
 /// is neither an event-stream request nor a gate check. The caller bounds
 /// this in time.
-pub async fn read_first(socket: &mut TcpStream, peer: SocketAddr) -> First {
+pub(crate) async fn read_first(socket: &mut TcpStream, peer: SocketAddr) -> First {
     const PREFIXES: [&[u8]; 2] = [b"GET /api/rooms/", b"GET /gate"];
     let mut buf = BytesMut::with_capacity(1024);
     loop {
@@ -317,7 +317,7 @@ async fn write_all(socket: &TcpStream, mut buf: &[u8]) -> io::Result<()> {
 }
 
 /// A connection with bytes already read put back in front, for hyper.
-pub struct Rewind {
+pub(crate) struct Rewind {
     prefix: Bytes,
     inner: TcpStream,
 }

@@ -37,7 +37,7 @@ const QUEUE: usize = 1024;
 /// Deliveries in flight at once, over all receivers.
 const IN_FLIGHT: usize = 16;
 /// Tries per delivery, the first included.
-pub const MAX_ATTEMPTS: u32 = 6;
+pub(crate) const MAX_ATTEMPTS: u32 = 6;
 /// The wait before the first retry; it doubles each time (0.25 s … 8 s).
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -123,7 +123,7 @@ event_types! {
 
 impl EventType {
     /// The event type with this wire name.
-    pub fn from_name(name: &str) -> Option<Self> {
+    pub(crate) fn from_name(name: &str) -> Option<Self> {
         Self::ALL.iter().copied().find(|e| e.name() == name)
     }
 
@@ -268,7 +268,7 @@ impl Webhooks {
     }
 
     /// Webhooks that want `queue.threshold` events, with their threshold.
-    pub fn thresholds(&self) -> Vec<(usize, u64)> {
+    pub(crate) fn thresholds(&self) -> Vec<(usize, u64)> {
         self.targets
             .iter()
             .enumerate()

@@ -24,12 +24,12 @@ use sha2::Sha256;
 use crate::secret::Secret;
 
 /// How the specification presents a symmetric secret.
-pub const SECRET_PREFIX: &str = "whsec_";
+pub(crate) const SECRET_PREFIX: &str = "whsec_";
 /// The key lengths the specification asks for, in bytes (192 to 512 bits).
-pub const KEY_BYTES: std::ops::RangeInclusive<usize> = 24..=64;
+pub(crate) const KEY_BYTES: std::ops::RangeInclusive<usize> = 24..=64;
 
 /// The legacy signature header, sent only for plain (pre-standard) secrets.
-pub const LEGACY_SIGNATURE_HEADER: &str = "x-narabu-signature";
+pub(crate) const LEGACY_SIGNATURE_HEADER: &str = "x-narabu-signature";
 
 /// A receiver's signing key. `Debug` never shows it.
 #[derive(Clone)]
@@ -93,7 +93,7 @@ impl SigningKey {
 
     /// A plain secret from before the standard: deliveries also carry the
     /// legacy header.
-    pub fn is_legacy(&self) -> bool {
+    pub(crate) fn is_legacy(&self) -> bool {
         self.legacy
     }
 
@@ -109,7 +109,7 @@ impl SigningKey {
     }
 
     /// The legacy header's value: `sha256=<hex HMAC-SHA256 of the body>`.
-    pub fn legacy_signature(&self, body: &[u8]) -> String {
+    pub(crate) fn legacy_signature(&self, body: &[u8]) -> String {
         let mut mac = self.mac();
         mac.update(body);
         format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
@@ -122,7 +122,7 @@ impl SigningKey {
 
 /// The `webhook-signature` header: the body signed with each key, current
 /// first, space-separated.
-pub fn signature_header<'a>(
+pub(crate) fn signature_header<'a>(
     keys: impl IntoIterator<Item = &'a SigningKey>,
     id: &str,
     timestamp: u64,

@@ -5,19 +5,19 @@ use super::*;
 
 /// Test-only Ed25519 key pairs (made with `openssl genpkey -algorithm
 /// ed25519`); nothing outside these tests trusts them.
-pub const ED_A_PRIVATE: &str = "-----BEGIN PRIVATE KEY-----
+pub(crate) const ED_A_PRIVATE: &str = "-----BEGIN PRIVATE KEY-----
 MC4CAQAwBQYDK2VwBCIEIDnotDEZaPvvkM4Cxd4JgVeLBUrru9Nm4RYBce/Nmgx4
 -----END PRIVATE KEY-----
 ";
-pub const ED_A_PUBLIC: &str = "-----BEGIN PUBLIC KEY-----
+pub(crate) const ED_A_PUBLIC: &str = "-----BEGIN PUBLIC KEY-----
 MCowBQYDK2VwAyEATEJGCNKgsqer+HkXMXcnVDAX8B91qiSI/XYEhhE6I3s=
 -----END PUBLIC KEY-----
 ";
-pub const ED_B_PRIVATE: &str = "-----BEGIN PRIVATE KEY-----
+pub(crate) const ED_B_PRIVATE: &str = "-----BEGIN PRIVATE KEY-----
 MC4CAQAwBQYDK2VwBCIEIJkO8/pn4K4wG2SiBudk18DLkxo8oRY18LakJlGLR+UM
 -----END PRIVATE KEY-----
 ";
-pub const ED_B_PUBLIC: &str = "-----BEGIN PUBLIC KEY-----
+pub(crate) const ED_B_PUBLIC: &str = "-----BEGIN PUBLIC KEY-----
 MCowBQYDK2VwAyEAm5IevqXW17r6zh9ahkr8SMfjGYKOa7TmVp+VoQph4+Q=
 -----END PUBLIC KEY-----
 ";

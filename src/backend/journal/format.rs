@@ -24,28 +24,28 @@ use std::path::Path;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-pub const SEGMENT_MAGIC: &[u8; 8] = b"NARABUJ4";
-pub const SNAPSHOT_MAGIC: &[u8; 8] = b"NARABUS4";
+pub(crate) const SEGMENT_MAGIC: &[u8; 8] = b"NARABUJ4";
+pub(crate) const SNAPSHOT_MAGIC: &[u8; 8] = b"NARABUS4";
 /// The version the magics above carry.
-pub const VERSION: u8 = 4;
+pub(crate) const VERSION: u8 = 4;
 
 /// The version of a journal file of an older format than this one reads
 /// (its magic with an older digit), if it is one.
-pub fn older_version(bytes: &[u8]) -> Option<u8> {
+pub(crate) fn older_version(bytes: &[u8]) -> Option<u8> {
     let magic = bytes.get(..8)?;
     let (kind, digit) = (&magic[..7], magic[7]);
     let known = kind == &SEGMENT_MAGIC[..7] || kind == &SNAPSHOT_MAGIC[..7];
     let version = digit.checked_sub(b'0')?;
     (known && (1..VERSION).contains(&version)).then_some(version)
 }
-pub const FILE_HEADER: usize = 16;
-pub const FRAME_HEADER: usize = 12;
+pub(crate) const FILE_HEADER: usize = 16;
+pub(crate) const FRAME_HEADER: usize = 12;
 /// Larger frames are damage, not data (a snapshot of a full room is far
 /// below this).
 const MAX_FRAME: usize = 1 << 31;
 
 /// Append one frame holding `value` to `out`.
-pub fn encode_frame<T: Serialize>(value: &T, out: &mut Vec<u8>) {
+pub(crate) fn encode_frame<T: Serialize>(value: &T, out: &mut Vec<u8>) {
     let start = out.len();
     out.extend_from_slice(&[0; FRAME_HEADER]);
     // Serializing plain data into a Vec cannot fail.
@@ -60,7 +60,7 @@ pub fn encode_frame<T: Serialize>(value: &T, out: &mut Vec<u8>) {
     *out = out_vec;
 }
 
-pub fn file_header(magic: &[u8; 8], seq: u64) -> [u8; FILE_HEADER] {
+pub(crate) fn file_header(magic: &[u8; 8], seq: u64) -> [u8; FILE_HEADER] {
     let mut h = [0u8; FILE_HEADER];
     h[..8].copy_from_slice(magic);
     h[8..].copy_from_slice(&seq.to_le_bytes());
@@ -69,7 +69,7 @@ pub fn file_header(magic: &[u8; 8], seq: u64) -> [u8; FILE_HEADER] {
 
 /// What stopped a read.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Damage {
+pub(crate) enum Damage {
     /// An incomplete write at the end: everything from `offset` on is a
     /// cut-short frame (or zeros).
     TornTail { offset: u64 },
@@ -78,14 +78,14 @@ pub enum Damage {
 }
 
 /// The frames of a file after its header, decoded, and how the file ends.
-pub struct Frames<T> {
+pub(crate) struct Frames<T> {
     pub items: Vec<T>,
     /// `None` when the file ends exactly after its last frame.
     pub damage: Option<Damage>,
 }
 
 /// Check a file header; returns the sequence number in it.
-pub fn read_header(bytes: &[u8], magic: &[u8; 8]) -> Result<u64, Damage> {
+pub(crate) fn read_header(bytes: &[u8], magic: &[u8; 8]) -> Result<u64, Damage> {
     if bytes.len() < FILE_HEADER {
         if magic.starts_with(&bytes[..bytes.len().min(8)]) || bytes.iter().all(|&b| b == 0) {
             return Err(Damage::TornTail { offset: 0 });
@@ -107,7 +107,7 @@ pub fn read_header(bytes: &[u8], magic: &[u8; 8]) -> Result<u64, Damage> {
 }
 
 /// Decode frames from `bytes[FILE_HEADER..]`.
-pub fn read_frames<T: DeserializeOwned>(bytes: &[u8]) -> Frames<T> {
+pub(crate) fn read_frames<T: DeserializeOwned>(bytes: &[u8]) -> Frames<T> {
     let mut items = Vec::new();
     let mut at = FILE_HEADER;
     let end = bytes.len();
@@ -165,7 +165,7 @@ pub fn read_frames<T: DeserializeOwned>(bytes: &[u8]) -> Frames<T> {
 
 /// Write `bytes` to `path` atomically: a temporary file, fsync, rename,
 /// fsync of the directory.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
     {
@@ -184,7 +184,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// Make a directory's entries (new, renamed, removed files) durable.
-pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 

@@ -163,7 +163,7 @@ pub fn unavailable(e: &RedisError) -> BackendError {
 }
 
 /// The kind of a Redis failure, in words safe to show anyone.
-pub fn what_failed(e: &RedisError) -> &'static str {
+pub(crate) fn what_failed(e: &RedisError) -> &'static str {
     let what = if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
         "cannot reach Redis"
     } else if e.is_timeout() {

@@ -38,7 +38,7 @@ use crate::engine::RoomId;
 
 /// The schema these keys follow. An earlier Narabu kept every room's state
 /// in Redis under unversioned keys (`narabu:rooms`, `narabu:{room}:room`).
-pub const SCHEMA: u32 = 5;
+pub(crate) const SCHEMA: u32 = 5;
 const SCHEMA_KEY: &str = "narabu:schema";
 const EARLIER_ROOMS_KEY: &str = "narabu:rooms";
 /// The rooms of this schema, by name.
@@ -161,7 +161,7 @@ impl<B> std::ops::DerefMut for Own<'_, B> {
 }
 
 /// Opens a connection for reads that wait.
-pub type Connector<C> = std::sync::Arc<
+pub(crate) type Connector<C> = std::sync::Arc<
     dyn Fn() -> futures_util::future::BoxFuture<'static, redis::RedisResult<C>> + Send + Sync,
 >;
 

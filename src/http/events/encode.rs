@@ -13,11 +13,11 @@ use crate::engine::rules::Mode;
 use crate::engine::{Status, TicketStatus, Timestamp};
 
 /// The `id:` of an event that ends the stream.
-pub const END_ID: &str = "end";
+pub(crate) const END_ID: &str = "end";
 /// What a browser waits before reconnecting a dropped stream, in ms.
-pub const RETRY_MS: u64 = 3_000;
+pub(crate) const RETRY_MS: u64 = 3_000;
 /// A keep-alive comment.
-pub const KEEP_ALIVE: &[u8] = b":keep-alive\n\n";
+pub(crate) const KEEP_ALIVE: &[u8] = b":keep-alive\n\n";
 
 /// The fields every waiting ticket of a room shows alike at one moment,
 /// encoded once: the end of a `position` event's data.
@@ -70,7 +70,7 @@ impl Tail {
 }
 
 /// `"lane":"<name>",`, encoded once for a stream's life.
-pub fn lane_field(lane: Option<&str>) -> Option<Box<[u8]>> {
+pub(crate) fn lane_field(lane: Option<&str>) -> Option<Box<[u8]>> {
     let lane = lane?;
     let mut out = b"\"lane\":".to_vec();
     let _ = serde_json::to_writer(&mut out, lane);
@@ -203,7 +203,11 @@ pub fn admitted(out: &mut Vec<u8>, redirect: Option<&str>, pass_expires_at: Opti
 }
 
 /// The event for a status that ends the stream, if it does.
-pub fn final_event(out: &mut Vec<u8>, status: &TicketStatus, redirect: Option<&str>) -> bool {
+pub(crate) fn final_event(
+    out: &mut Vec<u8>,
+    status: &TicketStatus,
+    redirect: Option<&str>,
+) -> bool {
     if status.closed {
         closed(out, status.closed_reason());
         return true;

@@ -225,7 +225,7 @@ impl BodyShared {
 
 /// The response body of a stream hyper serves. Its first poll hands the
 /// stream to a shard (unless `connections` took it with the socket first).
-pub struct StreamBody {
+pub(crate) struct StreamBody {
     shared: Arc<BodyShared>,
     handoff: Option<Handoff>,
 }

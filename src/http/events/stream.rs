@@ -19,7 +19,7 @@ use crate::engine::rules;
 use crate::engine::{RoomId, Status, TicketState, TicketStatus};
 
 /// Never, for a stream's time or count.
-pub const NEVER: u64 = u64::MAX;
+pub(crate) const NEVER: u64 = u64::MAX;
 
 type Pending<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
@@ -99,7 +99,7 @@ impl Stream {
 
     /// Whether the line has moved as far as this stream waits for, or
     /// another copy of the room counts it now.
-    pub fn moved_enough(&self, moved: LineMoves) -> bool {
+    pub(crate) fn moved_enough(&self, moved: LineMoves) -> bool {
         moved.copy != self.copy || moved.count >= self.moves_at
     }
 
@@ -107,7 +107,7 @@ impl Stream {
     /// the store (listening for the next news already). `Some` when there
     /// is something new to look at, with the end of the stream written
     /// to `out` if the ticket or its line is gone.
-    pub fn poll_news(
+    pub(crate) fn poll_news(
         &mut self,
         cx: &mut Context<'_>,
         backend: &Arc<dyn Backend>,
@@ -161,7 +161,7 @@ impl Stream {
     /// keep the connection open, as a `position` event, whether or not
     /// they changed. `false` when it does not wait (its end is on the way
     /// through its signal): a comment does.
-    pub fn keep_alive(&mut self, now: u64, out: &mut Vec<u8>, tail: &mut Tail) -> bool {
+    pub(crate) fn keep_alive(&mut self, now: u64, out: &mut Vec<u8>, tail: &mut Tail) -> bool {
         let status = self.tracker.status(&*self.feed, now);
         if status.closed || status.status() != Status::Waiting {
             return false;

@@ -11,7 +11,7 @@
 pub type Entry = (u64, u32, u32);
 
 #[derive(Debug)]
-pub struct Wheel {
+pub(crate) struct Wheel {
     slot_ms: u64,
     slots: Vec<Vec<Entry>>,
     /// Everything due before this time has been taken.
@@ -44,7 +44,7 @@ impl Wheel {
     }
 
     /// Every entry due by `now`, into `due`.
-    pub fn take_due(&mut self, now: u64, due: &mut Vec<Entry>) {
+    pub(crate) fn take_due(&mut self, now: u64, due: &mut Vec<Entry>) {
         if now < self.done_to {
             return;
         }

@@ -65,7 +65,7 @@ pub struct Start {
 
 impl Start {
     /// Hand the stream to a shard, which writes its first event at once.
-    pub fn adopt(self, sink: Sink) {
+    pub(crate) fn adopt(self, sink: Sink) {
         let writers = self.writers.clone();
         let n = writers.next.fetch_add(1, Ordering::Relaxed) % writers.shards.len();
         let inbox = &writers.shards[n];
