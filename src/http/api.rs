@@ -135,6 +135,87 @@ pub struct Joined {
     pub is_new: bool,
 }
 
+/// Why a join was refused, in the cases a page shows otherwise than as an
+/// error: each carries the error the API answers with, so the JSON API and
+/// the pages say the same, and the pages tell the cases apart by kind
+/// rather than by the error's code.
+#[derive(Debug)]
+pub enum JoinRefused {
+    /// The room is closed.
+    Closed(ApiError),
+    /// The room has sold out.
+    SoldOut(ApiError),
+    /// The ticket the visitor holds names a line that was reset.
+    LineReset(ApiError),
+    /// The room wants a solved proof of work: the error carries the
+    /// challenge.
+    Challenge(ApiError),
+    /// The room wants an invitation (an enqueue token).
+    Invitation(ApiError),
+    /// Anything else.
+    Other(ApiError),
+}
+
+impl JoinRefused {
+    fn access(
+        state: &AppState,
+        room: &RoomId,
+        policy: &access::Policy,
+        refusal: access::Refusal,
+    ) -> Self {
+        let pow = matches!(refusal, access::Refusal::Pow(_));
+        let error = access::refuse(state, room, policy, refusal);
+        if pow {
+            Self::Challenge(error)
+        } else {
+            Self::Invitation(error)
+        }
+    }
+}
+
+impl From<ApiError> for JoinRefused {
+    fn from(e: ApiError) -> Self {
+        Self::Other(e)
+    }
+}
+
+impl From<BackendError> for JoinRefused {
+    fn from(e: BackendError) -> Self {
+        match e {
+            BackendError::Closed(_) => Self::Closed(e.into()),
+            BackendError::SoldOut(_) => Self::SoldOut(e.into()),
+            BackendError::LineReset => Self::LineReset(e.into()),
+            e => Self::Other(e.into()),
+        }
+    }
+}
+
+impl From<&JoinRefused> for ApiError {
+    fn from(r: &JoinRefused) -> Self {
+        match r {
+            JoinRefused::Closed(e)
+            | JoinRefused::SoldOut(e)
+            | JoinRefused::LineReset(e)
+            | JoinRefused::Challenge(e)
+            | JoinRefused::Invitation(e)
+            | JoinRefused::Other(e) => e.clone(),
+        }
+    }
+}
+
+impl From<JoinRefused> for ApiError {
+    fn from(r: JoinRefused) -> Self {
+        match r {
+            JoinRefused::Closed(e)
+            | JoinRefused::SoldOut(e)
+            | JoinRefused::LineReset(e)
+            | JoinRefused::Challenge(e)
+            | JoinRefused::Invitation(e)
+            | JoinRefused::Other(e) => e,
+        }
+    }
+}
+
 /// Join idempotently, in one call to the backend: the visitor's live
 /// ticket (cookie or Bearer) is kept; otherwise the room's access rules
 /// are checked ([`access::clear`]) and an enqueue token's account or an
@@ -150,7 +231,7 @@ pub async fn join_room(
     client: ClientIp,
     replace_ended: bool,
     proof: &Proof,
-) -> Result<Joined, ApiError> {
+) -> Result<Joined, JoinRefused> {
     let policy = state
         .access
         .policy(state.backend.as_ref(), room, state.clock.now_ms())
@@ -164,13 +245,13 @@ pub async fn join_room(
         .for_room(room)
         .and_then(|rules| rules.judge(&RequestView::of_join(headers, client.0)));
     match verdict {
-        Some(Action::Block) => return Err(super::gate::blocked()),
+        Some(Action::Block) => return Err(super::gate::blocked().into()),
         Some(Action::Shadow) => {
             let held = held.and_then(|v| v.shadow);
             if held.is_none()
                 && let Err(refusal) = access::clear(state, room, &policy, proof)
             {
-                return Err(access::refuse(state, room, &policy, refusal));
+                return Err(JoinRefused::access(state, room, &policy, refusal));
             }
             let (ticket, token, status, is_new) = shadow::join(state, room, held).await?;
             return Ok(Joined {
@@ -209,16 +290,18 @@ pub async fn join_room(
         Ok(outcome) => outcome,
         Err(BackendError::AccessDenied) => {
             let refusal = refusal.unwrap_or(access::Refusal::Pow(None));
-            return Err(access::refuse(state, room, &policy, refusal));
+            return Err(JoinRefused::access(state, room, &policy, refusal));
         }
         Err(BackendError::NonceSpent) => {
             let spent = access::Refusal::Pow(Some(PowError::Spent));
-            return Err(access::refuse(state, room, &policy, spent));
+            return Err(JoinRefused::access(state, room, &policy, spent));
         }
         Err(e) => {
-            let e = ApiError::from(e);
-            state.metrics.join_refused(room.as_str(), e.code);
-            return Err(e);
+            let refused = JoinRefused::from(e);
+            state
+                .metrics
+                .join_refused(room.as_str(), ApiError::from(&refused).code);
+            return Err(refused);
         }
     };
     if outcome.is_new {
@@ -233,7 +316,8 @@ pub async fn join_room(
             "idempotency_key_used",
             "This Idempotency-Key already made a ticket that is still live; \
              send that ticket (cookie or Bearer) to see it, or use a new key.",
-        ));
+        )
+        .into());
     }
     let token = match held {
         Some(v) if v.ticket == outcome.ticket => v.token,

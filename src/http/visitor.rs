@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::access::Proof;
-use super::api;
+use super::api::{self, JoinRefused};
 use super::error::ApiError;
 use super::extract::MaybeVisitor;
 use super::i18n::Lang;
@@ -146,33 +146,23 @@ pub async fn queue(
     let joined = match api::join_room(&state, &room, ticket, &headers, client, rejoin, &proof).await
     {
         Ok(joined) => joined,
-        Err(e) if e.code == "room_closed" || e.code == "sold_out" => {
-            let reason = if e.code == "sold_out" {
-                ClosedReason::SoldOut
-            } else {
-                ClosedReason::Closed
-            };
-            let page = Page::Closed(ClosedPage {
-                reason,
-                rejoin_url: None,
-            });
-            return state.pages.render(StatusCode::GONE, &visit, &page);
-        }
-        Err(e) if e.code.starts_with("challenge_") => {
+        Err(JoinRefused::Closed(_)) => return closed_page(&state, &visit, ClosedReason::Closed),
+        Err(JoinRefused::SoldOut(_)) => return closed_page(&state, &visit, ClosedReason::SoldOut),
+        Err(JoinRefused::Challenge(e)) => {
             let page_url = page_url(&room, &return_path, &visit.lang);
             return pow_page(&state, &visit, &room, &e, page_url, proof.enqueue_token);
         }
-        Err(e) if e.code.starts_with("enqueue_token_") => return invite_page(&state, &visit, &e),
+        Err(JoinRefused::Invitation(e)) => return invite_page(&state, &visit, &e),
         // The cookie's ticket names a line that was reset: said so, with
         // a way to join the new one.
-        Err(e) if e.code == "line_reset" => {
+        Err(JoinRefused::LineReset(_)) => {
             let page = Page::Closed(ClosedPage {
                 reason: ClosedReason::Reset,
                 rejoin_url: Some(rejoin_url),
             });
             return state.pages.render(StatusCode::OK, &visit, &page);
         }
-        Err(e) => return page_for_error(&state, &visit, &e),
+        Err(JoinRefused::Other(e)) => return page_for_error(&state, &visit, &e),
     };
     if !joined.status.state.is_live() || joined.status.closed {
         return ended_page(&state, &visit, &joined.status, rejoin_url);
@@ -209,6 +199,15 @@ pub async fn queue(
     }
     let page = Page::Queue(Box::new(page));
     ([cookie], state.pages.render(StatusCode::OK, &visit, &page)).into_response()
+}
+
+/// The page of a room that takes no one any more.
+fn closed_page(state: &AppState, visit: &Visit, reason: ClosedReason) -> Response {
+    let page = Page::Closed(ClosedPage {
+        reason,
+        rejoin_url: None,
+    });
+    state.pages.render(StatusCode::GONE, visit, &page)
 }
 
 /// The queue page's own address, without an enqueue token.
