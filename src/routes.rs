@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The most routes a room may claim.
-pub const MAX_ROUTES: usize = 64;
+pub(crate) const MAX_ROUTES: usize = 64;
 
 /// A part of the site a room claims.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
@@ -83,7 +83,7 @@ pub fn validate(routes: &[Route]) -> Result<(), (String, String)> {
 
 /// Two rooms claim the same route.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Conflict<R> {
+pub(crate) struct Conflict<R> {
     /// The room that claimed it first, and the one that claims it again,
     /// with the route's index in that room's list.
     pub first: R,
@@ -94,7 +94,7 @@ pub struct Conflict<R> {
 /// Every room's routes, most specific first. `R` names a room (the
 /// engine's room id): the table only hands it back.
 #[derive(Debug)]
-pub struct RouteTable<R> {
+pub(crate) struct RouteTable<R> {
     routes: Vec<(Route, R)>,
 }
 

@@ -30,9 +30,9 @@ mod tests;
 
 /// The most rules a room may have: each is tried on every gate check until
 /// one matches.
-pub const MAX_RULES: usize = 64;
+pub(crate) const MAX_RULES: usize = 64;
 /// The most values one condition may list.
-pub const MAX_VALUES: usize = 64;
+pub(crate) const MAX_VALUES: usize = 64;
 /// The longest pattern, name or value in a condition.
 const MAX_LEN: usize = 1024;
 
@@ -294,7 +294,7 @@ pub fn validate(rules: &[Rule]) -> Result<(), RuleError> {
 /// Checks that every rule's `network_file` reads as a list of networks,
 /// naming the rule and the file's line that does not. Reads the files:
 /// for the configuration at start and for an operator's change.
-pub fn check_files(rules: &[Rule]) -> Result<(), RuleError> {
+pub(crate) fn check_files(rules: &[Rule]) -> Result<(), RuleError> {
     for (i, rule) in rules.iter().enumerate() {
         if let Some(path) = &rule.network_file {
             read_networks(path).map_err(|e| error(format!("rules[{i}].network_file"), e))?;
@@ -304,18 +304,18 @@ pub fn check_files(rules: &[Rule]) -> Result<(), RuleError> {
 }
 
 /// The most networks a file may list.
-pub const MAX_FILE_NETWORKS: usize = 1_000_000;
+pub(crate) const MAX_FILE_NETWORKS: usize = 1_000_000;
 
 /// A list of networks that does not read: the line (from 1), and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ListError {
+pub(crate) struct ListError {
     pub line: usize,
     pub message: String,
 }
 
 /// Networks one a line (`203.0.113.0/24`, `2001:db8::/32`, or an address
 /// alone); blank lines and everything from a `#` are ignored.
-pub fn parse_networks(text: &str) -> Result<Vec<IpNet>, ListError> {
+pub(crate) fn parse_networks(text: &str) -> Result<Vec<IpNet>, ListError> {
     let mut nets = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let entry = line.split('#').next().unwrap_or_default().trim();
@@ -345,7 +345,7 @@ pub fn parse_networks(text: &str) -> Result<Vec<IpNet>, ListError> {
 
 /// A file of networks ([`parse_networks`]), or what is wrong with it,
 /// naming the file (and the line).
-pub fn read_networks(path: &str) -> Result<Vec<IpNet>, String> {
+pub(crate) fn read_networks(path: &str) -> Result<Vec<IpNet>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
     parse_networks(&text).map_err(|e| format!("{path}: line {}: {}", e.line, e.message))
 }
@@ -354,7 +354,7 @@ pub fn read_networks(path: &str) -> Result<Vec<IpNet>, String> {
 /// touch, and sorted, so a lookup is a binary search however long the
 /// list (a file may hold many).
 #[derive(Clone, Debug, Default)]
-pub struct Networks(Vec<IpNet>);
+pub(crate) struct Networks(Vec<IpNet>);
 
 impl Networks {
     pub fn new(nets: &[IpNet]) -> Self {
@@ -374,18 +374,10 @@ impl Networks {
         let after = self.0.partition_point(|n| n.network() <= ip);
         after > 0 && self.0[after - 1].contains(&ip)
     }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 /// `shop.example.com`, or `*.` and a domain: lower case, no port.
-pub fn is_host_pattern(h: &str) -> bool {
+pub(crate) fn is_host_pattern(h: &str) -> bool {
     let name = h.strip_prefix("*.").unwrap_or(h);
     !name.is_empty()
         && name.len() <= 253
@@ -466,7 +458,7 @@ impl<'a> RequestView<'a> {
     /// A join as the rules see it: no page of the site (no path, no
     /// method), the host it was sent to, the client as `trusted_proxies`
     /// and `client_ip_header` determine it.
-    pub fn of_join(headers: &'a HeaderMap, client: IpAddr) -> Self {
+    pub(crate) fn of_join(headers: &'a HeaderMap, client: IpAddr) -> Self {
         Self {
             path: None,
             method: None,
@@ -481,7 +473,7 @@ impl<'a> RequestView<'a> {
 }
 
 /// `example.com:8000` → `example.com`; `[::1]:80` → `::1`.
-pub fn without_port(host: &str) -> &str {
+pub(crate) fn without_port(host: &str) -> &str {
     if let Some(rest) = host.strip_prefix('[') {
         return rest.split(']').next().unwrap_or(rest);
     }
@@ -524,7 +516,7 @@ impl RuleSet {
     /// Compiles rules, with the networks of each `network_file` as
     /// `files` has them (`None`: none, so the rule's file adds no
     /// network).
-    pub fn compile_with(
+    pub(crate) fn compile_with(
         rules: &[Rule],
         files: impl Fn(&str) -> Option<Arc<[IpNet]>>,
     ) -> Option<Self> {
@@ -590,7 +582,7 @@ impl RuleSet {
 
     /// Whether some rule asks for the client's address (which costs the
     /// gate a walk through the forwarded headers to find).
-    pub fn needs_client(&self) -> bool {
+    pub(crate) fn needs_client(&self) -> bool {
         self.needs_client
     }
 
@@ -664,7 +656,7 @@ impl Compiled {
 
 /// A host against `shop.example.com` or `*.example.com` (any subdomain,
 /// not the domain itself).
-pub fn host_matches(pattern: &str, host: &str) -> bool {
+pub(crate) fn host_matches(pattern: &str, host: &str) -> bool {
     match pattern.strip_prefix("*.") {
         Some(domain) => {
             host.len() > domain.len() + 1

@@ -44,7 +44,7 @@ const ID_DIGITS: u64 = {
 /// id, the commitment, the seed and the field names. A longer reply is
 /// not a draw record, and reading it would only spend the checker's
 /// memory.
-pub const MAX_RECORD_BYTES: u64 = MAX_TICKETS * (ID_DIGITS + 1) + 16 * 1024;
+pub(crate) const MAX_RECORD_BYTES: u64 = MAX_TICKETS * (ID_DIGITS + 1) + 16 * 1024;
 
 /// How much of an error reply is read and echoed.
 const ERROR_BYTES: usize = 4 * 1024;
@@ -139,7 +139,7 @@ pub fn record_url(input: &str) -> anyhow::Result<url::Url> {
 }
 
 /// Judges a record already fetched.
-pub fn judge(body: DrawBody) -> Verdict {
+pub(crate) fn judge(body: DrawBody) -> Verdict {
     if body.seed.is_none() && body.order.is_none() {
         return Verdict::NotDrawn(body);
     }

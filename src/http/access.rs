@@ -70,7 +70,7 @@ pub struct Cleared {
 
 impl Cleared {
     /// The nonce a new ticket spends.
-    pub fn nonce(&self) -> Option<NonceSpend> {
+    pub(crate) fn nonce(&self) -> Option<NonceSpend> {
         self.solved.map(|s| NonceSpend {
             nonce: s.nonce,
             until_ms: s.expires_at_ms,
@@ -123,7 +123,7 @@ impl std::fmt::Debug for AccessBook {
 
 impl AccessBook {
     /// Takes a room's current settings and join counter.
-    pub fn observe(&self, s: &RoomSnapshot, now: u64) {
+    pub(crate) fn observe(&self, s: &RoomSnapshot, now: u64) {
         let id = &s.settings.id;
         let mut rooms = self.rooms.write().unwrap_or_else(|e| e.into_inner());
         let entry = rooms.entry(id.clone()).or_insert_with(|| Entry {
@@ -231,7 +231,7 @@ pub struct ChallengeBody {
 }
 
 /// The scheme's name, for clients to check they solve the right puzzle.
-pub const SCHEME: &str = "sha256-leading-zero-bits";
+pub(crate) const SCHEME: &str = "sha256-leading-zero-bits";
 
 impl From<&Challenge> for ChallengeBody {
     fn from(c: &Challenge) -> Self {

@@ -57,7 +57,7 @@ struct JoinBody<'a> {
 /// A status answer: the ticket's status and, once admitted, a signed pass.
 #[derive(Serialize, ToSchema)]
 #[schema(as = VisitorStatus)]
-pub struct StatusAnswer {
+pub(crate) struct StatusAnswer {
     #[serde(flatten)]
     status: StatusBody,
     /// For an admitted ticket: a signed pass (a JWT any proxy or app can
@@ -140,7 +140,7 @@ pub struct Joined {
 /// the pages say the same, and the pages tell the cases apart by kind
 /// rather than by the error's code.
 #[derive(Debug)]
-pub enum JoinRefused {
+pub(crate) enum JoinRefused {
     /// The room is closed.
     Closed(ApiError),
     /// The room has sold out.
@@ -223,7 +223,7 @@ impl From<JoinRefused> for ApiError {
 /// counts against the client address's join limit and spends the join's
 /// proof of work. With `replace_ended` off, an ended ticket is answered as
 /// it is rather than replaced.
-pub async fn join_room(
+pub(crate) async fn join_room(
     state: &AppState,
     room: &RoomId,
     held: Option<VisitorTicket>,
@@ -331,7 +331,11 @@ pub async fn join_room(
     })
 }
 
-pub fn set_cookie(state: &AppState, room: &RoomId, token: String) -> (header::HeaderName, String) {
+pub(crate) fn set_cookie(
+    state: &AppState,
+    room: &RoomId,
+    token: String,
+) -> (header::HeaderName, String) {
     (
         header::SET_COOKIE,
         ticket::cookie(state, room, token).to_string(),
@@ -461,7 +465,11 @@ pub async fn status(
 }
 
 /// A status as it goes out, naming the ticket's lane in a room with lanes.
-pub async fn status_body(state: &AppState, room: &RoomId, status: &TicketStatus) -> StatusBody {
+pub(crate) async fn status_body(
+    state: &AppState,
+    room: &RoomId,
+    status: &TicketStatus,
+) -> StatusBody {
     let lane = lane_name(state, room, status.lane).await;
     StatusBody::named(status, lane.as_deref())
 }
@@ -562,7 +570,7 @@ fn without_pass(state: &AppState, room: &RoomId, mut response: Response) -> Resp
 /// an operator revokes.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct TicketBody {
+pub(crate) struct TicketBody {
     /// The visitor's ticket, as the join answered it.
     pub ticket: String,
 }
@@ -571,7 +579,7 @@ pub struct TicketBody {
 /// they bought.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ReleaseRequest {
+pub(crate) struct ReleaseRequest {
     /// The visitor's ticket, as the join answered it.
     pub ticket: String,
     /// Units bought, taken off a stock-aware room's stock.
@@ -602,7 +610,7 @@ pub struct PurchaseBody {
 /// backend). The report that sells the room out announces it
 /// (`room.mode_changed`, `room.sold_out`), so that is done once whichever
 /// instance took it. `None` for a room that does not count stock.
-pub async fn record_purchase(
+pub(crate) async fn record_purchase(
     state: &AppState,
     room: &RoomId,
     purchased: u64,

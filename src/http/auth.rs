@@ -24,7 +24,7 @@ fn unauthorized() -> ApiError {
 
 /// The admin token, for the admin API. With no token configured the admin
 /// API does not exist (404), rather than being open.
-pub fn require_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn require_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(secret) = &state.settings.admin_token else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -39,7 +39,7 @@ pub fn require_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiErr
 }
 
 /// The admin token or the release key, for `release`.
-pub fn require_release_key(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn require_release_key(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let given = bearer(headers).ok_or_else(unauthorized)?;
     let accepted = [&state.settings.admin_token, &state.settings.release_key]
         .into_iter()
@@ -55,7 +55,7 @@ pub fn require_release_key(state: &AppState, headers: &HeaderMap) -> Result<(), 
 /// The metrics token, for `/metrics`, when one is configured: the figures
 /// name every room and how busy it is, which a deployment may not want
 /// public.
-pub fn require_metrics_token(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn require_metrics_token(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(secret) = &state.settings.metrics_token else {
         return Ok(());
     };

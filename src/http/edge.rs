@@ -32,7 +32,7 @@ use crate::metrics::{HttpLabels, Metrics};
 /// Headers beyond this (a cookie jar stuffed by a bot, a header flood) are
 /// refused with 431 before any handler parses them. A visitor's own
 /// headers, with one ticket cookie per room, are a few hundred bytes.
-pub const HEADER_LIMIT: usize = 16 * 1024;
+pub(crate) const HEADER_LIMIT: usize = 16 * 1024;
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -41,7 +41,7 @@ static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// randomness on every request as a v4 UUID does. The ids are not secret
 /// and never were: the client sees its own.
 #[derive(Debug)]
-pub struct RequestIds {
+pub(crate) struct RequestIds {
     prefix: u64,
     next: AtomicU64,
 }
@@ -79,7 +79,7 @@ fn hex(mut n: u64, out: &mut [u8]) {
 }
 
 #[derive(Clone, Debug)]
-pub struct EdgeLayer {
+pub(crate) struct EdgeLayer {
     metrics: Arc<Metrics>,
     ids: Arc<RequestIds>,
 }
@@ -106,7 +106,7 @@ impl<S> Layer<S> for EdgeLayer {
 }
 
 #[derive(Clone, Debug)]
-pub struct Edge<S> {
+pub(crate) struct Edge<S> {
     inner: S,
     metrics: Arc<Metrics>,
     ids: Arc<RequestIds>,

@@ -122,34 +122,43 @@ impl FromRequestParts<AppState> for ReleaseKey {
 }
 
 /// A JSON body read into `T`: `400 bad_body` when it is not JSON at all,
-/// `422 invalid_field` when it does not fit `T`, naming the field in the
-/// message and, for a value of the wrong kind, its path in `field`
-/// (`subscription.keys.p256dh`). Every handler
+/// `422 invalid_field` when it does not fit `T`, naming the field (its
+/// path, `subscription.keys.p256dh`) first in the message and in `field`,
+/// whether it is missing, unknown or of the wrong kind. Every handler
 /// that takes a JSON body refuses a bad one this same way.
-pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let value: serde_json::Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_body(format!("The body is not JSON: {e}")))?;
     json_value(value)
 }
 
 /// [`json_body`] of a body already read as JSON.
-pub fn json_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
+pub(crate) fn json_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
-        // A field missing or unknown is the object's fault (`.`): serde's
-        // message names the field then.
-        match e.path().to_string() {
-            root if root == "." => ApiError::new(
+        let inner = e.inner().to_string();
+        // A missing field is the fault of the object around it (where the
+        // path points); serde names the field in the message.
+        let named = inner
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split('`').next());
+        let field = match (e.path().to_string(), named) {
+            (root, Some(name)) if root == "." => name.to_owned(),
+            (path, Some(name)) => format!("{path}.{name}"),
+            (path, None) => path,
+        };
+        if field == "." {
+            return ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid_field",
-                format!("The body was not understood: {}", e.inner()),
-            ),
-            field => ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_field",
-                format!("{field}: {}", e.inner()),
-            )
-            .with("field", field),
+                format!("The body was not understood: {inner}"),
+            );
         }
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            format!("{field}: {inner}"),
+        )
+        .with("field", field)
     })
 }
 
@@ -194,10 +203,29 @@ mod tests {
 
         let e = json_body::<Outer>(br#"{"inner": {"count": 1}}"#).unwrap_err();
         assert_eq!(e.code, "invalid_field");
-        assert!(e.message.contains("missing field `name`"), "{}", e.message);
+        assert!(
+            e.message.starts_with("name: missing field `name`"),
+            "{}",
+            e.message
+        );
+        assert_eq!(field(&e), Some(&serde_json::json!("name")));
+
+        let e = json_body::<Outer>(br#"{"name": "a", "inner": {}}"#).unwrap_err();
+        assert_eq!(field(&e), Some(&serde_json::json!("inner.count")));
 
         let e = json_body::<Outer>(br#"{"name": "a", "inner": {"count": 1}, "x": 0}"#).unwrap_err();
-        assert!(e.message.contains("unknown field `x`"), "{}", e.message);
+        assert!(
+            e.message.starts_with("x: unknown field `x`"),
+            "{}",
+            e.message
+        );
+
+        let e = json_body::<Outer>(b"5").unwrap_err();
+        assert!(
+            e.message.starts_with("The body was not understood"),
+            "{}",
+            e.message
+        );
 
         assert_eq!(
             json_body::<Outer>(br#"{"name": "a", "inner": {"count": 1}}"#)

@@ -209,7 +209,7 @@ pub async fn gate(
         (status = 404, description = "The room the routes picked was removed.", body = ErrorBody),
     ),
 )]
-pub async fn site_gate(State(state): State<AppState>, request: Request) -> Response {
+pub(crate) async fn site_gate(State(state): State<AppState>, request: Request) -> Response {
     let (parts, _) = request.into_parts();
     let peer = super::limits::peer(&parts);
     check_site(&state, &parts, peer).await
@@ -460,7 +460,7 @@ impl GateFirst {
 
 /// Whether a request is a gate check: for a room, or for the site
 /// (`GET /gate`, the room picked by the rooms' routes).
-pub fn is_gate_check(method: &Method, path: &str) -> bool {
+pub(crate) fn is_gate_check(method: &Method, path: &str) -> bool {
     gate_room(method, path).is_some() || (method == Method::GET && path == SITE_GATE)
 }
 
@@ -491,7 +491,7 @@ async fn check_site(state: &AppState, request: &Parts, peer: Option<IpAddr>) -> 
 }
 
 /// The room of a gate check's path, when it can be taken as it is.
-pub fn gate_room<'a>(method: &Method, path: &'a str) -> Option<&'a str> {
+pub(crate) fn gate_room<'a>(method: &Method, path: &'a str) -> Option<&'a str> {
     if method != Method::GET {
         return None;
     }

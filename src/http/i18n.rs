@@ -29,14 +29,14 @@ use super::pages::files;
 use crate::engine::rules::{self, WaitUnit};
 
 /// The built-in message files, compiled in.
-pub const BUILTIN: [(&str, &str); 3] = [
+pub(crate) const BUILTIN: [(&str, &str); 3] = [
     ("en", include_str!("../../templates/pages/messages/en.toml")),
     ("ja", include_str!("../../templates/pages/messages/ja.toml")),
     ("zh", include_str!("../../templates/pages/messages/zh.toml")),
 ];
 
 /// The language every visitor gets when nothing better matches.
-pub const DEFAULT: &str = "en";
+pub(crate) const DEFAULT: &str = "en";
 
 /// The most language ranges of one `Accept-Language` header we look at, so
 /// that a hostile header costs a bounded amount of work.
@@ -54,7 +54,7 @@ pub struct Language {
 }
 
 /// A page's language, shared by every page that shows it.
-pub type Lang = Arc<Language>;
+pub(crate) type Lang = Arc<Language>;
 
 impl Language {
     /// The short code used in `?lang=` and handed to scripts.
@@ -74,12 +74,12 @@ impl Language {
     }
 
     /// The language's name in itself, for the language switcher.
-    pub fn native_name(&self) -> &str {
+    pub(crate) fn native_name(&self) -> &str {
         &self.strings.language_name
     }
 
     /// Every user-visible string of the visitor pages in this language.
-    pub fn strings(&self) -> &Strings {
+    pub(crate) fn strings(&self) -> &Strings {
         &self.strings
     }
 }
@@ -147,7 +147,7 @@ impl Languages {
     }
 
     /// English (the built-in, or an operator's `en.toml`).
-    pub fn default_language(&self) -> &Lang {
+    pub(crate) fn default_language(&self) -> &Lang {
         self.get(DEFAULT)
             .or_else(|| self.all.first())
             .expect("English is always there")
@@ -155,7 +155,11 @@ impl Languages {
 
     /// Picks the page language: a known `?lang=` wins, then the best-rated
     /// known language of `Accept-Language`, then English.
-    pub fn negotiate(&self, query_lang: Option<&str>, accept_language: Option<&str>) -> Lang {
+    pub(crate) fn negotiate(
+        &self,
+        query_lang: Option<&str>,
+        accept_language: Option<&str>,
+    ) -> Lang {
         query_lang
             .and_then(|q| self.for_tag(q))
             .or_else(|| accept_language.and_then(|h| self.for_accept_language(h)))
@@ -543,7 +547,7 @@ pub struct PushStrings {
 impl Languages {
     /// The call-back phrases of `lang` (a code as a visitor's page had
     /// it), else English's.
-    pub fn push_strings(&self, lang: &str) -> &PushStrings {
+    pub(crate) fn push_strings(&self, lang: &str) -> &PushStrings {
         self.get(lang)
             .and_then(|l| l.strings.push.as_ref())
             .or(self.default_language().strings.push.as_ref())
@@ -581,7 +585,7 @@ impl Strings {
     /// Phrases an estimated wait between `low_secs` and `high_secs` as a
     /// range in one unit, rounded as `rules::wait_shown` says (the rule the
     /// streams' cadence counts steps of).
-    pub fn format_eta(&self, low_secs: u64, high_secs: u64) -> String {
+    pub(crate) fn format_eta(&self, low_secs: u64, high_secs: u64) -> String {
         let shown = rules::wait_shown(low_secs, high_secs);
         if shown.high == 0 {
             return self.eta_now.to_owned();
@@ -606,7 +610,7 @@ impl Strings {
     }
 
     /// [`Strings::format_eta`] for an estimate that may not be known yet.
-    pub fn format_eta_opt(&self, low_secs: Option<u64>, high_secs: Option<u64>) -> String {
+    pub(crate) fn format_eta_opt(&self, low_secs: Option<u64>, high_secs: Option<u64>) -> String {
         match (low_secs, high_secs) {
             (Some(low), Some(high)) => self.format_eta(low, high),
             (Some(one), None) | (None, Some(one)) => self.format_eta(one, one),
@@ -619,29 +623,29 @@ impl Strings {
         n.map_or_else(|| self.unknown_value.to_owned(), group_digits)
     }
 
-    pub fn format_progress(&self, percent: u8) -> String {
+    pub(crate) fn format_progress(&self, percent: u8) -> String {
         self.progress_value
             .replace("{percent}", &percent.min(100).to_string())
     }
 
-    pub fn format_queue_length(&self, n: u64) -> String {
+    pub(crate) fn format_queue_length(&self, n: u64) -> String {
         self.queue_length.replace("{n}", &group_digits(n))
     }
 
-    pub fn format_refresh_note(&self, seconds: u32) -> String {
+    pub(crate) fn format_refresh_note(&self, seconds: u32) -> String {
         self.refresh_note.replace("{n}", &seconds.to_string())
     }
 
-    pub fn format_stock_left(&self, n: u64) -> String {
+    pub(crate) fn format_stock_left(&self, n: u64) -> String {
         self.stock_left.replace("{n}", &group_digits(n))
     }
 
-    pub fn format_error_code(&self, code: u16) -> String {
+    pub(crate) fn format_error_code(&self, code: u16) -> String {
         self.error_code.replace("{code}", &code.to_string())
     }
 
     /// The sentence screen readers announce for the visitor's place.
-    pub fn format_announcement(&self, position: Option<u64>, eta: Option<&str>) -> String {
+    pub(crate) fn format_announcement(&self, position: Option<u64>, eta: Option<&str>) -> String {
         let Some(position) = position else {
             return String::new();
         };
@@ -657,7 +661,7 @@ impl Strings {
 
 /// Groups digits in threes with commas, as English, Japanese and Chinese
 /// all write large counts: 200,000.
-pub fn group_digits(n: u64) -> String {
+pub(crate) fn group_digits(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {

@@ -120,7 +120,7 @@ pub fn peer(parts: &Parts) -> Option<IpAddr> {
 
 /// Whether the connection comes from one of `trusted_proxies`, whose
 /// forwarded headers are believed.
-pub fn from_trusted_proxy(parts: &Parts, trusted: &[IpNet]) -> bool {
+pub(crate) fn from_trusted_proxy(parts: &Parts, trusted: &[IpNet]) -> bool {
     peer(parts).is_some_and(|ip| trusted.iter().any(|net| net.contains(&ip)))
 }
 
@@ -158,7 +158,7 @@ pub struct ChallengeLimiter {
 
 impl ChallengeLimiter {
     /// Challenge fetches allowed per join the room allows.
-    pub const PER_JOIN: u32 = 2;
+    pub(crate) const PER_JOIN: u32 = 2;
     /// How often addresses that stopped fetching are forgotten.
     const SWEEP_EVERY_MS: u64 = 30_000;
 

@@ -27,7 +27,7 @@ pub struct Provenance {
 
 impl Provenance {
     /// Refuse (403) a request from another site or origin.
-    pub fn require_same_origin(self) -> Result<(), ApiError> {
+    pub(crate) fn require_same_origin(self) -> Result<(), ApiError> {
         if self.same_origin {
             Ok(())
         } else {

@@ -92,7 +92,7 @@ pub async fn pem(
 }
 
 /// The cookie holding the signed pass for `room`.
-pub fn cookie_name(state: &AppState, room: &RoomId) -> String {
+pub(crate) fn cookie_name(state: &AppState, room: &RoomId) -> String {
     format!("{}{room}_jwt", cookie_prefix(state))
 }
 
@@ -106,7 +106,7 @@ pub struct Minted {
 /// `pass_lifetime`, or less if the permit lapses sooner without activity.
 /// `None` for a ticket not admitted (or a room that cannot be read now:
 /// the visitor is then simply asked again next time).
-pub async fn mint(
+pub(crate) async fn mint(
     state: &AppState,
     room: &RoomId,
     ticket: TicketRef,
@@ -153,7 +153,7 @@ pub fn cookie(state: &AppState, room: &RoomId, minted: &Minted) -> Cookie<'stati
 }
 
 /// A `Set-Cookie` that removes the signed pass (a visitor who left).
-pub fn clear_cookie(state: &AppState, room: &RoomId) -> Cookie<'static> {
+pub(crate) fn clear_cookie(state: &AppState, room: &RoomId) -> Cookie<'static> {
     let mut cookie = Cookie::build((cookie_name(state, room), ""))
         .path("/")
         .http_only(true)
@@ -165,7 +165,12 @@ pub fn clear_cookie(state: &AppState, room: &RoomId) -> Cookie<'static> {
 }
 
 /// Appends the pass's cookie to a response.
-pub fn set_cookie(state: &AppState, room: &RoomId, minted: &Minted, response: &mut Response) {
+pub(crate) fn set_cookie(
+    state: &AppState,
+    room: &RoomId,
+    minted: &Minted,
+    response: &mut Response,
+) {
     if let Ok(v) = HeaderValue::from_str(&cookie(state, room, minted).to_string()) {
         response.headers_mut().append(header::SET_COOKIE, v);
     }

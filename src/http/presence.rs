@@ -32,7 +32,7 @@ use crate::engine::rules;
 use crate::locks::lock;
 
 /// A change in the streams held is reported within this.
-pub const FRESH: Duration = Duration::from_millis(500);
+pub(crate) const FRESH: Duration = Duration::from_millis(500);
 /// How often the registry looks for rooms due.
 const LOOK: Duration = Duration::from_millis(250);
 

@@ -20,7 +20,7 @@ use crate::engine::{Page, RoomId};
 use crate::published_record::{EntryBody, LaneBody, RecordBody};
 
 /// The most entries one page holds.
-pub const PAGE_MAX: usize = 1000;
+pub(crate) const PAGE_MAX: usize = 1000;
 
 /// What a status answer says of the record.
 #[derive(Clone, Debug, Serialize, ToSchema)]

@@ -35,7 +35,7 @@
 use std::borrow::Cow;
 
 /// The longest return path accepted, in bytes as given.
-pub const MAX_LEN: usize = 2048;
+pub(crate) const MAX_LEN: usize = 2048;
 
 /// More layers of percent-encoding than this is not a real link.
 const MAX_DECODE_ROUNDS: usize = 8;

@@ -31,7 +31,7 @@ use crate::rules::{Action, RequestView, Rule, RuleSet};
 
 /// One room's rules, ready for the gate.
 #[derive(Debug)]
-pub struct RoomRules {
+pub(crate) struct RoomRules {
     /// As written, to tell a change from a repeat.
     source: Vec<Rule>,
     pub set: RuleSet,
@@ -42,7 +42,7 @@ pub struct RoomRules {
 impl RoomRules {
     /// What the first rule that matches says of a request, counted as
     /// one of its matches; `None` when none matches.
-    pub fn judge(&self, request: &RequestView<'_>) -> Option<Action> {
+    pub(crate) fn judge(&self, request: &RequestView<'_>) -> Option<Action> {
         let (index, action) = self.set.first_match(request)?;
         self.matches[index].inc();
         Some(action)
@@ -50,7 +50,7 @@ impl RoomRules {
 }
 
 /// How long a changed network file may go unnoticed.
-pub const FILE_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const FILE_POLL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A network file as last read well.
 #[derive(Debug)]
@@ -72,7 +72,7 @@ fn stamp(path: &str) -> Option<Stamp> {
 
 /// Watches the rules' network files until `stop`: every [`FILE_POLL`]
 /// for a change, and on `SIGHUP` every file read again.
-pub fn watch_files(book: Arc<RuleBook>, stop: tokio_util::sync::CancellationToken) {
+pub(crate) fn watch_files(book: Arc<RuleBook>, stop: tokio_util::sync::CancellationToken) {
     // Listened for before this returns: a `SIGHUP` from then on never
     // takes its default course (ending the process).
     #[cfg(unix)]
@@ -142,7 +142,7 @@ impl RuleBook {
     }
 
     /// Takes a room's current rules.
-    pub fn observe(&self, s: &RoomSettings) {
+    pub(crate) fn observe(&self, s: &RoomSettings) {
         {
             let rooms = self.rooms.read().unwrap_or_else(|e| e.into_inner());
             match rooms.get(&s.id) {
@@ -230,7 +230,7 @@ impl RuleBook {
 
     /// Reads again the network files that changed (`every`: all of them),
     /// and compiles anew the rooms whose rules name one that read well.
-    pub fn reload_files(&self, every: bool) {
+    pub(crate) fn reload_files(&self, every: bool) {
         {
             // A file no room's rules name any more is let go. Under the
             // rooms' lock, which a room's rules are compiled under (their
@@ -316,7 +316,7 @@ impl RuleBook {
     }
 
     /// A room's rules; `None` for a room without any.
-    pub fn for_room(&self, room: &RoomId) -> Option<Arc<RoomRules>> {
+    pub(crate) fn for_room(&self, room: &RoomId) -> Option<Arc<RoomRules>> {
         if self.with_rules.load(Ordering::Relaxed) == 0 {
             return None;
         }
@@ -354,7 +354,7 @@ pub struct RouteBook {
 impl RouteBook {
     /// Takes every room's routes. A conflict (two instances given
     /// clashing rooms at once) keeps the table as it was.
-    pub fn rebuild<'a>(&self, rooms: impl IntoIterator<Item = &'a RoomSettings>) {
+    pub(crate) fn rebuild<'a>(&self, rooms: impl IntoIterator<Item = &'a RoomSettings>) {
         match RouteTable::build(rooms.into_iter().map(|s| (&s.id, s.routes.as_slice()))) {
             Ok(table) => *self.table.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(table),
             Err(c) => tracing::error!(

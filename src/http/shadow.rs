@@ -43,7 +43,7 @@ use crate::token::TicketClaim;
 /// The ticket a shadow visitor's [`super::ticket::VisitorTicket`] names
 /// for handlers that ask the backend: of no room's incarnation (epochs
 /// are random and never 0), so no real ticket is ever reached through it.
-pub const NOWHERE: TicketRef = TicketRef {
+pub(crate) const NOWHERE: TicketRef = TicketRef {
     epoch: 0,
     id: u64::MAX,
 };

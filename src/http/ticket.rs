@@ -29,7 +29,7 @@ pub struct VisitorTicket {
 /// they carry the `__Host-` prefix, which a browser accepts only from this
 /// very host (Secure, `Path=/`, no `Domain`), so a sibling subdomain cannot
 /// plant one.
-pub fn cookie_prefix(state: &AppState) -> &'static str {
+pub(crate) fn cookie_prefix(state: &AppState) -> &'static str {
     if state.settings.cookie_secure {
         "__Host-narabu_"
     } else {
@@ -37,12 +37,12 @@ pub fn cookie_prefix(state: &AppState) -> &'static str {
     }
 }
 
-pub fn cookie_name(state: &AppState, room: &RoomId) -> String {
+pub(crate) fn cookie_name(state: &AppState, room: &RoomId) -> String {
     format!("{}{room}", cookie_prefix(state))
 }
 
 /// The cookie holding a fail-open pass for `room`.
-pub fn pass_cookie_name(state: &AppState, room: &RoomId) -> String {
+pub(crate) fn pass_cookie_name(state: &AppState, room: &RoomId) -> String {
     format!("{}{room}_pass", cookie_prefix(state))
 }
 
@@ -107,7 +107,7 @@ pub fn live_pass(
 /// A `Set-Cookie` that removes the fail-open pass: a visitor who left, or
 /// whose permit was released, has no pass left to show while the store
 /// is away.
-pub fn clear_pass_cookie(state: &AppState, room: &RoomId) -> Cookie<'static> {
+pub(crate) fn clear_pass_cookie(state: &AppState, room: &RoomId) -> Cookie<'static> {
     let mut cookie = Cookie::build((pass_cookie_name(state, room), ""))
         .path("/")
         .http_only(true)

@@ -587,18 +587,11 @@ pub async fn revoke(
     Room(id): Room,
     bytes: Bytes,
 ) -> Result<Json<RevokeBody>, ApiError> {
-    let mut map = object(&bytes)?;
-    if let Some(key) = map.keys().find(|k| k.as_str() != "ticket") {
-        return Err(invalid_field(key, "unknown field, expected ticket"));
+    let super::api::TicketBody { ticket: token } =
+        super::extract::json_value(Value::Object(object(&bytes)?))?;
+    if token.is_empty() || token.len() > MAX_TOKEN_LEN {
+        return Err(invalid_field("ticket", "is not a ticket token"));
     }
-    let token = match map.remove("ticket") {
-        Some(Value::String(t)) if !t.is_empty() && t.len() <= MAX_TOKEN_LEN => t,
-        Some(Value::String(_)) => {
-            return Err(invalid_field("ticket", "is not a ticket token"));
-        }
-        Some(_) => return Err(invalid_field("ticket", "must be a string")),
-        None => return Err(invalid_field("ticket", "is required")),
-    };
     let claim = state
         .keys
         .verify(&token)

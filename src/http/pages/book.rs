@@ -171,7 +171,7 @@ impl PageBook {
 
     /// Loads and checks a room's directory (`None`: the instance's pages),
     /// for an operator's change that is about to be stored.
-    pub fn prepare(&self, dir: Option<&str>) -> Result<Arc<PageSet>, PageError> {
+    pub(crate) fn prepare(&self, dir: Option<&str>) -> Result<Arc<PageSet>, PageError> {
         match dir {
             None => Ok(self.instance.clone()),
             Some(dir) => self.load_set(Some(dir)),
@@ -192,7 +192,7 @@ impl PageBook {
 
     /// Follows a room's settings as stored: loads a directory not seen
     /// here yet (set on another instance).
-    pub fn observe(&self, s: &RoomSnapshot) {
+    pub(crate) fn observe(&self, s: &RoomSnapshot) {
         let id = &s.settings.id;
         let dir = s.settings.templates_dir.as_deref();
         {
@@ -214,7 +214,7 @@ impl PageBook {
     }
 
     /// The pages a room shows: its own, or the instance's.
-    pub fn for_room(&self, room: &str) -> Arc<PageSet> {
+    pub(crate) fn for_room(&self, room: &str) -> Arc<PageSet> {
         let rooms = self.rooms.read().unwrap_or_else(|e| e.into_inner());
         RoomId::new(room)
             .ok()

@@ -42,7 +42,7 @@ pub use templates::{PageError, PageTemplates};
 
 /// The shortest meta refresh the queue page asks for: a zero would have
 /// every visitor without JavaScript reload as fast as their browser can.
-pub const MIN_REFRESH_SECONDS: u32 = 5;
+pub(crate) const MIN_REFRESH_SECONDS: u32 = 5;
 
 /// The pages a template directory may provide, each a file of that name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -210,7 +210,7 @@ pub struct ErrorPage {
 }
 
 impl ErrorPage {
-    pub fn for_status(status: StatusCode) -> Self {
+    pub(crate) fn for_status(status: StatusCode) -> Self {
         Self {
             status,
             wording: None,
@@ -517,7 +517,7 @@ pub fn html(status: StatusCode, body: String) -> Response {
 /// refuses what browsers would turn into another host: `//host`, and
 /// backslashes or control characters that URL parsing rewrites or drops
 /// (`/\host`, `/\t/host`).
-pub fn safe_return(path: &str) -> &str {
+pub(crate) fn safe_return(path: &str) -> &str {
     let plain = path.starts_with('/')
         && !path.starts_with("//")
         && !path.chars().any(|c| c == '\\' || c.is_control());

@@ -26,7 +26,7 @@ use crate::http::i18n::Languages;
 
 /// The built-in pages, compiled in: the default and the worked example
 /// (`templates/pages/` in the repository).
-pub const BUILTIN: [(&str, &str); 5] = [
+pub(crate) const BUILTIN: [(&str, &str); 5] = [
     (
         "base.html",
         include_str!("../../../templates/pages/base.html"),
@@ -214,7 +214,7 @@ impl PageTemplates {
 
     /// The error of a render, as an operator reads it: the template and
     /// line where it happened.
-    pub fn describe(&self, e: &minijinja::Error) -> PageError {
+    pub(crate) fn describe(&self, e: &minijinja::Error) -> PageError {
         error_in(&self.sources, e)
     }
 }
