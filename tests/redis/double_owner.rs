@@ -98,7 +98,7 @@ async fn two_owners_for_one_room_never_make_a_permit() {
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 let _: () = redis::cmd("DEL")
-                    .arg("narabu:v5:{r}:lease")
+                    .arg("narabu:v6:{r}:lease")
                     .query_async(&mut con)
                     .await
                     .unwrap();

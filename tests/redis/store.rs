@@ -378,7 +378,7 @@ async fn on_a_cluster_every_room_keeps_its_lease_log_and_bus_on_its_slot() {
     for room in &rooms {
         holders.insert(
             cluster
-                .owner_of(&format!("narabu:v5:{{{room}}}:log"))
+                .owner_of(&format!("narabu:v6:{{{room}}}:log"))
                 .await
                 .unwrap(),
         );

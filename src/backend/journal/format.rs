@@ -1,6 +1,6 @@
 //! The bytes on disk: journal segments and snapshots.
 //!
-//! A segment is `NARABUJ4`, the sequence number of its first record (u64
+//! A segment is `NARABUJ5`, the sequence number of its first record (u64
 //! LE), then frames. A frame is `len u32 LE | crc32c(payload) u32 LE |
 //! crc32c(first 8 bytes) u32 LE | payload` (postcard). The header has its
 //! own checksum so that a damaged length is caught as damage, not mistaken
@@ -12,7 +12,7 @@
 //! the file was damaged after it was written. The first is dropped with a
 //! warning naming the offset; the second stops start-up.
 //!
-//! A snapshot is `NARABUS4`, the sequence number it covers up to, and one
+//! A snapshot is `NARABUS5`, the sequence number it covers up to, and one
 //! frame.
 //!
 //! The digit is the format's version: postcard is not self-describing, so a
@@ -24,10 +24,10 @@ use std::path::Path;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-pub(crate) const SEGMENT_MAGIC: &[u8; 8] = b"NARABUJ4";
-pub(crate) const SNAPSHOT_MAGIC: &[u8; 8] = b"NARABUS4";
+pub(crate) const SEGMENT_MAGIC: &[u8; 8] = b"NARABUJ5";
+pub(crate) const SNAPSHOT_MAGIC: &[u8; 8] = b"NARABUS5";
 /// The version the magics above carry.
-pub(crate) const VERSION: u8 = 4;
+pub(crate) const VERSION: u8 = 5;
 
 /// The version of a journal file of an older format than this one reads
 /// (its magic with an older digit), if it is one.

@@ -150,7 +150,7 @@ fn an_older_format_is_refused_by_name() {
     assert!(
         msg.contains(&path.display().to_string())
             && msg.contains("journal format 1")
-            && msg.contains("reads format 4"),
+            && msg.contains("reads format 5"),
         "{msg}"
     );
     // Any other change of the magic is plain damage.

@@ -3,7 +3,7 @@
 //! command bus a second stream; replies go to a stream per instance.
 //!
 //! Keys carry the store's schema version and the room's hash tag
-//! (`narabu:v5:{room}:log`), so one room's keys share a Redis Cluster slot
+//! (`narabu:v6:{room}:log`), so one room's keys share a Redis Cluster slot
 //! and the two scripts below can touch them together, and a Redis written
 //! by an earlier Narabu is recognised ([`RedisStore::check_schema`]) rather
 //! than misread. The only Lua is the lease's acquisition (a fencing token
@@ -38,11 +38,11 @@ use crate::engine::RoomId;
 
 /// The schema these keys follow. An earlier Narabu kept every room's state
 /// in Redis under unversioned keys (`narabu:rooms`, `narabu:{room}:room`).
-pub(crate) const SCHEMA: u32 = 5;
+pub(crate) const SCHEMA: u32 = 6;
 const SCHEMA_KEY: &str = "narabu:schema";
 const EARLIER_ROOMS_KEY: &str = "narabu:rooms";
 /// The rooms of this schema, by name.
-const ROOMS_KEY: &str = "narabu:v5:rooms";
+const ROOMS_KEY: &str = "narabu:v6:rooms";
 
 /// How many replies an instance's stream keeps, and for how long once its
 /// reader stops reading (a dead instance's replies go away by themselves).
@@ -734,7 +734,7 @@ mod tests {
     fn a_rooms_keys_share_its_slot_and_name_the_schema() {
         let k = Keys::new(&RoomId::new("sale").unwrap());
         for key in [&k.lease, &k.fence, &k.log, &k.image, &k.commands] {
-            assert!(key.starts_with("narabu:v5:{sale}:"), "{key}");
+            assert!(key.starts_with("narabu:v6:{sale}:"), "{key}");
         }
     }
 
