@@ -193,6 +193,52 @@ impl Api {
 }
 
 impl Api {
+    /// The room's Web Push key (`GET /api/rooms/{room}/notify`).
+    pub async fn push_key(&self, conn: &mut Conn) -> Result<String, Failure> {
+        let req = request(
+            "GET",
+            &format!("/api/rooms/{}/notify", self.room),
+            &self.host,
+            &[],
+            b"",
+        );
+        let r = Self::call(conn, "push key", &req).await?;
+        if r.status != 200 {
+            return Err(Failure::http("push key (is [push] on?)", r.status));
+        }
+        r.json()
+            .and_then(|v| v.get("public_key")?.as_str().map(str::to_owned))
+            .ok_or_else(|| Failure("push key: unreadable answer".into()))
+    }
+
+    /// Hand a push subscription over with the ticket (`POST notify`).
+    pub async fn subscribe(
+        &self,
+        conn: &mut Conn,
+        token: &str,
+        subscription: &Value,
+    ) -> Result<(), Failure> {
+        let bearer = format!("Bearer {token}");
+        let body = serde_json::json!({ "subscription": subscription }).to_string();
+        let req = request(
+            "POST",
+            &format!("/api/rooms/{}/notify", self.room),
+            &self.host,
+            &[
+                ("Authorization", &bearer),
+                ("Content-Type", "application/json"),
+            ],
+            body.as_bytes(),
+        );
+        let r = Self::call(conn, "subscribe", &req).await?;
+        if r.status != 204 {
+            return Err(Failure::http("subscribe", r.status));
+        }
+        Ok(())
+    }
+}
+
+impl Api {
     /// Change the room through the admin API (`PATCH`); an error unless
     /// the server takes it (200).
     pub async fn admin_patch(
