@@ -528,15 +528,7 @@ async fn calls_dropped_from_a_full_hand_off_are_counted_by_room_in_metrics() {
         backend,
     )
     .await;
-    let page = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = app.metrics().await;
     let line = |room: &str| format!("narabu_room_push_calls_dropped_total{{room=\"{room}\"}} ");
     let value = |room: &str| {
         page.lines()

@@ -218,18 +218,9 @@ impl Api {
         token: &str,
         subscription: &Value,
     ) -> Result<(), Failure> {
-        let bearer = format!("Bearer {token}");
-        let body = serde_json::json!({ "subscription": subscription }).to_string();
-        let req = request(
-            "POST",
-            &format!("/api/rooms/{}/notify", self.room),
-            &self.host,
-            &[
-                ("Authorization", &bearer),
-                ("Content-Type", "application/json"),
-            ],
-            body.as_bytes(),
-        );
+        let body = serde_json::json!({ "subscription": subscription });
+        let path = format!("/api/rooms/{}/notify", self.room);
+        let req = self.json_request("POST", &path, token, &body);
         let r = Self::call(conn, "subscribe", &req).await?;
         if r.status != 204 {
             return Err(Failure::http("subscribe", r.status));
@@ -247,23 +238,29 @@ impl Api {
         admin_token: &str,
         body: &Value,
     ) -> Result<(), Failure> {
-        let bearer = format!("Bearer {admin_token}");
+        let path = format!("/admin/rooms/{}", self.room);
+        let req = self.json_request("PATCH", &path, admin_token, body);
+        let r = Self::call(conn, "admin patch", &req).await?;
+        if r.status != 200 {
+            return Err(Failure::http("admin patch", r.status));
+        }
+        Ok(())
+    }
+
+    /// A request with a bearer token and a JSON body.
+    fn json_request(&self, method: &str, path: &str, token: &str, body: &Value) -> Vec<u8> {
+        let bearer = format!("Bearer {token}");
         let body = body.to_string();
-        let req = request(
-            "PATCH",
-            &format!("/admin/rooms/{}", self.room),
+        request(
+            method,
+            path,
             &self.host,
             &[
                 ("Authorization", &bearer),
                 ("Content-Type", "application/json"),
             ],
             body.as_bytes(),
-        );
-        let r = Self::call(conn, "admin patch", &req).await?;
-        if r.status != 200 {
-            return Err(Failure::http("admin patch", r.status));
-        }
-        Ok(())
+        )
     }
 }
 
