@@ -708,6 +708,33 @@ mod tests {
             .is_err()
         );
         assert!(parse(&["loadtest", "surge", "--room", "Bad_Room"]).is_err());
+        let called_back = |extra: &[&str]| {
+            let mut args = vec!["loadtest", "surge", "--subscribe-share", "0.3"];
+            args.extend_from_slice(extra);
+            parse(&args)
+        };
+        assert!(called_back(&["--capacity", "5", "--admin-token", "t"]).is_ok());
+        assert!(called_back(&["--capacity", "5"]).is_err(), "no admin token");
+        assert!(called_back(&["--admin-token", "t"]).is_err(), "no capacity");
+        let both = [
+            "--capacity",
+            "5",
+            "--admin-token",
+            "t",
+            "--away-share",
+            "0.2",
+        ];
+        assert!(called_back(&both).is_err());
+        let none = [
+            "--capacity",
+            "5",
+            "--admin-token",
+            "t",
+            "--decrypt-every",
+            "0",
+        ];
+        assert!(called_back(&none).is_err());
+        assert!(parse(&["loadtest", "surge", "--subscribe-share", "0.95"]).is_err());
         assert!(parse(&["loadtest", "surge", "--target", "http://8.8.8.8:80"]).is_err());
         assert!(parse(&["loadtest", "gate", "--connections", "0"]).is_err());
         assert!(parse(&["loadtest", "gate", "--seconds", "-1"]).is_err());
