@@ -638,9 +638,9 @@ pub async fn run_twice(
 }
 
 /// How long after a visitor's stream reopens the room's engine has surely
-/// heard they are back: the server reports streams that opened within
-/// half a second, and the rest is room for a busy machine.
-const BACK_KNOWN_WITHIN_S: f64 = 1.0;
+/// heard they are back: the stream brings its ticket back with a read
+/// as it starts; the rest is room for a busy machine.
+const BACK_KNOWN_WITHIN_S: f64 = 0.25;
 
 /// The subscribers' side of a run: how many were called and came back,
 /// and whether those who came back were let in ahead of everyone with a
