@@ -361,9 +361,23 @@ impl Metrics {
 
     /// The whole page: the service's own counters, then every room's.
     pub fn render(&self, rooms: Vec<RoomSnapshot>) -> String {
+        self.render_with(rooms, |_| 0)
+    }
+
+    /// [`Self::render`], with each room's calls dropped before the push
+    /// sender took them (the backend counts those).
+    pub fn render_with(
+        &self,
+        rooms: Vec<RoomSnapshot>,
+        calls_dropped: impl Fn(&crate::engine::RoomId) -> u64,
+    ) -> String {
         let mut out = String::new();
         let mut room_registry = Registry::with_prefix("narabu");
-        room_registry.register_collector(Box::new(RoomCollector(rooms)));
+        let dropped = rooms
+            .iter()
+            .map(|s| calls_dropped(&s.settings.id))
+            .collect();
+        room_registry.register_collector(Box::new(RoomCollector(rooms, dropped)));
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode_registry(&mut out, &self.registry);
         let _ = prometheus_client::encoding::text::encode_registry(&mut out, &room_registry);
@@ -372,9 +386,10 @@ impl Metrics {
     }
 }
 
-/// The rooms as they were when the scrape began.
+/// The rooms as they were when the scrape began, and each one's push
+/// calls dropped, in the same order.
 #[derive(Debug)]
-struct RoomCollector(Vec<RoomSnapshot>);
+struct RoomCollector(Vec<RoomSnapshot>, Vec<u64>);
 
 type RoomLabel = [(&'static str, String); 1];
 
@@ -516,6 +531,15 @@ impl Collector for RoomCollector {
         for s in &self.0 {
             let value = i64::try_from(s.subscriptions).unwrap_or(i64::MAX);
             ConstGauge::new(value).encode(family.encode_family(&label(s))?)?;
+        }
+        let mut family = encoder.encode_descriptor(
+            "room_push_calls_dropped",
+            "Push calls to visitors (N ahead, your turn) dropped before the sender took them: the hand-off queue was full",
+            None,
+            MetricType::Counter,
+        )?;
+        for (s, &dropped) in self.0.iter().zip(&self.1) {
+            ConstCounter::new(dropped).encode(family.encode_family(&label(s))?)?;
         }
         let counters: [(&str, &str, Get); 9] = [
             ("room_joins", "Tickets issued", |s| s.stats.joins),

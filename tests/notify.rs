@@ -481,6 +481,70 @@ async fn a_subscription_and_what_was_said_survive_a_restart_and_end_with_the_tic
     backend.shutdown().await;
 }
 
+#[tokio::test]
+async fn calls_dropped_from_a_full_hand_off_are_counted_by_room_in_metrics() {
+    use narabu::backend::embedded::EmbeddedBackend;
+    use narabu::backend::{Backend, JoinRequest};
+    use narabu::engine::{Callback, RoomId, SystemClock};
+    use narabu_testkit::app::spawn_with;
+
+    // Nobody takes the calls (push is off on the service below), so the
+    // hand-off fills: it holds 4096, and every subscriber is within reach
+    // of the "N ahead" call at the first tick.
+    const HAND_OFF: usize = 4096;
+    const OVER: usize = 8;
+    let settings = narabu::engine::RoomSettings {
+        notify_ahead: Some(u32::MAX),
+        ..room("sale", 1)
+    };
+    let backend: std::sync::Arc<dyn Backend> = EmbeddedBackend::new(
+        vec![settings.clone(), room("other", 1)],
+        std::sync::Arc::new(SystemClock),
+    );
+    let id = RoomId::new("sale").unwrap();
+    let callback = Callback {
+        subscription: r#"{"endpoint":"https://push.example/x","keys":{}}"#.into(),
+        lang: "en".into(),
+    };
+    // The first is admitted at the tick; the rest subscribe.
+    backend.join(&id, JoinRequest::anonymous()).await.unwrap();
+    for _ in 0..HAND_OFF + OVER {
+        let ticket = backend
+            .join(&id, JoinRequest::anonymous())
+            .await
+            .unwrap()
+            .ticket;
+        backend
+            .subscribe(&id, ticket, callback.clone())
+            .await
+            .unwrap();
+    }
+    backend.tick(&id).await.unwrap();
+    let app = spawn_with(
+        Config {
+            rooms: vec![settings, room("other", 1)],
+            ..config()
+        },
+        backend,
+    )
+    .await;
+    let page = app.metrics().await;
+    let line = |room: &str| format!("narabu_room_push_calls_dropped_total{{room=\"{room}\"}} ");
+    let value = |room: &str| {
+        page.lines()
+            .find_map(|l| l.strip_prefix(&line(room)))
+            .unwrap_or_else(|| panic!("no {} in\n{page}", line(room)))
+            .to_owned()
+    };
+    assert_eq!(value("sale"), OVER.to_string());
+    assert_eq!(value("other"), "0");
+    assert!(
+        page.contains("# TYPE narabu_room_push_calls_dropped counter"),
+        "{page}"
+    );
+    app.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis_a_new_owner_keeps_the_subscriptions_and_makes_each_call_once() {
     use narabu::backend::redis::{RedisOptions, connect};

@@ -193,6 +193,43 @@ impl Api {
 }
 
 impl Api {
+    /// The room's Web Push key (`GET /api/rooms/{room}/notify`).
+    pub async fn push_key(&self, conn: &mut Conn) -> Result<String, Failure> {
+        let req = request(
+            "GET",
+            &format!("/api/rooms/{}/notify", self.room),
+            &self.host,
+            &[],
+            b"",
+        );
+        let r = Self::call(conn, "push key", &req).await?;
+        if r.status != 200 {
+            return Err(Failure::http("push key (is [push] on?)", r.status));
+        }
+        r.json()
+            .and_then(|v| v.get("public_key")?.as_str().map(str::to_owned))
+            .ok_or_else(|| Failure("push key: unreadable answer".into()))
+    }
+
+    /// Hand a push subscription over with the ticket (`POST notify`).
+    pub async fn subscribe(
+        &self,
+        conn: &mut Conn,
+        token: &str,
+        subscription: &Value,
+    ) -> Result<(), Failure> {
+        let body = serde_json::json!({ "subscription": subscription });
+        let path = format!("/api/rooms/{}/notify", self.room);
+        let req = self.json_request("POST", &path, token, &body);
+        let r = Self::call(conn, "subscribe", &req).await?;
+        if r.status != 204 {
+            return Err(Failure::http("subscribe", r.status));
+        }
+        Ok(())
+    }
+}
+
+impl Api {
     /// Change the room through the admin API (`PATCH`); an error unless
     /// the server takes it (200).
     pub async fn admin_patch(
@@ -201,23 +238,29 @@ impl Api {
         admin_token: &str,
         body: &Value,
     ) -> Result<(), Failure> {
-        let bearer = format!("Bearer {admin_token}");
+        let path = format!("/admin/rooms/{}", self.room);
+        let req = self.json_request("PATCH", &path, admin_token, body);
+        let r = Self::call(conn, "admin patch", &req).await?;
+        if r.status != 200 {
+            return Err(Failure::http("admin patch", r.status));
+        }
+        Ok(())
+    }
+
+    /// A request with a bearer token and a JSON body.
+    fn json_request(&self, method: &str, path: &str, token: &str, body: &Value) -> Vec<u8> {
+        let bearer = format!("Bearer {token}");
         let body = body.to_string();
-        let req = request(
-            "PATCH",
-            &format!("/admin/rooms/{}", self.room),
+        request(
+            method,
+            path,
             &self.host,
             &[
                 ("Authorization", &bearer),
                 ("Content-Type", "application/json"),
             ],
             body.as_bytes(),
-        );
-        let r = Self::call(conn, "admin patch", &req).await?;
-        if r.status != 200 {
-            return Err(Failure::http("admin patch", r.status));
-        }
-        Ok(())
+        )
     }
 }
 

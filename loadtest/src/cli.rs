@@ -119,6 +119,20 @@ pub struct SurgeArgs {
     /// before the line moves.
     #[arg(long, default_value_t = 2000)]
     pub away_wait_ms: u64,
+    /// Share of visitors (0 to 0.9) who ask to be called back by Web Push, close their page, and
+    /// come back when their turn message arrives: the surge then runs twice, everyone present and
+    /// then with these away, and compares admissions per permit-second. The tool plays the push
+    /// service on 127.0.0.1, so the server needs `[push] allow_insecure_endpoints = true` (needs
+    /// --capacity and --admin-token; the line is held for --away-wait-ms as with --away-share).
+    #[arg(long, default_value_t = 0.0)]
+    pub subscribe_share: f64,
+    /// With --subscribe-share: decrypt one push in this many and verify its VAPID signature.
+    #[arg(long, default_value_t = 10)]
+    pub decrypt_every: u64,
+    /// With --away-share or --subscribe-share: the server's process ids, for its CPU in each run
+    /// (and per push) from /proc.
+    #[arg(long = "server-pid", value_delimiter = ',')]
+    pub server_pids: Vec<u32>,
     /// Write an SVG chart of queue length, admitted visitors and admissions per second.
     #[arg(long)]
     pub svg: Option<PathBuf>,
@@ -435,6 +449,25 @@ pub fn validate(scenario: &Scenario) -> Result<(), String> {
                         .into(),
                 );
             }
+            if !(0.0..=0.9).contains(&a.subscribe_share) {
+                return Err("--subscribe-share must be 0 to 0.9".into());
+            }
+            if a.subscribe_share > 0.0 {
+                if a.away_share > 0.0 {
+                    return Err(
+                        "--subscribe-share and --away-share are separate runs: give one".into(),
+                    );
+                }
+                if a.capacity.is_none() || a.common.admin_token.is_none() {
+                    return Err(
+                        "--subscribe-share needs --capacity (admissions per permit-second) and --admin-token (to hold the line while visitors arrive)"
+                            .into(),
+                    );
+                }
+                if a.decrypt_every == 0 {
+                    return Err("--decrypt-every must be at least 1".into());
+                }
+            }
             if !(a.over >= 0.0 && a.over <= 3600.0) {
                 return Err("--over must be 0 to 3600 seconds".into());
             }
@@ -675,6 +708,33 @@ mod tests {
             .is_err()
         );
         assert!(parse(&["loadtest", "surge", "--room", "Bad_Room"]).is_err());
+        let called_back = |extra: &[&str]| {
+            let mut args = vec!["loadtest", "surge", "--subscribe-share", "0.3"];
+            args.extend_from_slice(extra);
+            parse(&args)
+        };
+        assert!(called_back(&["--capacity", "5", "--admin-token", "t"]).is_ok());
+        assert!(called_back(&["--capacity", "5"]).is_err(), "no admin token");
+        assert!(called_back(&["--admin-token", "t"]).is_err(), "no capacity");
+        let both = [
+            "--capacity",
+            "5",
+            "--admin-token",
+            "t",
+            "--away-share",
+            "0.2",
+        ];
+        assert!(called_back(&both).is_err());
+        let none = [
+            "--capacity",
+            "5",
+            "--admin-token",
+            "t",
+            "--decrypt-every",
+            "0",
+        ];
+        assert!(called_back(&none).is_err());
+        assert!(parse(&["loadtest", "surge", "--subscribe-share", "0.95"]).is_err());
         assert!(parse(&["loadtest", "surge", "--target", "http://8.8.8.8:80"]).is_err());
         assert!(parse(&["loadtest", "gate", "--connections", "0"]).is_err());
         assert!(parse(&["loadtest", "gate", "--seconds", "-1"]).is_err());

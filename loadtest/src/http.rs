@@ -164,7 +164,12 @@ impl Conn {
     /// [`Conn::next_event`] (event streams) or [`Conn::read_body`].
     pub async fn open(&mut self, req: &[u8]) -> io::Result<Head> {
         self.stream.write_all(req).await?;
-        self.read_head().await
+        let head = self.read_head().await?;
+        // The server closes the connection after this answer.
+        if head.close {
+            self.broken = true;
+        }
+        Ok(head)
     }
 
     async fn fill(&mut self) -> io::Result<()> {

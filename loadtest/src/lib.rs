@@ -16,6 +16,7 @@ pub mod hammer;
 pub mod http;
 pub mod probe;
 pub mod progress;
+pub mod push;
 pub mod report;
 pub mod scenario;
 pub mod sse;
@@ -28,6 +29,7 @@ use report::Report;
 /// are run by `main`, not here).
 pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
     use scenario::hammered::{self, Kind};
+    use scenario::surge::Absence;
     cli::validate(scenario).map_err(anyhow::Error::msg)?;
     match scenario {
         Scenario::Surge(a) => {
@@ -41,9 +43,15 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
             plan.gate_every = std::time::Duration::from_millis(a.gate_every_ms);
             plan.capacity = a.capacity;
             plan.order_slack_ms = a.order_slack_ms;
-            if a.away_share > 0.0 {
+            plan.decrypt_every = a.decrypt_every;
+            let absence = if a.subscribe_share > 0.0 {
+                Some(Absence::Subscribe(a.subscribe_share))
+            } else {
+                (a.away_share > 0.0).then_some(Absence::Close(a.away_share))
+            };
+            if let Some(absence) = absence {
                 plan.pause_for_s = Some(a.over + a.away_wait_ms as f64 / 1000.0);
-                return scenario::surge::run_with_absences(&a.common, plan, a.away_share).await;
+                return scenario::surge::run_twice(&a.common, plan, absence, &a.server_pids).await;
             }
             scenario::surge::run("surge", &a.common, plan).await
         }

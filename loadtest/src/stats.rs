@@ -100,6 +100,29 @@ pub fn order_violations(stayed: &[(u64, Option<f64>)], slack_ms: f64) -> usize {
     violations
 }
 
+/// Visitors who came back to the line: `(number, back, admitted)`, `back`
+/// being when the tool first heard from the server after returning (the
+/// server knew by then). `everyone` is every visitor seen admitted, by
+/// number. A violation is someone with a larger number admitted, more
+/// than `slack_ms` after a returner was back, ahead of that returner (who
+/// then stood ahead of the whole line): more than `slack_ms` before the
+/// returner's own admission, or while the returner was never admitted.
+pub fn return_order_violations(
+    returned: &[(u64, f64, Option<f64>)],
+    everyone: &[(u64, f64)],
+    slack_ms: f64,
+) -> usize {
+    let slack = slack_ms / 1000.0;
+    returned
+        .iter()
+        .filter(|&&(number, back, admitted)| {
+            everyone.iter().any(|&(other, at)| {
+                other > number && at > back + slack && admitted.is_none_or(|a| a > at + slack)
+            })
+        })
+        .count()
+}
+
 /// What the tool saw happen, in time order, to pair hand-offs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Seen {
@@ -235,6 +258,32 @@ mod tests {
         // Ticket 1 still waiting while 2 got in.
         let skipped = [(1, None), (2, Some(5.0))];
         assert_eq!(order_violations(&skipped, 5.0), 1);
+    }
+
+    #[test]
+    fn a_returner_overtaken_after_coming_back_is_a_violation() {
+        // 5 came back at 1.0 s; 9 got in at 1.5 s, 5 only at 2.0 s.
+        let everyone = [(3, 0.5), (9, 1.5), (5, 2.0)];
+        assert_eq!(
+            return_order_violations(&[(5, 1.0, Some(2.0))], &everyone, 50.0),
+            1
+        );
+        // 5 got in first: fine; so is 9 getting in before 5 came back, and
+        // within the slack of it.
+        let fair = [(9, 1.0), (5, 1.2), (7, 1.3)];
+        assert_eq!(
+            return_order_violations(&[(5, 1.0, Some(1.2))], &fair, 50.0),
+            0
+        );
+        assert_eq!(
+            return_order_violations(&[(5, 1.0, Some(1.55))], &everyone, 50.0),
+            0
+        );
+        // Back, never admitted, while a later number got in.
+        assert_eq!(
+            return_order_violations(&[(5, 1.0, None)], &everyone, 50.0),
+            1
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use loadtest::scenario::hammered::{self, Kind};
 use loadtest::scenario::{cadence, streams, surge};
 use narabu::backend::Backend;
 use narabu::backend::embedded::EmbeddedBackend;
-use narabu::config::{Config, Secret};
+use narabu::config::{Config, PushConfig, Secret};
 use narabu::engine::{RoomId, RoomSettings, SystemClock};
 use serde_json::Value;
 
@@ -50,11 +50,20 @@ async fn serve(rooms: Vec<RoomSettings>) -> Server {
 /// A server over a given backend: two of them over one backend stand in
 /// for two instances sharing a Redis.
 async fn serve_on(rooms: Vec<RoomSettings>, backend: Arc<dyn Backend>) -> Server {
+    serve_config(rooms, backend, PushConfig::default()).await
+}
+
+async fn serve_config(
+    rooms: Vec<RoomSettings>,
+    backend: Arc<dyn Backend>,
+    push: PushConfig,
+) -> Server {
     let config = Config {
         secret: Some(Secret::new(SECRET)),
         admin_token: Some(Secret::new(ADMIN_TOKEN)),
         max_streams_per_address: 0,
         rooms,
+        push,
         ..Config::default()
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -131,6 +140,75 @@ async fn article_admits_all_twenty_two_at_a_time() {
     assert_eq!(f["admitted"], 20, "{}", report.table());
     assert!(f["most_admitted_own"].as_u64().unwrap() <= 2);
     assert_eq!(f["capacity"], 2);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_called_back_come_back_first_and_every_push_is_real() {
+    // A page closed for a second is away; a place is kept half a minute.
+    let settings = RoomSettings {
+        away_grace: Duration::from_secs(1),
+        queue_idle: Duration::from_secs(30),
+        ..room("sale", 2)
+    };
+    let backend: Arc<dyn Backend> =
+        EmbeddedBackend::new(vec![settings.clone()], Arc::new(SystemClock));
+    let push = PushConfig {
+        enabled: true,
+        vapid_key_file: None,
+        contact: "mailto:loadtest@example.com".into(),
+        // The tool plays the push service on 127.0.0.1.
+        allow_insecure_endpoints: true,
+    };
+    let server = serve_config(vec![settings], backend, push).await;
+    // Permits held long enough that the line still moves for a while
+    // after the first subscribers are back.
+    let mut plan = surge::Plan::surge(30, 0.3, (100, 200), &mut rand::rng());
+    plan.gate_every = Duration::from_millis(20);
+    plan.capacity = Some(2);
+    plan.decrypt_every = 1;
+    // Held while they arrive and until those who closed their page are
+    // away, as `--away-wait-ms` does.
+    plan.pause_for_s = Some(0.3 + 1.8);
+    let report = surge::run_twice(
+        &common(server.target, "sale"),
+        plan,
+        surge::Absence::Subscribe(0.3),
+        &[std::process::id()],
+    )
+    .await
+    .unwrap();
+    let f = &report.figures;
+    let table = report.table();
+    assert!(report.invariants_held, "{table}");
+    assert_eq!(f["subscribed"], 9, "{table}");
+    assert_eq!(f["called"], 9, "{table}");
+    assert_eq!(f["came_back"], 9, "{table}");
+    assert_eq!(f["came_back_admitted"], 9, "{table}");
+    assert_eq!(f["came_back_order_violations"], 0, "{table}");
+    assert_eq!(f["admitted"], 30, "{table}");
+    assert_eq!(f["errors"], serde_json::json!({}), "{table}");
+    // Every push decrypted with its subscriber's key, its VAPID signature
+    // verified, and the text naming that subscriber's ticket: one turn
+    // message each, besides the "ahead" ones.
+    let pushes = &f["pushes"];
+    assert_eq!(pushes["turns"], 9, "{table}");
+    assert_eq!(pushes["repeated_turns"], 0, "{table}");
+    assert_eq!(pushes["bad"], serde_json::json!({}), "{table}");
+    let received = pushes["received"].as_u64().unwrap();
+    assert_eq!(pushes["decrypted"], received, "{table}");
+    assert_eq!(pushes["vapid_verified"], received, "{table}");
+    assert!(f["pushes_per_second"].as_f64().unwrap() > 0.0, "{table}");
+    assert!(
+        f["ratio_to_everyone_present"].as_f64().unwrap() > 0.0,
+        "{table}"
+    );
+    // Read from /proc, this process being the server.
+    assert!(
+        f["server_cpu_ms_per_push_all"].as_f64().unwrap() > 0.0,
+        "{table}"
+    );
+    assert!(f["server_cpu_ms_per_push_marginal"].is_number(), "{table}");
     server.stop().await;
 }
 

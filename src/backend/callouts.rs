@@ -4,11 +4,10 @@
 //! or the room's owner on Redis), so each call leaves exactly one
 //! instance. The tap is a bounded queue the room hands each call to
 //! without waiting; whoever delivers (the push sender) takes the other
-//! end once. A full queue drops the call and counts it: the admission
-//! path never waits for a delivery.
+//! end once. A full queue drops the call and counts it, by room, for
+//! `/metrics`: the admission path never waits for a delivery.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::mpsc;
 
@@ -34,7 +33,7 @@ pub struct CallbackDue {
 pub struct CallbackTap {
     tx: mpsc::Sender<CallbackDue>,
     rx: std::sync::Mutex<Option<mpsc::Receiver<CallbackDue>>>,
-    dropped: AtomicU64,
+    dropped: dashmap::DashMap<RoomId, u64>,
 }
 
 impl CallbackTap {
@@ -43,7 +42,7 @@ impl CallbackTap {
         Arc::new(Self {
             tx,
             rx: std::sync::Mutex::new(Some(rx)),
-            dropped: AtomicU64::new(0),
+            dropped: dashmap::DashMap::new(),
         })
     }
 
@@ -52,9 +51,9 @@ impl CallbackTap {
         crate::locks::lock(&self.rx).take()
     }
 
-    /// Calls dropped because nobody took them in time.
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+    /// `room`'s calls dropped because nobody took them in time.
+    pub fn dropped(&self, room: &RoomId) -> u64 {
+        self.dropped.get(room).map_or(0, |n| *n)
     }
 }
 
@@ -78,8 +77,9 @@ impl Callouts for CallbackTap {
             notice,
             callback: callback.clone(),
         };
-        if self.tx.try_send(due).is_err() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = self.tx.try_send(due) {
+            let room = e.into_inner().room;
+            *self.dropped.entry(room).or_default() += 1;
         }
     }
 }

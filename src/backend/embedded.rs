@@ -693,6 +693,10 @@ impl Backend for EmbeddedBackend {
         self.callouts.take()
     }
 
+    fn callbacks_dropped(&self, room: &RoomId) -> u64 {
+        self.callouts.dropped(room)
+    }
+
     async fn tick(&self, id: &RoomId) -> Result<TickReport, BackendError> {
         Ok(self.get(id)?.tick())
     }

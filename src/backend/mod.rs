@@ -353,6 +353,12 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
+    /// `room`'s calls this instance dropped, its hand-off to the sender
+    /// being full.
+    fn callbacks_dropped(&self, _room: &RoomId) -> u64 {
+        0
+    }
+
     /// The opening draw as published: `None` for a room without one.
     async fn draw(&self, room: &RoomId) -> Result<Option<DrawRecord>, BackendError>;
 

@@ -957,6 +957,10 @@ impl Backend for OwnedBackend {
         self.callouts.take()
     }
 
+    fn callbacks_dropped(&self, room: &RoomId) -> u64 {
+        self.callouts.dropped(room)
+    }
+
     async fn draw(&self, room: &RoomId) -> Result<Option<DrawRecord>, BackendError> {
         Ok(self.view(room).await?.room.draw_record())
     }

@@ -24,7 +24,10 @@ pub async fn metrics(
 ) -> Result<Response, ApiError> {
     super::auth::require_metrics_token(&state, &headers)?;
     let rooms = state.backend.list_rooms().await?;
-    let text = state.metrics.render(rooms);
+    let backend = &state.backend;
+    let text = state
+        .metrics
+        .render_with(rooms, |room| backend.callbacks_dropped(room));
     Ok((
         [(
             header::CONTENT_TYPE,

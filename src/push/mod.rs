@@ -13,7 +13,9 @@
 //!   the push service relays what it cannot read;
 //! - [`sender`]: the bounded queue, the few sends at a time, the retries
 //!   and the outcome ([`Outcome::Gone`] when the browser has dropped the
-//!   subscription), counted in `/metrics`.
+//!   subscription), counted in `/metrics`;
+//! - [`resolve`]: the sender connects only to public addresses, whatever
+//!   the endpoint's host name resolves to.
 //!
 //! Nothing here decides anything about rooms or tickets: the engine
 //! decides when a call is due and keeps the subscription with the ticket,
@@ -23,6 +25,7 @@
 
 pub mod ece;
 pub mod keys;
+pub mod resolve;
 pub mod sender;
 pub mod subscription;
 

@@ -8,7 +8,13 @@
 //! backoff on 5xx, 429 and network errors, honouring `Retry-After`, for as
 //! long as its TTL leaves it worth delivering. A `404` or `410` means the
 //! browser has dropped the subscription: the outcome is [`Outcome::Gone`],
-//! and the caller forgets the subscription.
+//! and the caller forgets the subscription. An endpoint whose host name
+//! resolves only to internal addresses (see [`super::resolve`]) is not
+//! tried again: the message [`Outcome::Failed`], and the subscription is
+//! kept, since only the push service can say a subscription is gone, and
+//! a resolver answering wrongly for a while must not lose real visitors'
+//! calls (a ticket gets two calls at most, so a hostile one costs two
+//! lookups).
 //!
 //! Outcomes are counted in `/metrics` (`narabu_push_messages_total` by
 //! result) and, per message, handed back through a [`Receipt`]. Logs name
@@ -162,13 +168,7 @@ impl PushSender {
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
     ) -> Result<Self, reqwest::Error> {
-        let client = reqwest::Client::builder()
-            .timeout(config.attempt_timeout)
-            // A push service answers; it does not send us elsewhere, and a
-            // redirect would carry the VAPID token to another origin.
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("narabu/", env!("CARGO_PKG_VERSION")))
-            .build()?;
+        let client = client(&config)?;
         let (tx, rx) = mpsc::channel(config.queue.max(1));
         let allow_insecure = config.allow_insecure_endpoints;
         let worker = Worker {
@@ -230,6 +230,21 @@ impl PushSender {
                 refuse(Outcome::Dropped)
             }
         }
+    }
+}
+
+/// The HTTP client the sender posts with.
+fn client(config: &SenderConfig) -> Result<reqwest::Client, reqwest::Error> {
+    let builder = reqwest::Client::builder()
+        .timeout(config.attempt_timeout)
+        // A push service answers; it does not send us elsewhere, and a
+        // redirect would carry the VAPID token to another origin.
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("narabu/", env!("CARGO_PKG_VERSION")));
+    if config.allow_insecure_endpoints {
+        builder.build()
+    } else {
+        builder.dns_resolver(super::resolve::PublicOnly).build()
     }
 }
 
@@ -360,6 +375,14 @@ impl Worker {
         }
         match request.body(body.to_vec()).send().await {
             Ok(r) => classify(r.status(), retry_after(r.headers(), SystemTime::now())),
+            // The same name would resolve the same way.
+            Err(e) if super::resolve::refused(&e) => {
+                tracing::warn!(
+                    push_service = %m.subscription.push_service(),
+                    "push message refused: the endpoint's host resolves only to internal addresses"
+                );
+                Try::Done(Outcome::Failed)
+            }
             // Without the error's text: it would name the endpoint.
             Err(e) if e.is_timeout() => Try::Again(None, "timed out".into()),
             Err(e) if e.is_connect() => Try::Again(None, "could not connect".into()),
@@ -424,6 +447,78 @@ mod tests {
         );
         assert_eq!(after("soon", now), None);
         assert_eq!(retry_after(&HeaderMap::new(), now), None);
+    }
+
+    /// A push service on 127.0.0.1 answering 201 to anything, and how many
+    /// connections it took.
+    async fn local_push_service() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    // Headers, then the one-byte body.
+                    while !request.ends_with(b"\r\n\r\nx") {
+                        match socket.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let answer = b"HTTP/1.1 201 Created\r\ncontent-length: 0\r\n\r\n";
+                    let _ = socket.write_all(answer).await;
+                });
+            }
+        });
+        (port, accepted)
+    }
+
+    #[tokio::test]
+    async fn a_host_name_for_an_internal_address_is_refused_unless_local_endpoints_are_allowed() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let (port, accepted) = local_push_service().await;
+        // `localhost` by name: what any host name resolving to loopback
+        // looks like to the sender.
+        let endpoint = format!("http://localhost:{port}/push/1");
+        let json = serde_json::json!({"endpoint": endpoint, "keys": {
+            "p256dh": "BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4",
+            "auth": "BTBZMqHH6r4Tts7J_aSIgg"}});
+        let message = PushMessage {
+            subscription: Subscription::from_json(json.to_string().as_bytes(), true).unwrap(),
+            payload: b"hi".to_vec(),
+            ttl: Duration::from_secs(60),
+            urgency: Urgency::High,
+            topic: None,
+        };
+        let worker = |allow_insecure_endpoints| {
+            let config = SenderConfig {
+                allow_insecure_endpoints,
+                ..SenderConfig::default()
+            };
+            Worker {
+                client: client(&config).unwrap(),
+                key: Arc::new(VapidKey::from_seed(&[7; 32], "mailto:ops@example.com").unwrap()),
+                config,
+                metrics: Arc::new(Metrics::new()),
+            }
+        };
+        let outcome = |t: Try| match t {
+            Try::Done(o) => Some(o),
+            Try::Again(_, why) => panic!("would retry: {why}"),
+        };
+        // Refused once and for all, without a connection.
+        let refused = worker(false).try_once(&message, b"x", message.ttl).await;
+        assert_eq!(outcome(refused), Some(Outcome::Failed));
+        assert_eq!(accepted.load(SeqCst), 0);
+        // A test's local push service is reached when allowed.
+        let sent = worker(true).try_once(&message, b"x", message.ttl).await;
+        assert_eq!(outcome(sent), Some(Outcome::Sent));
+        assert_eq!(accepted.load(SeqCst), 1);
     }
 
     #[test]

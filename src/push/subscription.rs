@@ -144,12 +144,17 @@ impl Subscription {
         if self.endpoint.scheme() != "https" {
             return Err(SubscriptionError::EndpointScheme);
         }
+        // A name resolving to an internal address is the sender's to
+        // refuse (`super::resolve`); these are plain without a lookup. A
+        // final dot names the same host.
         match self.endpoint.host() {
-            Some(url::Host::Domain(d))
-                if !d.eq_ignore_ascii_case("localhost")
-                    && !d.to_ascii_lowercase().ends_with(".localhost") =>
-            {
-                Ok(())
+            Some(url::Host::Domain(d)) => {
+                let d = d.trim_end_matches('.').to_ascii_lowercase();
+                if d.is_empty() || d == "localhost" || d.ends_with(".localhost") {
+                    Err(SubscriptionError::EndpointHost)
+                } else {
+                    Ok(())
+                }
             }
             _ => Err(SubscriptionError::EndpointHost),
         }
@@ -251,6 +256,8 @@ mod tests {
             (with("https://127.0.0.1/x", P256DH, AUTH), EndpointHost),
             (with("https://[::1]/x", P256DH, AUTH), EndpointHost),
             (with("https://localhost/x", P256DH, AUTH), EndpointHost),
+            (with("https://LocalHost./x", P256DH, AUTH), EndpointHost),
+            (with("https://app.localhost./x", P256DH, AUTH), EndpointHost),
             (
                 with(
                     &format!("https://a.example/{}", "x".repeat(3000)),

@@ -149,6 +149,13 @@ impl TestApp {
         response.json().await.unwrap()
     }
 
+    /// The `/metrics` page (the test configuration sets no metrics token).
+    pub async fn metrics(&self) -> String {
+        let response = self.client.get(self.url("/metrics")).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.text().await.unwrap()
+    }
+
     pub async fn tick(&self, room: &str) {
         self.backend
             .tick(&RoomId::new(room).unwrap())

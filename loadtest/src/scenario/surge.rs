@@ -12,6 +12,15 @@
 //! those gone, and reports admissions of present visitors per
 //! permit-second for both (`capacity` × the time from the first join to
 //! the last admission) and their ratio.
+//!
+//! With `--subscribe-share`, some visitors instead ask to be called back
+//! by Web Push (a real subscription, pointed at the push service the tool
+//! plays on loopback, `crate::push`), close their page, and come back when
+//! their "turn" message arrives. The report then says whether admissions
+//! per permit-second held up against everyone present, whether those who
+//! came back were let in ahead of everyone with a later number still in
+//! line, and how many pushes the server sent per second and, with
+//! `--server-pid`, at what CPU per push.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -24,7 +33,9 @@ use tokio::time::Instant;
 use crate::api::{Api, Failure, find_number};
 use crate::cli::{Common, source_address};
 use crate::http::{Conn, EventStream};
+use crate::probe::ProcessCpu;
 use crate::progress;
+use crate::push::PushSink;
 use crate::report::Report;
 use crate::stats::{self, Seen, Summary};
 
@@ -40,6 +51,11 @@ pub struct Plan {
     pub narrate: bool,
     /// Visitors who close their page while waiting.
     pub closers: Vec<bool>,
+    /// Visitors who subscribe to Web Push, close their page, and come
+    /// back on their turn message.
+    pub subscribers: Vec<bool>,
+    /// One push in this many is decrypted and its VAPID header verified.
+    pub decrypt_every: u64,
     /// Hold the room paused (admin API) from the start until this many
     /// seconds in; the line moves from then on.
     pub pause_for_s: Option<f64>,
@@ -68,17 +84,23 @@ impl Plan {
             order_slack_ms: 50.0,
             narrate: false,
             closers: vec![false; n],
+            subscribers: vec![false; n],
+            decrypt_every: 10,
             pause_for_s: None,
         }
     }
 
     /// The same surge with `share` of the visitors, evenly spread through
+    /// the line, asking to be called back and closing their page.
+    pub fn with_subscribers(mut self, share: f64) -> Self {
+        self.subscribers = spread(self.arrivals_s.len(), share);
+        self
+    }
+
+    /// The same surge with `share` of the visitors, evenly spread through
     /// the line, closing their page while waiting.
     pub fn with_closers(mut self, share: f64) -> Self {
-        let n = self.arrivals_s.len();
-        self.closers = (0..n)
-            .map(|i| (i as f64 * share).floor() != ((i + 1) as f64 * share).floor())
-            .collect();
+        self.closers = spread(self.arrivals_s.len(), share);
         self
     }
 
@@ -105,9 +127,28 @@ impl Plan {
             order_slack_ms: 50.0,
             narrate: true,
             closers: vec![false; 20],
+            subscribers: vec![false; 20],
+            decrypt_every: 10,
             pause_for_s: None,
         }
     }
+}
+
+/// `share` of `n` places, evenly spread.
+fn spread(n: usize, share: f64) -> Vec<bool> {
+    (0..n)
+        .map(|i| (i as f64 * share).floor() != ((i + 1) as f64 * share).floor())
+        .collect()
+}
+
+/// What a visitor does while waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Stays,
+    /// Closes the page and never comes back.
+    Closes,
+    /// Asks to be called back, closes the page, comes back when called.
+    Subscribes,
 }
 
 /// What happened to one visitor, in seconds from the start.
@@ -126,6 +167,21 @@ struct Visitor {
     gate_refused: u32,
     /// Closed the page while waiting.
     closed: bool,
+    /// Handed a push subscription over.
+    subscribed: bool,
+    /// Its turn message arrived.
+    called: Option<f64>,
+    /// Back with the page open: its first event after the call.
+    returned: Option<f64>,
+}
+
+impl Visitor {
+    /// Admitted with the page open: stayed, or came back.
+    fn admitted_present(&self) -> Option<f64> {
+        (!self.closed || self.returned.is_some())
+            .then_some(self.admitted)
+            .flatten()
+    }
 }
 
 struct Shared {
@@ -157,6 +213,18 @@ pub async fn run(name: &str, common: &Common, plan: Plan) -> anyhow::Result<Repo
         (Some(secs), Some(token)) => Some(hold_line(&api, token, &shared, secs).await?),
         _ => None,
     };
+    let sink = if plan.subscribers.iter().any(|&s| s) {
+        let mut conn = api.connect(None).await.map_err(|e| anyhow::anyhow!(e.0))?;
+        let key = api
+            .push_key(&mut conn)
+            .await
+            .map_err(|e| anyhow::anyhow!(e.0))?;
+        Some(Arc::new(
+            PushSink::start(shared.start, &common.room, key, plan.decrypt_every).await?,
+        ))
+    } else {
+        None
+    };
     let deadline = shared.start + crate::cli::secs(common.max_seconds);
     let bar = progress::bar(n as u64, "admitted");
 
@@ -177,12 +245,27 @@ pub async fn run(name: &str, common: &Common, plan: Plan) -> anyhow::Result<Repo
         let hold = plan.holds[i];
         let gate_every = plan.gate_every;
         let narrate = plan.narrate;
-        let closes = plan.closers.get(i).copied().unwrap_or(false);
+        let role = if plan.subscribers.get(i).copied().unwrap_or(false) {
+            Role::Subscribes
+        } else if plan.closers.get(i).copied().unwrap_or(false) {
+            Role::Closes
+        } else {
+            Role::Stays
+        };
         let bar = bar.clone();
+        let sink = sink.clone();
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep_until(arrive).await;
             let run = visitor(
-                i, &api, source, hold, gate_every, &shared, narrate, closes, &bar,
+                i,
+                &api,
+                source,
+                (hold, gate_every),
+                &shared,
+                narrate,
+                role,
+                sink.as_deref(),
+                &bar,
             );
             if tokio::time::timeout_at(deadline, run).await.is_err() {
                 shared.update(i, |v| {
@@ -214,9 +297,45 @@ pub async fn run(name: &str, common: &Common, plan: Plan) -> anyhow::Result<Repo
         .unwrap_or_else(|p| p.into_inner())
         .clone();
     let resumed = *shared.resumed.lock().unwrap_or_else(|p| p.into_inner());
-    Ok(summarize(
-        name, common, &plan, &visitors, end, admin_seen, resumed,
-    ))
+    let mut report = summarize(name, common, &plan, &visitors, end, admin_seen, resumed);
+    if let Some(sink) = sink {
+        pushes(&mut report, &sink.seen());
+    }
+    Ok(report)
+}
+
+/// What the push service the tool played received.
+fn pushes(r: &mut Report, seen: &crate::push::SinkSeen) {
+    let per_second = seen.per_second();
+    r.row(
+        "pushes received",
+        format!(
+            "{} ({} turn, {} ahead), {per_second:.1}/s",
+            seen.received, seen.turns, seen.aheads
+        ),
+    );
+    r.row(
+        "pushes checked (sample)",
+        format!(
+            "{} decrypted and VAPID-verified; {}",
+            seen.decrypted,
+            if seen.bad.is_empty() {
+                "none bad".to_owned()
+            } else {
+                seen.bad
+                    .iter()
+                    .map(|(k, v)| format!("{k} ×{v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        ),
+    );
+    r.row("turn messages repeated", seen.repeated_turns.to_string());
+    r.figure("pushes", seen);
+    r.figure("pushes_per_second", per_second);
+    r.invariants_held &= seen.bad.is_empty()
+        && seen.repeated_turns == 0
+        && (seen.received == 0 || seen.decrypted > 0);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -224,11 +343,11 @@ async fn visitor(
     i: usize,
     api: &Api,
     source: Option<IpAddr>,
-    hold: Duration,
-    gate_every: Duration,
+    (hold, gate_every): (Duration, Duration),
     shared: &Shared,
     narrate: bool,
-    closes: bool,
+    role: Role,
+    sink: Option<&PushSink>,
     bar: &indicatif::ProgressBar,
 ) {
     let fail = |e: Failure| {
@@ -250,31 +369,61 @@ async fn visitor(
         v.joined = Some(shared.now());
         v.number = Some(ticket.number);
     });
+    let called = match (role, sink) {
+        (Role::Subscribes, Some(sink)) => {
+            let (subscription, called) = sink.subscribe(i, ticket.number);
+            if let Err(e) = api.subscribe(&mut conn, &ticket.token, &subscription).await {
+                return fail(e);
+            }
+            shared.update(i, |v| v.subscribed = true);
+            Some(called)
+        }
+        _ => None,
+    };
 
     // Follow the event stream on the same connection until admitted.
-    let head = match conn.open(&api.events_request(&ticket.token)).await {
-        Ok(h) => h,
-        Err(e) => return fail(Failure::io("events", &e)),
+    let mut stream = match open_events(api, conn, &ticket.token).await {
+        Ok(s) => s,
+        Err(e) => return fail(e),
     };
-    if head.status != 200 {
-        return fail(Failure::http("events", head.status));
-    }
-    let mut stream = EventStream::new(conn, &head);
-    if closes {
-        // Sees where it stands, then closes the page for good.
+    if role != Role::Stays {
+        // Sees where it stands, then closes the page.
         let first = stream.next_event().await;
+        drop(stream);
         shared.update(i, |v| v.closed = true);
-        bar.inc(1);
         if let Ok(Some(e)) = first
             && e.event == "admitted"
         {
             shared.update(i, |v| v.admitted = Some(shared.now()));
+            bar.inc(1);
+            return;
         }
-        return;
+        let Some(called) = called else {
+            bar.inc(1);
+            return;
+        };
+        // Away until the turn message comes (or the run's deadline).
+        let Ok(at) = called.await else { return };
+        shared.update(i, |v| v.called = Some(at));
+        let conn = match api.connect(source).await {
+            Ok(c) => c,
+            Err(e) => return fail(e),
+        };
+        stream = match open_events(api, conn, &ticket.token).await {
+            Ok(s) => s,
+            Err(e) => return fail(e),
+        };
     }
+    let returning = role == Role::Subscribes;
     let mut last_position = u64::MAX;
+    let mut first = true;
     loop {
-        match stream.next_event().await {
+        let event = stream.next_event().await;
+        if returning && first {
+            shared.update(i, |v| v.returned = Some(shared.now()));
+        }
+        first = false;
+        match event {
             Ok(Some(e)) if e.event == "position" => {
                 let body: serde_json::Value = serde_json::from_str(&e.data).unwrap_or_default();
                 if let Some(p) = body.get("position").and_then(serde_json::Value::as_u64) {
@@ -339,6 +488,18 @@ async fn visitor(
     }
 }
 
+/// The ticket's event stream, opened on `conn`.
+async fn open_events(api: &Api, mut conn: Conn, token: &str) -> Result<EventStream, Failure> {
+    let head = conn
+        .open(&api.events_request(token))
+        .await
+        .map_err(|e| Failure::io("events", &e))?;
+    if head.status != 200 {
+        return Err(Failure::http("events", head.status));
+    }
+    Ok(EventStream::new(conn, &head))
+}
+
 /// Pause the room now and let it go `secs` after the start, from a task;
 /// the task's answer says whether the resume went through.
 async fn hold_line(
@@ -364,9 +525,10 @@ async fn hold_line(
     }))
 }
 
-/// Admissions of visitors who kept their page open, per permit-second:
-/// `capacity` permits from the first join (or from when a held line was
-/// let go) to the last such admission.
+/// Admissions of visitors with their page open (who kept it open, or came
+/// back to it when called), per permit-second: `capacity` permits from the
+/// first join (or from when a held line was let go) to the last such
+/// admission.
 fn per_permit_second(visitors: &[Visitor], capacity: u64, resumed: Option<f64>) -> f64 {
     let first = resumed.unwrap_or_else(|| {
         visitors
@@ -376,8 +538,7 @@ fn per_permit_second(visitors: &[Visitor], capacity: u64, resumed: Option<f64>) 
     });
     let present: Vec<f64> = visitors
         .iter()
-        .filter(|v| !v.closed)
-        .filter_map(|v| v.admitted)
+        .filter_map(Visitor::admitted_present)
         .collect();
     let last = present.iter().copied().fold(0.0, f64::max);
     if present.is_empty() || capacity == 0 || last <= first {
@@ -386,19 +547,48 @@ fn per_permit_second(visitors: &[Visitor], capacity: u64, resumed: Option<f64>) 
     present.len() as f64 / (capacity as f64 * (last - first))
 }
 
-/// The surge twice: everyone present, then with `share` of the visitors
-/// closing their page while waiting; the second report carries both
-/// rates and their ratio.
-pub async fn run_with_absences(common: &Common, plan: Plan, share: f64) -> anyhow::Result<Report> {
+/// Who is away in the second run of [`run_twice`].
+#[derive(Debug, Clone, Copy)]
+pub enum Absence {
+    /// This share closes the page for good.
+    Close(f64),
+    /// This share asks to be called back, closes the page, and comes back
+    /// when called.
+    Subscribe(f64),
+}
+
+/// The surge twice: everyone present, then with some away; the second
+/// report carries both rates and their ratio and, with `server_pids`, the
+/// server's CPU in each run (and, for subscribers, per push received).
+pub async fn run_twice(
+    common: &Common,
+    plan: Plan,
+    absence: Absence,
+    server_pids: &[u32],
+) -> anyhow::Result<Report> {
     let capacity = plan.capacity.unwrap_or(1);
+    let cpu = || {
+        (!server_pids.is_empty())
+            .then(|| ProcessCpu::sum(server_pids.iter().map(|&p| ProcessCpu::read(p))))
+    };
+    let before = cpu();
     let present = run("surge (everyone present)", common, plan.clone()).await?;
+    let between = cpu();
     let base = present.figure_f64("admissions_per_permit_second");
-    let mut away = run(
-        "surge (some close their page)",
-        common,
-        plan.with_closers(share),
-    )
-    .await?;
+    let (name, away_plan, share) = match absence {
+        Absence::Close(share) => (
+            "surge (some close their page)",
+            plan.with_closers(share),
+            share,
+        ),
+        Absence::Subscribe(share) => (
+            "surge (some ask to be called back and close their page)",
+            plan.with_subscribers(share),
+            share,
+        ),
+    };
+    let mut away = run(name, common, away_plan).await?;
+    let after = cpu();
     let with = away.figure_f64("admissions_per_permit_second");
     let ratio = if base > 0.0 { with / base } else { 0.0 };
     away.row(
@@ -406,14 +596,105 @@ pub async fn run_with_absences(common: &Common, plan: Plan, share: f64) -> anyho
         format!("{base:.3} (capacity {capacity})"),
     );
     away.row(
-        "ratio (with closed pages ÷ everyone present)",
+        "ratio (with pages closed ÷ everyone present)",
         format!("{ratio:.3} (target ≥ 0.95)"),
     );
     away.figure("present_admissions_per_permit_second", base);
     away.figure("away_share", share);
     away.figure("ratio_to_everyone_present", ratio);
+    let spent = |a: Option<ProcessCpu>, b: Option<ProcessCpu>| {
+        a.zip(b).and_then(|(a, b)| b.since(&a)).map(|us| us / 1e6)
+    };
+    let (cpu_present, cpu_away) = (spent(before, between), spent(between, after));
+    if let Some((present_s, away_s)) = cpu_present.zip(cpu_away) {
+        away.row(
+            "server CPU (everyone present → this run)",
+            format!("{present_s:.2} s → {away_s:.2} s"),
+        );
+        away.figure("server_cpu_s_present", present_s);
+        away.figure("server_cpu_s", away_s);
+        let sends = away.figures["pushes"]["received"].as_u64().unwrap_or(0);
+        if let Absence::Subscribe(_) = absence
+            && sends > 0
+        {
+            // All of the run's CPU over its pushes bounds a push's cost
+            // from above; the run's CPU beyond the everyone-present run's
+            // is what calling visitors back added (subscribing, sending,
+            // coming back), per push.
+            let all_ms = away_s * 1e3 / sends as f64;
+            let marginal_ms = (away_s - present_s) * 1e3 / sends as f64;
+            away.row(
+                "server CPU per push",
+                format!(
+                    "{marginal_ms:.3} ms beyond everyone present ({all_ms:.3} ms counting all of the run)"
+                ),
+            );
+            away.figure("server_cpu_ms_per_push_marginal", marginal_ms);
+            away.figure("server_cpu_ms_per_push_all", all_ms);
+        }
+    }
     away.invariants_held &= present.invariants_held;
     Ok(away)
+}
+
+/// How long after a visitor's stream reopens the room's engine has surely
+/// heard they are back: the stream brings its ticket back with a read
+/// as it starts; the rest is room for a busy machine.
+const BACK_KNOWN_WITHIN_S: f64 = 0.25;
+
+/// The subscribers' side of a run: how many were called and came back,
+/// and whether those who came back were let in ahead of everyone with a
+/// later number. Whether that held.
+fn called_back(r: &mut Report, visitors: &[Visitor], slack_ms: f64) -> bool {
+    let subscribed: Vec<&Visitor> = visitors.iter().filter(|v| v.subscribed).collect();
+    let called = subscribed.iter().filter(|v| v.called.is_some()).count();
+    let returned: Vec<(u64, f64, Option<f64>)> = subscribed
+        .iter()
+        .filter_map(|v| Some((v.number?, v.returned?, v.admitted)))
+        .collect();
+    // When the room surely knew: a stream's return reaches the room's
+    // engine with the instance's next presence report.
+    let known: Vec<(u64, f64, Option<f64>)> = returned
+        .iter()
+        .map(|&(n, back, admitted)| (n, back + BACK_KNOWN_WITHIN_S, admitted))
+        .collect();
+    let admitted = returned.iter().filter(|r| r.2.is_some()).count();
+    let everyone: Vec<(u64, f64)> = visitors
+        .iter()
+        .filter_map(|v| Some((v.number?, v.admitted_present()?)))
+        .collect();
+    let violations = crate::stats::return_order_violations(&known, &everyone, slack_ms);
+
+    let call_to_admitted_ms: Vec<f64> = subscribed
+        .iter()
+        .filter_map(|v| Some((v.admitted? - v.called?) * 1000.0))
+        .collect();
+    r.row(
+        "called back",
+        format!(
+            "{} subscribed, {called} called, {} came back, {admitted} admitted",
+            subscribed.len(),
+            returned.len()
+        ),
+    );
+    r.row(
+        "turn message → admitted",
+        Summary::of(&call_to_admitted_ms).show(),
+    );
+    r.row(
+        "order (those who came back)",
+        format!(
+            "{violations} overtaken among {} (from {BACK_KNOWN_WITHIN_S} s after their return, slack {slack_ms} ms)",
+            returned.len()
+        ),
+    );
+    r.figure("subscribed", subscribed.len());
+    r.figure("called", called);
+    r.figure("came_back", returned.len());
+    r.figure("came_back_admitted", admitted);
+    r.figure("call_to_admitted", Summary::of(&call_to_admitted_ms));
+    r.figure("came_back_order_violations", violations);
+    violations == 0 && admitted == returned.len()
 }
 
 /// The most admitted and the capacity the admin stats showed.
@@ -530,12 +811,13 @@ fn summarize(
     let most_admitted = stats::max_overlap(&intervals) as u64;
     let capacity = plan.capacity.or(admin.and_then(|a| a.capacity));
 
-    // Order among visitors who stayed (no error while waiting).
+    // Order among visitors who stayed (no error while waiting), in ms as
+    // the slack is.
     let stayed: Vec<(u64, Option<f64>)> = visitors
         .iter()
         .filter(|v| !v.closed)
         .filter(|v| v.error.is_none() || v.error_after_admission)
-        .filter_map(|v| Some((v.number?, v.admitted)))
+        .filter_map(|v| Some((v.number?, v.admitted.map(|at| at * 1000.0))))
         .collect();
     let order_violations = stats::order_violations(&stayed, plan.order_slack_ms);
     let position_rises: u32 = visitors.iter().map(|v| v.position_rises).sum();
@@ -555,6 +837,9 @@ fn summarize(
         _ => true,
     };
     r.invariants_held = order_violations == 0 && capacity_ok && admin_ok && position_rises == 0;
+    if plan.subscribers.iter().any(|&s| s) {
+        r.invariants_held &= called_back(&mut r, visitors, plan.order_slack_ms);
+    }
 
     r.row(
         "visitors",

@@ -157,6 +157,11 @@ impl Stream {
         news
     }
 
+    /// Whether a touching read to bring the ticket back is under way.
+    pub fn recovering(&self) -> bool {
+        self.recovering.is_some()
+    }
+
     /// A stream silent for a whole keep-alive period: its current figures
     /// keep the connection open, as a `position` event, whether or not
     /// they changed. `false` when it does not wait (its end is on the way

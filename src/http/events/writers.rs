@@ -487,9 +487,17 @@ impl Shard {
         };
         self.out.clear();
         let now = self.clock.now_ms();
+        let recovering = c.stream.recovering();
         let look = c
             .stream
             .look(now, &mut self.out, &mut room.tail, &self.backend, recover);
+        // A look that sets a recovery going leaves it unpolled: woken, the
+        // stream starts it now, not at its next news (for a visitor back
+        // from away, the presence report up to half a second later, while
+        // the permits go to those behind them).
+        if !recovering && c.stream.recovering() {
+            c.waker.wake_by_ref();
+        }
         if c.stream.at_ms < c.cadence_at {
             c.cadence_at = c.stream.at_ms;
             self.cadence.insert((c.cadence_at, slot, c.era));
