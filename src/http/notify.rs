@@ -88,7 +88,7 @@ const MAX_BODY: usize = 4096;
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = NotifyRequest)]
-pub struct SubscribeBody {
+pub(crate) struct SubscribeBody {
     /// `PushSubscription.toJSON()`: `{endpoint, expirationTime, keys:
     /// {p256dh, auth}}`. The endpoint must be `https:` and name a push
     /// service by host name.
@@ -206,7 +206,7 @@ pub async fn subscribe(
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn unsubscribe(
+pub(crate) async fn unsubscribe(
     State(state): State<AppState>,
     Visitor { room, ticket }: Visitor,
     provenance: Provenance,
@@ -256,7 +256,7 @@ const AHEAD_TTL: Duration = Duration::from_secs(120);
 /// until `stop`: each one's text in the visitor's language, sent off the
 /// admission path; a subscription the push service says is gone is
 /// forgotten.
-pub fn deliver(
+pub(crate) fn deliver(
     mut due: mpsc::Receiver<CallbackDue>,
     push: Arc<Push>,
     backend: Arc<dyn Backend>,

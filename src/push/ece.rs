@@ -30,14 +30,14 @@ pub const HEADER_LEN: usize = 16 + 4 + 1 + KEY_LEN;
 pub const MAX_PLAINTEXT: usize = 4096 - HEADER_LEN - 1 - TAG_LEN;
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum EncryptError {
+pub(crate) enum EncryptError {
     #[error("the message is {0} bytes; a push message holds at most {MAX_PLAINTEXT}")]
     TooLong(usize),
 }
 
 /// `plaintext` encrypted to a subscription's `p256dh` key and `auth`
 /// secret, with a fresh key pair and salt.
-pub fn encrypt(
+pub(crate) fn encrypt(
     plaintext: &[u8],
     ua_public: &PublicKey,
     auth: &[u8; 16],

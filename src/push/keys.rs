@@ -97,7 +97,7 @@ impl VapidKey {
     /// The key derived from `seed`, keying material as strong as the
     /// instance secret (the server passes the ticket keyring's derivation
     /// for this use, which a key file or a configured secret both give).
-    pub fn from_seed(seed: &[u8], contact: &str) -> Result<Self, VapidError> {
+    pub(crate) fn from_seed(seed: &[u8], contact: &str) -> Result<Self, VapidError> {
         let hk = Hkdf::<Sha256>::new(None, seed);
         // A 32-byte HKDF output is a valid scalar unless it is zero or at
         // least the group order, odds of about 2^-32; the next counter
@@ -125,7 +125,7 @@ impl VapidKey {
     }
 
     /// [`VapidKey::from_pem`] from a file.
-    pub fn from_pem_file(path: &std::path::Path, contact: &str) -> Result<Self, VapidError> {
+    pub(crate) fn from_pem_file(path: &std::path::Path, contact: &str) -> Result<Self, VapidError> {
         let pem = std::fs::read_to_string(path).map_err(VapidError::Read)?;
         Self::from_pem(&pem, contact)
     }

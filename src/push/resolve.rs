@@ -24,7 +24,7 @@ pub struct Refused;
 
 /// The system resolver, less the internal addresses.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct PublicOnly;
+pub(crate) struct PublicOnly;
 
 impl Resolve for PublicOnly {
     fn resolve(&self, name: Name) -> Resolving {
@@ -55,7 +55,7 @@ pub fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
 /// Loopback, private, shared (carrier NAT), link-local, unique-local,
 /// unspecified, broadcast and multicast addresses, and IPv4 ones mapped
 /// into IPv6: none of them is a push service's.
-pub fn is_internal(ip: IpAddr) -> bool {
+pub(crate) fn is_internal(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
             let [a, b, ..] = v4.octets();

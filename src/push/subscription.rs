@@ -137,7 +137,7 @@ impl Subscription {
 
     /// Refuses the endpoints a production sender must not reach; see
     /// [`Subscription::from_json`].
-    pub fn check_endpoint(&self, allow_insecure: bool) -> Result<(), SubscriptionError> {
+    pub(crate) fn check_endpoint(&self, allow_insecure: bool) -> Result<(), SubscriptionError> {
         if allow_insecure {
             return Ok(());
         }
@@ -170,7 +170,7 @@ impl Subscription {
         self.endpoint.origin().ascii_serialization()
     }
 
-    pub fn expiration_time(&self) -> Option<u64> {
+    pub(crate) fn expiration_time(&self) -> Option<u64> {
         self.expiration_time
     }
 
