@@ -40,13 +40,14 @@ pub struct TuneView {
     /// The requests the reading stands on.
     pub samples: u32,
     /// Why the last decision was what it was (`errors`, `slow`,
-    /// `headroom`, `hold`, `idle`, `too_soon`, `no_signal`, `bounds`).
+    /// `recovering`, `headroom`, `hold`, `idle`, `too_soon`, `no_signal`,
+    /// `bounds`).
     pub verdict: Option<&'static str>,
     /// The admission rate a minute the tuner keeps.
     pub rate: Option<u32>,
     /// When the tuner last changed the room.
     pub changed_at: Option<Timestamp>,
-    /// When it last decided (changed or held).
+    /// When it last judged a reading (changed or held).
     pub decided_at: Option<Timestamp>,
     /// Changes made since this instance began tuning the room.
     pub changes: u64,
@@ -71,9 +72,12 @@ struct Tuned {
     epoch: u64,
     section: Autotune,
     sources: Sources,
-    /// The last change (Unix ms) or, before any, when tuning began: the
-    /// signal is read from there on.
+    /// The last judgement (Unix ms) or, before any, when tuning began:
+    /// the signal is read from there on.
     since_ms: u64,
+    judged_ms: Option<u64>,
+    /// What that judgement read.
+    judged_latency_ms: Option<f64>,
     changed_ms: Option<u64>,
 }
 
@@ -168,6 +172,8 @@ impl Tuner {
                     section: section.clone(),
                     sources,
                     since_ms: now_ms,
+                    judged_ms: None,
+                    judged_latency_ms: None,
                     changed_ms: None,
                 },
             );
@@ -181,7 +187,8 @@ impl Tuner {
             rate: s.settings.admit_per_minute,
             capacity: s.settings.capacity,
             demand: s.view.waiting > 0,
-            last_change_ms: t.changed_ms,
+            last_judged_ms: t.judged_ms,
+            previous_latency_ms: t.judged_latency_ms,
             now_ms,
         };
         let controller = section.controller();
@@ -194,13 +201,19 @@ impl Tuner {
                 capacity: current.capacity,
             }
         };
+        // A judgement read a signal and decided on it: the next one reads
+        // the origin from here on.
+        if !matches!(decision.verdict, Verdict::TooSoon | Verdict::NoSignal) {
+            t.judged_ms = Some(now_ms);
+            t.judged_latency_ms = signal.latency_ms;
+            t.since_ms = now_ms;
+        }
         let changes = current.rate != Some(decision.rate) || current.capacity != decision.capacity;
         let mut applied = false;
         if changes {
             applied = self.apply(s, &signal, decision).await;
             if applied && let Some(t) = self.rooms.get_mut(id) {
                 t.changed_ms = Some(now_ms);
-                t.since_ms = now_ms;
             }
         }
         let rate = if applied || !changes {
@@ -217,6 +230,11 @@ impl Tuner {
         let changed_ms = self.rooms.get(id).and_then(|t| t.changed_ms);
         let mut book = lock(&self.book.rooms);
         let view = book.entry(id.clone()).or_default();
+        if decision.verdict == Verdict::TooSoon && view.verdict.is_some() {
+            // Between judgements the last one stands.
+            view.rate = rate;
+            return;
+        }
         *view = TuneView {
             tuned_here: true,
             latency_ms: signal.latency_ms.map(|l| (l * 10.0).round() / 10.0),

@@ -17,7 +17,9 @@
 //! - latency over the target: back off in proportion to the overshoot
 //!   (`rate × target / latency`), by at least one and at most the step, so
 //!   a slight overshoot costs a slight cut and the rate settles near the
-//!   knee rather than sawing far below it;
+//!   knee rather than sawing far below it; unless latency fell by a tenth
+//!   or more since the last reading: the origin is working off what an
+//!   earlier rate sent it, and cutting again would overshoot to the floor;
 //! - latency under `target × (1 − headroom)` while people are waiting:
 //!   add `increase` a minute, at most the step (and at least one), so a
 //!   rate far too low first grows by the step each time, then by the
@@ -25,8 +27,9 @@
 //! - otherwise (inside the band, or nobody is held back by the rate, when
 //!   a higher rate would show nothing and only wind up) it holds.
 //!
-//! A change happens at most once every `interval`, and a signal of too few
-//! samples changes nothing. The rate always ends within the bounds; a rate
+//! The controller judges at most once every `interval` (a sampled loop:
+//! each judgement reads the origin since the one before), and a signal of
+//! too few samples changes nothing. The rate always ends within the bounds; a rate
 //! found outside them (an operator's earlier setting) is brought inside at
 //! once. With capacity bounds the capacity moves by the same factor as the
 //! rate, within its own bounds. Nothing here revokes anyone: a lower rate
@@ -73,7 +76,7 @@ pub struct Signal {
 }
 
 /// The room as the controller finds it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Current {
     /// The admission cap now (`admit_per_minute`); `None`: no cap, taken
     /// as the highest the bounds allow.
@@ -82,8 +85,10 @@ pub struct Current {
     /// Whether visitors are waiting on an admitting room: only then does
     /// a higher rate show in the signal.
     pub demand: bool,
-    /// When the controller last changed the room (Unix ms), if ever.
-    pub last_change_ms: Option<u64>,
+    /// When the controller last judged a reading (Unix ms), if ever.
+    pub last_judged_ms: Option<u64>,
+    /// The latency that judgement read.
+    pub previous_latency_ms: Option<f64>,
     pub now_ms: u64,
 }
 
@@ -93,17 +98,22 @@ pub struct Current {
 pub enum Verdict {
     /// The rate (or capacity) was outside the bounds and was brought in.
     Bounds,
-    /// The last change is more recent than `interval`.
+    /// The last judgement is more recent than `interval`.
     TooSoon,
     /// Too few samples to judge by.
     NoSignal,
-    /// Errors over the target: backed off by the step.
+    /// Errors over the target: backed off by the step (held at the floor).
     Errors,
-    /// Latency over the target: backed off in proportion.
+    /// Latency over the target: backed off in proportion (held at the
+    /// floor).
     Slow,
-    /// Latency well under the target with people waiting: increased.
+    /// Latency over the target but down by a tenth or more since the last
+    /// reading: held while earlier cuts take effect.
+    Recovering,
+    /// Latency well under the target with people waiting: increased (held
+    /// at the ceiling).
     Headroom,
-    /// Inside the band, or at a bound: held.
+    /// Inside the band: held.
     Hold,
     /// Nobody waiting: held, since a higher rate would go unmeasured.
     Idle,
@@ -118,6 +128,7 @@ impl Verdict {
             Self::NoSignal => "no_signal",
             Self::Errors => "errors",
             Self::Slow => "slow",
+            Self::Recovering => "recovering",
             Self::Headroom => "headroom",
             Self::Hold => "hold",
             Self::Idle => "idle",
@@ -148,6 +159,10 @@ impl Controller {
     }
 }
 
+/// How much latency must fall between two readings for the origin to
+/// count as recovering.
+pub const RECOVERING: f64 = 0.1;
+
 /// The next rate and capacity (see the module's comment for the rule).
 pub fn decide(c: &Controller, now: &Current, signal: &Signal) -> Decision {
     let rate = now.rate.unwrap_or(c.max_rate);
@@ -166,7 +181,7 @@ pub fn decide(c: &Controller, now: &Current, signal: &Signal) -> Decision {
         };
     }
     if now
-        .last_change_ms
+        .last_judged_ms
         .is_some_and(|at| now.now_ms.saturating_sub(at) < c.interval_ms)
     {
         return hold(Verdict::TooSoon);
@@ -178,6 +193,12 @@ pub fn decide(c: &Controller, now: &Current, signal: &Signal) -> Decision {
     let (verdict, next) = match (signal.error_ratio, signal.latency_ms) {
         (Some(e), _) if e > c.max_error_ratio => (Verdict::Errors, r * (1.0 - c.step)),
         (_, Some(l)) if l > c.target_ms => {
+            if now
+                .previous_latency_ms
+                .is_some_and(|p| l <= p * (1.0 - RECOVERING))
+            {
+                return hold(Verdict::Recovering);
+            }
             let cut = (r * c.target_ms / l).max(r * (1.0 - c.step));
             (Verdict::Slow, cut.min(r - 1.0))
         }
@@ -193,7 +214,8 @@ pub fn decide(c: &Controller, now: &Current, signal: &Signal) -> Decision {
     };
     let next = c.clamp_rate(next);
     if next == rate {
-        return hold(Verdict::Hold);
+        // At a bound: the verdict still says what the origin showed.
+        return hold(verdict);
     }
     let capacity = c.clamp_capacity(
         f64::from(now.capacity) * f64::from(next) / r.max(1.0),
@@ -231,7 +253,8 @@ mod tests {
             rate: Some(rate),
             capacity: 100,
             demand: true,
-            last_change_ms: Some(0),
+            last_judged_ms: Some(0),
+            previous_latency_ms: None,
             now_ms: 10_000,
         }
     }
@@ -301,6 +324,23 @@ mod tests {
     }
 
     #[test]
+    fn a_recovering_origin_is_given_time_but_a_stuck_one_is_not() {
+        let c = controller();
+        let mut now = current(1000);
+        now.previous_latency_ms = Some(3000.0);
+        let d = decide(&c, &now, &latency(2000.0));
+        assert_eq!((d.verdict, d.rate), (Verdict::Recovering, 1000));
+        let d = decide(&c, &now, &latency(2900.0));
+        assert_eq!((d.verdict, d.rate), (Verdict::Slow, 750));
+        // Errors are never waited out.
+        let failing = Signal {
+            error_ratio: Some(0.5),
+            ..latency(2000.0)
+        };
+        assert_eq!(decide(&c, &now, &failing).verdict, Verdict::Errors);
+    }
+
+    #[test]
     fn bounds_apply_at_once_and_capacity_follows_the_rate() {
         let mut c = controller();
         let mut now = current(10_000);
@@ -337,10 +377,10 @@ mod tests {
         let mut rates = Vec::new();
         for _ in 0..rounds {
             let rate = now.rate.unwrap();
-            let d = decide(c, &now, &latency(origin(rate)));
-            if d.rate != rate {
-                now.last_change_ms = Some(now.now_ms);
-            }
+            let reading = origin(rate);
+            let d = decide(c, &now, &latency(reading));
+            now.last_judged_ms = Some(now.now_ms);
+            now.previous_latency_ms = Some(reading);
             now.rate = Some(d.rate);
             now.now_ms += c.interval_ms;
             rates.push(d.rate);
@@ -375,9 +415,17 @@ mod tests {
             increase in 1u32..10_000,
             demand: bool,
             since in 0u64..20_000,
+            previous in proptest::option::of(0.0f64..20_000.0),
         ) {
             let c = Controller { min_rate: min, max_rate: min + span, step, increase, ..controller() };
-            let now = Current { rate, capacity: 100, demand, last_change_ms: Some(0), now_ms: since };
+            let now = Current {
+                rate,
+                capacity: 100,
+                demand,
+                last_judged_ms: Some(0),
+                previous_latency_ms: previous,
+                now_ms: since,
+            };
             let signal = Signal { latency_ms: latency, error_ratio: errors, samples };
             let d = decide(&c, &now, &signal);
             prop_assert!(d.rate >= c.min_rate && d.rate <= c.max_rate);
@@ -387,8 +435,12 @@ mod tests {
                 prop_assert!(moved <= (f64::from(before) * step).max(1.0) + 0.5, "{before} -> {d:?}");
             }
             match d.verdict {
-                Verdict::Errors | Verdict::Slow => prop_assert!(d.rate < before),
-                Verdict::Headroom => prop_assert!(d.rate > before && demand),
+                Verdict::Errors | Verdict::Slow => {
+                    prop_assert!(d.rate < before || d.rate == c.min_rate);
+                }
+                Verdict::Headroom => {
+                    prop_assert!(demand && (d.rate > before || d.rate == c.max_rate));
+                }
                 Verdict::Bounds => {}
                 _ => prop_assert_eq!(d.rate, before),
             }
