@@ -70,7 +70,8 @@ pub struct Autotune {
     #[schema(example = 0.25)]
     pub step: f64,
     /// Admissions a minute one increase adds (before the step's limit);
-    /// by default a fiftieth of the range between the bounds.
+    /// by default a twentieth of the ceiling (the last rate at which the
+    /// origin was too slow), or the step while none is known.
     #[serde(default)]
     #[schema(minimum = 1)]
     pub increase: Option<u32>,
@@ -322,7 +323,6 @@ impl Autotune {
 
     /// The engine's controller for this section.
     pub fn controller(&self) -> Controller {
-        let span = self.max_rate - self.min_rate;
         Controller {
             min_rate: self.min_rate,
             max_rate: self.max_rate,
@@ -331,7 +331,7 @@ impl Autotune {
             max_error_ratio: self.max_error_ratio,
             interval_ms: u64::try_from(self.interval.as_millis()).unwrap_or(u64::MAX),
             step: self.step,
-            increase: self.increase.unwrap_or((span / 50).max(1)),
+            increase: self.increase,
             headroom: self.headroom,
             min_samples: self.min_samples,
         }
@@ -387,7 +387,10 @@ mod tests {
         assert!(a.enabled);
         assert_eq!(a.target_latency, Duration::from_millis(800));
         let c = a.controller();
-        assert_eq!((c.target_ms, c.increase, c.interval_ms), (800.0, 118, 5000));
+        assert_eq!(
+            (c.target_ms, c.increase, c.interval_ms),
+            (800.0, None, 5000)
+        );
         let p = a.probe.as_ref().unwrap();
         assert_eq!(
             (p.every, p.window),

@@ -45,6 +45,9 @@ pub struct TuneView {
     pub verdict: Option<&'static str>,
     /// The admission rate a minute the tuner keeps.
     pub rate: Option<u32>,
+    /// The last rate at which the origin was too slow or failed: where
+    /// the tuner found the origin's limit, and creeps up towards.
+    pub ceiling: Option<u32>,
     /// When the tuner last changed the room.
     pub changed_at: Option<Timestamp>,
     /// When it last judged a reading (changed or held).
@@ -78,6 +81,8 @@ struct Tuned {
     judged_ms: Option<u64>,
     /// What that judgement read.
     judged_latency_ms: Option<f64>,
+    /// The last rate a cut was judged at.
+    ceiling: Option<u32>,
     changed_ms: Option<u64>,
 }
 
@@ -174,6 +179,7 @@ impl Tuner {
                     since_ms: now_ms,
                     judged_ms: None,
                     judged_latency_ms: None,
+                    ceiling: None,
                     changed_ms: None,
                 },
             );
@@ -189,6 +195,7 @@ impl Tuner {
             demand: s.view.waiting > 0,
             last_judged_ms: t.judged_ms,
             previous_latency_ms: t.judged_latency_ms,
+            ceiling: t.ceiling,
             now_ms,
         };
         let controller = section.controller();
@@ -207,6 +214,9 @@ impl Tuner {
             t.judged_ms = Some(now_ms);
             t.judged_latency_ms = signal.latency_ms;
             t.since_ms = now_ms;
+        }
+        if matches!(decision.verdict, Verdict::Slow | Verdict::Errors) {
+            t.ceiling = current.rate;
         }
         let changes = current.rate != Some(decision.rate) || current.capacity != decision.capacity;
         let mut applied = false;
@@ -227,7 +237,10 @@ impl Tuner {
             signal.error_ratio,
             rate.unwrap_or(0),
         );
-        let changed_ms = self.rooms.get(id).and_then(|t| t.changed_ms);
+        let (changed_ms, ceiling) = self
+            .rooms
+            .get(id)
+            .map_or((None, None), |t| (t.changed_ms, t.ceiling));
         let mut book = lock(&self.book.rooms);
         let view = book.entry(id.clone()).or_default();
         if decision.verdict == Verdict::TooSoon && view.verdict.is_some() {
@@ -242,6 +255,7 @@ impl Tuner {
             samples: signal.samples,
             verdict: Some(decision.verdict.name()),
             rate,
+            ceiling,
             changed_at: changed_ms.map(Timestamp),
             decided_at: Some(Timestamp(now_ms)),
             changes: view.changes + u64::from(applied),

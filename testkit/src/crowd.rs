@@ -24,6 +24,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use narabu::backend::{Backend, JoinRequest};
 use narabu::engine::{RoomId, TicketState};
+use serde_json::{Value, json};
 
 /// The origin's shape.
 #[derive(Clone, Copy, Debug)]
@@ -153,6 +154,41 @@ impl Origin {
         let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
         (Some(took[rank - 1]), n)
     }
+}
+
+/// The origin the autotune test and figures use: 100 ms a page up to 4
+/// in flight (40 pages a second at most).
+pub const SHAPE: Shape = Shape {
+    base: Duration::from_millis(100),
+    knee: 4,
+};
+
+/// A room (`PUT` body) of capacity 1000 admitting `start` a minute, tuned
+/// between `bounds` to a p95 of `target_ms` from a probe of the origin's
+/// page and its `/metrics` histogram, judging every second; `bounds`
+/// `None` leaves autotune off (a fixed rate).
+pub fn room_body(origin: &Origin, start: u64, target_ms: u64, bounds: Option<(u64, u64)>) -> Value {
+    let mut body = json!({ "capacity": 1000, "admit_per_minute": start });
+    if let Some((min_rate, max_rate)) = bounds {
+        body["autotune"] = json!({
+            "min_rate": min_rate,
+            "max_rate": max_rate,
+            "target_latency": format!("{target_ms}ms"),
+            "quantile": 0.95,
+            "max_error_ratio": 0.05,
+            "interval": "1s",
+            "step": 0.25,
+            "min_samples": 3,
+            "probe": { "url": format!("{}/page", origin.base), "every": "200ms", "window": "5s" },
+            "metrics": {
+                "url": format!("{}/metrics", origin.base),
+                "histogram": "origin_page_seconds",
+                "every": "500ms",
+                "window": "5s",
+            },
+        });
+    }
+    body
 }
 
 /// The crowd's figures so far.

@@ -21,48 +21,20 @@ use axum::routing::post;
 use narabu::config::{Secret, WebhookConfig};
 use narabu::webhooks::signing::SigningKey;
 use narabu_testkit::app::{ADMIN_TOKEN, TestApp, config, spawn_app_with};
-use narabu_testkit::crowd::{Crowd, Origin, Shape};
+use narabu_testkit::crowd::{Crowd, Origin, SHAPE, room_body};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::sync::atomic::Ordering;
 
 const TARGET_MS: u64 = 400;
 const MIN_RATE: u64 = 30;
-const MAX_RATE: u64 = 3000;
+const MAX_RATE: u64 = 1800;
 /// How long the tuner is given to settle, from either side.
 const SETTLE_WITHIN: Duration = Duration::from_secs(150);
 
-fn shape() -> Shape {
-    Shape {
-        base: Duration::from_millis(100),
-        knee: 4,
-    }
-}
-
-/// The room, its rate starting at `start`, tuned from a probe of the
-/// origin's page and its `/metrics` histogram.
+/// The test's room, its rate starting at `start`.
 fn room(origin: &Origin, start: u64) -> Value {
-    json!({
-        "capacity": 1000,
-        "admit_per_minute": start,
-        "autotune": {
-            "min_rate": MIN_RATE,
-            "max_rate": MAX_RATE,
-            "target_latency": format!("{TARGET_MS}ms"),
-            "quantile": 0.95,
-            "max_error_ratio": 0.05,
-            "interval": "1s",
-            "step": 0.25,
-            "min_samples": 3,
-            "probe": { "url": format!("{}/page", origin.base), "every": "200ms", "window": "5s" },
-            "metrics": {
-                "url": format!("{}/metrics", origin.base),
-                "histogram": "origin_page_seconds",
-                "every": "500ms",
-                "window": "5s",
-            },
-        },
-    })
+    room_body(origin, start, TARGET_MS, Some((MIN_RATE, MAX_RATE)))
 }
 
 /// A webhook receiver keeping the `room.autotuned` bodies.
@@ -95,7 +67,7 @@ struct Tuned {
 }
 
 async fn start(start_rate: u64) -> Tuned {
-    let origin = Origin::start(shape()).await;
+    let origin = Origin::start(SHAPE).await;
     let (hook, hooks) = receiver().await;
     let mut c = config();
     c.webhooks = vec![WebhookConfig {
@@ -154,24 +126,32 @@ impl Tuned {
         }
     }
 
-    /// Waits until the origin's p95 has stayed under 1.25 × the target for
-    /// ten seconds running (over five-second stretches, each with pages
-    /// in it); returns the rate then. Fails past [`SETTLE_WITHIN`].
+    /// Waits until the tuner has found the origin's limit (it has cut the
+    /// rate for latency or errors once) and the origin's p95 has stayed
+    /// under 1.25 × the target for ten seconds running (over five-second
+    /// stretches, each with pages in it); returns the rate then. Fails
+    /// past [`SETTLE_WITHIN`].
     async fn settle(&self, started: Instant) -> u64 {
         let limit = Duration::from_millis(TARGET_MS * 5 / 4);
         let mut good_since: Option<Instant> = None;
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
             let (rate, reading) = self.rate().await;
+            let found_the_limit = reading["ceiling"].is_u64();
             let (p95, pages) = self.origin.quantile(0.95, Duration::from_secs(5));
             // The trajectory, shown when the test fails.
             eprintln!(
                 "{:?}: rate {rate}, origin p95 {p95:?} over {pages} pages; tuner {reading}",
                 started.elapsed()
             );
-            // Settled: off the floor it may have cut to while the origin
-            // worked off the first seconds' crowd, and the origin quick.
-            let good = rate > MIN_RATE * 2 && pages >= 20 && p95.is_some_and(|p| p <= limit);
+            // Settled: the tuner has met the origin's limit (from below,
+            // it climbs until it does), it is off the floor it may have
+            // cut to while the origin worked off the first seconds' crowd,
+            // and the origin is quick.
+            let good = found_the_limit
+                && rate > MIN_RATE * 2
+                && pages >= 20
+                && p95.is_some_and(|p| p <= limit);
             match (good, good_since) {
                 (true, None) => good_since = Some(Instant::now()),
                 (true, Some(since)) if since.elapsed() >= Duration::from_secs(10) => return rate,
@@ -300,7 +280,7 @@ async fn it_backs_off_when_the_origin_fails() {
 
 #[tokio::test]
 async fn a_bad_section_is_refused_with_its_field_named() {
-    let origin = Origin::start(shape()).await;
+    let origin = Origin::start(SHAPE).await;
     let app = spawn_app_with(config(), vec![narabu_testkit::room("plain", 10)]).await;
     let patch = |body: Value| {
         app.client

@@ -21,9 +21,12 @@
 //!   or more since the last reading: the origin is working off what an
 //!   earlier rate sent it, and cutting again would overshoot to the floor;
 //! - latency under `target × (1 − headroom)` while people are waiting:
-//!   add `increase` a minute, at most the step (and at least one), so a
-//!   rate far too low first grows by the step each time, then by the
-//!   additive amount once that is smaller;
+//!   add `increase` a minute, at most the step (and at least one). Left
+//!   unset, the increase is a twentieth of the ceiling (the last rate at
+//!   which the origin was too slow or failing), or the whole step while no
+//!   ceiling is known: a rate far too low grows by the step each time
+//!   (TCP's slow start), and near the origin's limit it creeps, so it
+//!   overshoots the knee by little;
 //! - otherwise (inside the band, or nobody is held back by the rate, when
 //!   a higher rate would show nothing and only wind up) it holds.
 //!
@@ -55,8 +58,9 @@ pub struct Controller {
     pub interval_ms: u64,
     /// The most one change moves the rate, as a share of it.
     pub step: f64,
-    /// Admissions a minute added by one increase (before the step's limit).
-    pub increase: u32,
+    /// Admissions a minute added by one increase (before the step's
+    /// limit); `None`: a twentieth of the ceiling, or the step without one.
+    pub increase: Option<u32>,
     /// The band of rest: no increase while latency is within this share
     /// under the target.
     pub headroom: f64,
@@ -89,6 +93,9 @@ pub struct Current {
     pub last_judged_ms: Option<u64>,
     /// The latency that judgement read.
     pub previous_latency_ms: Option<f64>,
+    /// The last rate at which the origin was too slow or failed (a cut
+    /// was judged), if any.
+    pub ceiling: Option<u32>,
     pub now_ms: u64,
 }
 
@@ -163,6 +170,9 @@ impl Controller {
 /// count as recovering.
 pub const RECOVERING: f64 = 0.1;
 
+/// The share of the ceiling one increase adds when `increase` is unset.
+pub const CREEP: f64 = 0.05;
+
 /// The next rate and capacity (see the module's comment for the rule).
 pub fn decide(c: &Controller, now: &Current, signal: &Signal) -> Decision {
     let rate = now.rate.unwrap_or(c.max_rate);
@@ -206,7 +216,12 @@ pub fn decide(c: &Controller, now: &Current, signal: &Signal) -> Decision {
             if !now.demand {
                 return hold(Verdict::Idle);
             }
-            let up = f64::from(c.increase).min(r * c.step).max(1.0);
+            let additive = match (c.increase, now.ceiling) {
+                (Some(n), _) => f64::from(n),
+                (None, Some(ceiling)) => f64::from(ceiling) * CREEP,
+                (None, None) => r * c.step,
+            };
+            let up = additive.min(r * c.step).max(1.0);
             (Verdict::Headroom, r + up)
         }
         (_, None) if signal.error_ratio.is_none() => return hold(Verdict::NoSignal),
@@ -242,7 +257,7 @@ mod tests {
             max_error_ratio: 0.02,
             interval_ms: 5_000,
             step: 0.25,
-            increase: 120,
+            increase: Some(120),
             headroom: 0.2,
             min_samples: 5,
         }
@@ -255,6 +270,7 @@ mod tests {
             demand: true,
             last_judged_ms: Some(0),
             previous_latency_ms: None,
+            ceiling: None,
             now_ms: 10_000,
         }
     }
@@ -381,6 +397,9 @@ mod tests {
             let d = decide(c, &now, &latency(reading));
             now.last_judged_ms = Some(now.now_ms);
             now.previous_latency_ms = Some(reading);
+            if matches!(d.verdict, Verdict::Slow | Verdict::Errors) {
+                now.ceiling = Some(rate);
+            }
             now.rate = Some(d.rate);
             now.now_ms += c.interval_ms;
             rates.push(d.rate);
@@ -389,15 +408,34 @@ mod tests {
     }
 
     #[test]
+    fn without_an_increase_it_grows_by_the_step_then_creeps_under_the_ceiling() {
+        let mut c = controller();
+        c.increase = None;
+        let mut now = current(1000);
+        assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1250);
+        now.ceiling = Some(1200);
+        assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1060);
+        now.rate = Some(100);
+        assert_eq!(decide(&c, &now, &latency(100.0)).rate, 125);
+    }
+
+    #[test]
     fn it_settles_under_the_target_from_too_high_and_too_low() {
-        let c = controller();
+        let mut c = controller();
         // The best fixed rate keeps latency at 800 ms: 1500 a minute.
-        for start in [6000, 60] {
+        for (increase, start) in [(Some(120), 6000), (Some(120), 60), (None, 6000), (None, 60)] {
+            c.increase = increase;
             let rates = run(&c, start, 60);
             let settled = &rates[40..];
             for &r in settled {
-                assert!(origin(r) <= c.target_ms * 1.1, "from {start}: {rates:?}");
-                assert!(r >= 1200, "from {start}, too far under: {rates:?}");
+                assert!(
+                    origin(r) <= c.target_ms * 1.1,
+                    "from {start}, {increase:?}: {rates:?}"
+                );
+                assert!(
+                    r >= 1200,
+                    "from {start}, {increase:?}, too far under: {rates:?}"
+                );
             }
         }
     }
@@ -412,7 +450,8 @@ mod tests {
             errors in proptest::option::of(0.0f64..1.0),
             samples in 0u32..100,
             step in 0.01f64..0.5,
-            increase in 1u32..10_000,
+            increase in proptest::option::of(1u32..10_000),
+            ceiling in proptest::option::of(1u32..100_000),
             demand: bool,
             since in 0u64..20_000,
             previous in proptest::option::of(0.0f64..20_000.0),
@@ -424,6 +463,7 @@ mod tests {
                 demand,
                 last_judged_ms: Some(0),
                 previous_latency_ms: previous,
+                ceiling,
                 now_ms: since,
             };
             let signal = Signal { latency_ms: latency, error_ratio: errors, samples };
