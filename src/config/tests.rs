@@ -35,7 +35,7 @@ fn example_uncommented() -> String {
         .map(|line| match line.strip_prefix("# ") {
             Some(rest)
                 if rest.starts_with("# ")
-                    || rest.starts_with("[[")
+                    || rest.starts_with('[')
                     || rest.split_once(" = ").is_some_and(|(k, _)| {
                         k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
                     }) =>
