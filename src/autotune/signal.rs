@@ -71,23 +71,16 @@ impl Sources {
     ) -> Self {
         let log = Arc::new(Mutex::new(Log::default()));
         let stop = stop.child_token();
+        let reader = Reader {
+            client: client.clone(),
+            clock,
+            log: log.clone(),
+        };
         if let Some(p) = &a.probe {
-            tokio::spawn(probe(
-                p.clone(),
-                client.clone(),
-                clock.clone(),
-                log.clone(),
-                stop.clone(),
-            ));
+            tokio::spawn(probe(p.clone(), reader.clone(), stop.clone()));
         }
         if let Some(m) = &a.metrics {
-            tokio::spawn(scrape(
-                m.clone(),
-                client.clone(),
-                clock,
-                log.clone(),
-                stop.clone(),
-            ));
+            tokio::spawn(scrape(m.clone(), reader, stop.clone()));
         }
         Self {
             log,
@@ -232,21 +225,42 @@ fn buckets(page: &str, name: &str) -> Option<Vec<(f64, f64)>> {
     (!by_bound.is_empty()).then(|| by_bound.into_values().collect())
 }
 
-async fn probe(
-    p: ProbeSource,
+/// A source's pace: a reading every period (a slow one delays the next
+/// rather than bunching them up), until it is stopped.
+struct Ticks {
+    every: tokio::time::Interval,
+    stop: CancellationToken,
+}
+
+impl Ticks {
+    fn new(period: Duration, stop: CancellationToken) -> Self {
+        let mut every = tokio::time::interval(period);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Self { every, stop }
+    }
+
+    /// Waits for the next reading's time; false once stopped.
+    async fn next(&mut self) -> bool {
+        tokio::select! {
+            () = self.stop.cancelled() => false,
+            _ = self.every.tick() => true,
+        }
+    }
+}
+
+/// What a source reads with and writes to.
+#[derive(Clone)]
+struct Reader {
     client: reqwest::Client,
     clock: Arc<dyn Clock>,
     log: Arc<Mutex<Log>>,
-    stop: CancellationToken,
-) {
-    let mut every = tokio::time::interval(p.every);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+}
+
+async fn probe(p: ProbeSource, reader: Reader, stop: CancellationToken) {
+    let Reader { client, clock, log } = reader;
+    let mut ticks = Ticks::new(p.every, stop);
     let window = ms(p.window);
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            _ = every.tick() => {}
-        }
+    while ticks.next().await {
         let at_ms = clock.now_ms();
         let started = Instant::now();
         let failed = match client.get(&p.url).timeout(p.timeout).send().await {
@@ -278,22 +292,12 @@ async fn probe(
     }
 }
 
-async fn scrape(
-    m: MetricsSource,
-    client: reqwest::Client,
-    clock: Arc<dyn Clock>,
-    log: Arc<Mutex<Log>>,
-    stop: CancellationToken,
-) {
-    let mut every = tokio::time::interval(m.every);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+async fn scrape(m: MetricsSource, reader: Reader, stop: CancellationToken) {
+    let Reader { client, clock, log } = reader;
+    let mut ticks = Ticks::new(m.every, stop);
     let window = ms(m.window);
     let mut warned = false;
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            _ = every.tick() => {}
-        }
+    while ticks.next().await {
         let at_ms = clock.now_ms();
         let page = match client.get(&m.url).timeout(m.timeout).send().await {
             Ok(r) if r.status().is_success() => r.text().await.ok(),

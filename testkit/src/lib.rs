@@ -44,3 +44,16 @@ pub fn with_lanes(mut s: RoomSettings, lanes: &[(&str, u32)], default_lane: &str
     s.default_lane = Some(default_lane.to_owned());
     s
 }
+
+/// Polls until `check` holds, failing with `what` past `within`.
+pub async fn eventually<F, Fut>(what: &str, within: std::time::Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + within;
+    while !check().await {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

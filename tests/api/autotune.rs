@@ -205,16 +205,7 @@ impl Tuned {
         assert!(!hooks.is_empty(), "no room.autotuned webhook");
         let last = &hooks[hooks.len() - 1];
         assert!(last["data"]["rate"].is_u64() && last["data"]["verdict"].is_string());
-        let metrics = self
-            .app
-            .client
-            .get(self.app.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = self.app.metrics().await;
         assert!(
             metrics.contains("narabu_autotune_changes_total{room=\"tuned\""),
             "{metrics}"
@@ -296,29 +287,22 @@ async fn a_bad_section_is_refused_with_its_field_named() {
             .json(&body)
             .send()
     };
+    let refused = |field: &'static str, body: Value| {
+        let sent = patch(body);
+        async move {
+            let refused = sent.await.unwrap();
+            assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+            let body: Value = refused.json().await.unwrap();
+            let message = body["message"].as_str().unwrap().to_owned();
+            assert!(message.starts_with(&format!("{field}:")), "{body}");
+        }
+    };
     let mut section = room(&origin, 100)["autotune"].clone();
     section["max_rate"] = json!(10);
-    let refused = patch(json!({ "autotune": section })).await.unwrap();
-    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    let body: Value = refused.json().await.unwrap();
-    assert!(
-        body["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("autotune.max_rate:"),
-        "{body}"
-    );
+    refused("autotune.max_rate", json!({ "autotune": section })).await;
     let mut section = room(&origin, 100)["autotune"].clone();
     section["probe"]["url"] = json!("ftp://origin/");
-    let refused = patch(json!({ "autotune": section })).await.unwrap();
-    let body: Value = refused.json().await.unwrap();
-    assert!(
-        body["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("autotune.probe.url:"),
-        "{body}"
-    );
+    refused("autotune.probe.url", json!({ "autotune": section })).await;
     // A good one is kept and shown; null turns it off.
     let section = room(&origin, 100)["autotune"].clone();
     assert_eq!(

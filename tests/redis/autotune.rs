@@ -3,20 +3,18 @@
 //! change reaches both, and when the owner steps down the new owner takes
 //! the tuning over.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use narabu::autotune::Autotune;
-use narabu::backend::owned::OwnedBackend;
-use narabu::backend::owner::OwnerOptions;
-use narabu::config::{Backend as BackendConfig, RedisWait};
-use narabu::engine::{RoomId, RoomSettings, SystemClock};
+use narabu::engine::{RoomId, RoomSettings};
 use serde_json::Value;
 
-use narabu_testkit::app::{TestApp, config, spawn_with};
+use narabu_testkit::app::TestApp;
 use narabu_testkit::crowd::{Origin, SHAPE, room_body};
-use narabu_testkit::redis_server::{RedisServer, owners_on};
-use narabu_testkit::room;
+use narabu_testkit::redis_server::RedisServer;
+
+use super::owners::instance_with;
+use narabu_testkit::{eventually, room};
 
 /// The room, admitting 5000 a minute, tuned between 30 and 600: the
 /// owner's first judgement brings the rate into its bounds.
@@ -27,25 +25,6 @@ fn tuned(origin: &Origin) -> RoomSettings {
     r.autotune = Some(Box::new(section));
     r.admit_per_minute = Some(5000);
     r
-}
-
-async fn instance(redis: &RedisServer, r: RoomSettings) -> (TestApp, Arc<OwnedBackend>) {
-    let owner = OwnerOptions {
-        lease: Duration::from_secs(1),
-        ..OwnerOptions::default()
-    };
-    let backend = owners_on(
-        redis,
-        vec![r.clone()],
-        Arc::new(SystemClock),
-        owner,
-        RedisWait::OFF,
-    )
-    .await;
-    let mut c = config();
-    c.backend = BackendConfig::Redis(redis.url().into());
-    c.rooms = vec![r];
-    (spawn_with(c, backend.clone()).await, backend)
 }
 
 async fn reading(app: &TestApp) -> (u64, Value) {
@@ -61,20 +40,16 @@ async fn only_the_rooms_owner_tunes_it() {
     let redis = RedisServer::start().await;
     let origin = Origin::start(SHAPE).await;
     let room = tuned(&origin);
-    let (a, a_backend) = instance(&redis, room.clone()).await;
-    let (b, b_backend) = instance(&redis, room).await;
+    let (a, a_backend) = instance_with(&redis, room.clone()).await;
+    let (b, b_backend) = instance_with(&redis, room).await;
     let id = RoomId::new("tuned").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
     // The owner brings the rate into bounds; both instances see it.
-    loop {
-        let (ra, _) = reading(&a).await;
-        let (rb, _) = reading(&b).await;
-        if ra == 600 && rb == 600 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "rates {ra} and {rb}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually(
+        "both instances at the bound",
+        Duration::from_secs(20),
+        || async { reading(&a).await.0 == 600 && reading(&b).await.0 == 600 },
+    )
+    .await;
     // A few more seconds of judgements: still only the owner's.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (owner, other) = if a_backend.owns(&id) {
@@ -94,17 +69,9 @@ async fn only_the_rooms_owner_tunes_it() {
     );
     // The owner steps down: the other takes the room and its tuning.
     owner.stop().await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (_, now) = reading(&other).await;
-        if now["tuned_here"] == true {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the new owner does not tune: {now}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually("the new owner tunes", Duration::from_secs(20), || async {
+        reading(&other).await.1["tuned_here"] == true
+    })
+    .await;
     other.stop().await;
 }
