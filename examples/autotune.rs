@@ -71,8 +71,10 @@ async fn fixed(rate: u64, secs: u64) -> (Duration, f64) {
 }
 
 struct Tuned {
-    /// Seconds until the p95 of the last five seconds stayed under the
-    /// target for the rest of the run; `None`: it never did.
+    /// Seconds until, for the rest of the run, the p95 of the last five
+    /// seconds stayed under the target and the tuner's rate within a
+    /// quarter of where it ended; `None`: it never did (with ten seconds
+    /// to spare).
     settled_after: Option<u64>,
     p95_after: Option<Duration>,
     admitted_per_minute: f64,
@@ -83,20 +85,24 @@ async fn tuned(start: u64, secs: u64) -> Tuned {
     let (app, origin, crowd) =
         run(|o| room_body(o, start, TARGET_MS, Some((MIN_RATE, MAX_RATE)))).await;
     let target = Duration::from_millis(TARGET_MS);
-    // Each second: (admitted so far, the p95 of the last five seconds).
+    // Each second: admitted so far, the p95 of the last five seconds,
+    // the rate the tuner keeps.
     let mut seconds = Vec::new();
     let started = Instant::now();
     for s in 1..=secs {
         tokio::time::sleep_until((started + Duration::from_secs(s)).into()).await;
         let (p95, _) = origin.quantile(0.95, NOW);
-        seconds.push((crowd.counts.admitted.load(Ordering::Acquire), p95));
+        let rate = app.admin_room("tuned").await["settings"]["admit_per_minute"]
+            .as_u64()
+            .unwrap_or(0);
+        seconds.push((crowd.counts.admitted.load(Ordering::Acquire), p95, rate));
     }
-    let rate_at_end = app.admin_room("tuned").await["settings"]["admit_per_minute"]
-        .as_u64()
-        .unwrap_or(0);
-    let good = |p: &Option<Duration>| p.is_some_and(|p| p <= target);
+    let rate_at_end = seconds.last().map_or(0, |s| s.2);
+    let near_end = |r: u64| r.abs_diff(rate_at_end) * 4 <= rate_at_end;
+    let good =
+        |(_, p, r): &(u64, Option<Duration>, u64)| p.is_some_and(|p| p <= target) && near_end(*r);
     let settled = (0..seconds.len())
-        .find(|&i| seconds[i..].iter().all(|(_, p)| good(p)))
+        .find(|&i| seconds[i..].iter().all(good))
         .filter(|&i| i + 10 < seconds.len());
     let (p95_after, admitted_per_minute) = match settled {
         Some(i) => {
