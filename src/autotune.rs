@@ -19,12 +19,14 @@
 pub mod signal;
 pub mod tuner;
 
+use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::{CAPACITY_MAX, CAPACITY_MIN};
 use crate::engine::rules::Controller;
+use crate::secret::RedactedUrl;
 
 /// A room's autotune section. Every key but the bounds and a source has a
 /// documented default. Ratios are plain numbers (`0.02` for 2 %). Every
@@ -97,7 +99,7 @@ impl Eq for Autotune {}
 
 /// A probe: Narabu requests `url` every `every` and times the answer; a
 /// `5xx`, a `429`, a timeout or a failed connection is an error.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProbeSource {
     /// An http:// or https:// URL (credentials in it are never logged).
@@ -118,7 +120,7 @@ pub struct ProbeSource {
 /// A histogram in the origin's Prometheus text (`{histogram}_bucket`
 /// series, every label set summed), read every `every`; the quantile is
 /// taken over the bucket counts' growth within `window`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsSource {
     #[schema(example = "http://origin.internal/metrics")]
@@ -135,6 +137,31 @@ pub struct MetricsSource {
     #[serde(default = "default_scrape_window", with = "duration")]
     #[schema(value_type = String, example = "1m")]
     pub window: Duration,
+}
+
+// The configuration is logged whole at start: a source's URL, which may
+// carry credentials, shows by scheme and host only.
+impl fmt::Debug for ProbeSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProbeSource")
+            .field("url", &RedactedUrl(&self.url))
+            .field("every", &self.every)
+            .field("timeout", &self.timeout)
+            .field("window", &self.window)
+            .finish()
+    }
+}
+
+impl fmt::Debug for MetricsSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MetricsSource")
+            .field("url", &RedactedUrl(&self.url))
+            .field("histogram", &self.histogram)
+            .field("every", &self.every)
+            .field("timeout", &self.timeout)
+            .field("window", &self.window)
+            .finish()
+    }
 }
 
 fn yes() -> bool {
@@ -445,6 +472,18 @@ mod tests {
             bad_name.validate().unwrap_err().0,
             "autotune.metrics.histogram"
         );
+    }
+
+    #[test]
+    fn a_sources_credentials_never_show_in_debug() {
+        let a = section(
+            "min_rate = 1\nmax_rate = 2\nprobe = { url = \"https://user:hunter2@origin/health?key=s3cret\" }\nmetrics = { url = \"http://u:pw@origin/metrics\", histogram = \"h\" }",
+        );
+        let shown = format!("{a:?}");
+        for secret in ["hunter2", "s3cret", "pw@", "health"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert!(shown.contains("origin"), "{shown}");
     }
 
     #[test]
