@@ -42,9 +42,9 @@ pub use redis::{RedisTarget, RedisWait, SentinelTarget};
 pub use room::{
     CAPACITY_MAX, CAPACITY_MIN, MAX_NOTIFY_AHEAD, OPENS_AT_MAX, PASS_LIFETIME_MAX,
     PASS_LIFETIME_MIN, RoomTable, TICK_MAX, TICK_MIN, TIMEOUT_MAX, check_admit_per_minute,
-    check_away_grace, check_capacity, check_pass_lifetime, check_rules, check_stock,
-    check_templates_dir, check_tick, check_timeout, opt_duration, parse_rfc3339_ms, stock_mode,
-    validate_room,
+    check_autotune, check_away_grace, check_capacity, check_pass_lifetime, check_rules,
+    check_stock, check_templates_dir, check_tick, check_timeout, opt_duration, parse_rfc3339_ms,
+    stock_mode, validate_room,
 };
 use values::{ProxyNet, check_http_url, check_public_url, listen_address};
 

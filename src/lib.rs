@@ -1,5 +1,6 @@
 //! Narabu: a fair virtual waiting room.
 pub mod access;
+pub mod autotune;
 pub mod backend;
 pub mod config;
 pub mod connections;

@@ -17,7 +17,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetri
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
@@ -75,6 +75,25 @@ pub struct RuleLabels {
     pub action: &'static str,
 }
 
+/// A change autotune made to a room, and why (`errors`, `slow`,
+/// `headroom`, `bounds`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TuneLabels {
+    pub room: String,
+    pub verdict: &'static str,
+}
+
+type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
+/// What autotune last read and chose for a room (`crate::autotune`).
+#[derive(Debug, Default)]
+struct Autotune {
+    latency: Family<RoomLabels, FloatGauge>,
+    error_ratio: Family<RoomLabels, FloatGauge>,
+    rate: Family<RoomLabels, Gauge>,
+    changes: Family<TuneLabels, Counter>,
+}
+
 /// The counters the service keeps itself.
 #[derive(Debug)]
 pub struct Metrics {
@@ -95,6 +114,7 @@ pub struct Metrics {
     /// reads them back; the Prometheus families above only count).
     refused_joins: std::sync::Mutex<std::collections::BTreeMap<(String, String), u64>>,
     rule_matches: Family<RuleLabels, Counter>,
+    autotune: Autotune,
     /// axum's matched path (`/gate/{room}`) to its label (`/gate/:room`).
     /// Keys are the router's declared routes, a fixed set, so the leaked
     /// labels are bounded; a hit takes a read lock and no allocation.
@@ -203,8 +223,31 @@ impl Metrics {
             "rule_matches",
             "Gate checks a room's traffic rule decided, by room, rule (its name, or its index) and action",
         );
+        let autotune = Autotune::default();
+        registry.register_with_unit(
+            "autotune_latency",
+            "The origin's latency at the autotune quantile, as the room's tuner last read it, by room (on the instance that tunes it)",
+            Unit::Seconds,
+            autotune.latency.clone(),
+        );
+        registry.register(
+            "autotune_error_ratio",
+            "The origin's share of failed requests as the room's tuner last read it, by room",
+            autotune.error_ratio.clone(),
+        );
+        registry.register(
+            "autotune_rate",
+            "The admission rate a minute autotune last chose, by room",
+            autotune.rate.clone(),
+        );
+        registry.register(
+            "autotune_changes",
+            "Changes autotune made to a room's rate, by room and verdict (errors, slow, headroom, bounds)",
+            autotune.changes.clone(),
+        );
         Self {
             registry,
+            autotune,
             refused_joins: Default::default(),
             line_resets,
             rule_matches,
@@ -255,6 +298,54 @@ impl Metrics {
             self.http_requests.get_or_create(&labels).clone(),
             self.http_duration.get_or_create(&labels).clone(),
         )
+    }
+
+    /// What a room's tuner read and the rate it keeps.
+    pub fn autotune_read(
+        &self,
+        room: &str,
+        latency_ms: Option<f64>,
+        errors: Option<f64>,
+        rate: u32,
+    ) {
+        let labels = RoomLabels {
+            room: room.to_owned(),
+        };
+        if let Some(ms) = latency_ms {
+            self.autotune
+                .latency
+                .get_or_create(&labels)
+                .set(ms / 1000.0);
+        }
+        if let Some(e) = errors {
+            self.autotune.error_ratio.get_or_create(&labels).set(e);
+        }
+        self.autotune
+            .rate
+            .get_or_create(&labels)
+            .set(i64::from(rate));
+    }
+
+    /// A change autotune made.
+    pub fn autotune_changed(&self, room: &str, verdict: &'static str) {
+        self.autotune
+            .changes
+            .get_or_create(&TuneLabels {
+                room: room.to_owned(),
+                verdict,
+            })
+            .inc();
+    }
+
+    /// A room this instance no longer tunes: its gauges go, so a stale
+    /// reading is not taken for a live one.
+    pub fn autotune_stopped(&self, room: &str) {
+        let labels = RoomLabels {
+            room: room.to_owned(),
+        };
+        self.autotune.latency.remove(&labels);
+        self.autotune.error_ratio.remove(&labels);
+        self.autotune.rate.remove(&labels);
     }
 
     pub fn webhook_delivery(&self, result: &'static str) {

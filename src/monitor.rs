@@ -202,6 +202,13 @@ impl Monitor {
         }
     }
 
+    /// Autotune changed the room (`s`, as the change left it): sent by the
+    /// one instance that tunes it. `extra` says from what and why.
+    pub fn autotuned(&self, s: &RoomSnapshot, extra: serde_json::Value) {
+        let e = event(EventType::RoomAutotuned, s, extra, self.now_ms());
+        self.webhooks.send(&e, None);
+    }
+
     /// A snapshot taken just before (to know what changed, even if no
     /// sample was taken yet) or just after an operator's change (to fire its
     /// webhooks now).

@@ -123,6 +123,12 @@ pub async fn serve(
     }
     let monitor = Monitor::new(backend.clone(), webhooks);
     monitor.start(stop.clone());
+    let tunes = crate::autotune::tuner::start(
+        backend.clone(),
+        monitor.clone(),
+        metrics.clone(),
+        stop.clone(),
+    );
     follow_resets(
         backend.as_ref(),
         monitor.clone(),
@@ -169,6 +175,7 @@ pub async fn serve(
         pages,
         rules,
         routes,
+        tunes,
         streams: StreamLimiter::new(config.max_streams_per_address),
         presence: presence.clone(),
         writers: writers.clone(),

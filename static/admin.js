@@ -344,7 +344,8 @@
     ["stock", "Stock left"],
     ["lanes", "Lanes: waiting / admitted"],
     ["rules", "Traffic rules: matches"],
-    ["push", "Push: subscribed · sent / failed / gone / dropped"]
+    ["push", "Push: subscribed · sent / failed / gone / dropped"],
+    ["autotune", "Autotune: origin p-latency / target · errors / limit · rate chosen"]
   ];
 
   // The queueing modes, as the admin API names them, with what each does.
@@ -481,6 +482,23 @@
     return Math.round(ms / 360000) / 10 + " h";
   }
 
+  // What autotune read and chose, against its targets: the reading is the
+  // tuning instance's (on Redis, the room's owner).
+  function tuning(b) {
+    var a = b.settings && b.settings.autotune;
+    if (!a || !a.enabled) { return "off"; }
+    var t = b.autotune;
+    if (!t) { return "on, tuned by another instance"; }
+    var pct = function (x) { return x === null || x === undefined ? "–" : (100 * x).toFixed(1) + " %"; };
+    var q = "p" + Math.round(a.quantile * 100);
+    var text = q + " " + fmtMs(t.latency_ms === null ? null : Math.round(t.latency_ms)) + " / " + a.target_latency +
+      " · errors " + pct(t.error_ratio) + " / " + pct(a.max_error_ratio) +
+      " · " + fmtNum(t.rate) + "/min (" + a.min_rate + "–" + a.max_rate + ")";
+    text += " · " + (t.verdict || "–").replace("_", " ");
+    if (t.changed_at) { text += ", changed " + new Date(t.changed_at).toLocaleTimeString(); }
+    return text;
+  }
+
   function render(r) {
     if (!r.body) { return; }
     if (!r.el) { build(r); }
@@ -510,6 +528,7 @@
     if (access.enqueue === "token") { rules.push("invite only"); }
     set("access", rules.length ? rules.join(" · ") : "open to all");
     set("stock", b.stock === null || b.stock === undefined ? "not counted" : fmtNum(b.stock));
+    set("autotune", tuning(b));
     var lanes = (b.lanes || []).map(function (l) {
       return l.name + " (" + l.weight + "): " + fmtNum(l.waiting) + " / " + fmtNum(l.admitted);
     });

@@ -16,6 +16,7 @@ use narabu::engine::rules::Mode;
 use narabu::engine::{RoomId, SystemClock};
 use narabu_testkit::app::{ADMIN_TOKEN, config, spawn_with};
 use narabu_testkit::browser::{Driver, Key};
+use narabu_testkit::crowd::{Origin, SHAPE, room_body};
 use narabu_testkit::{room, with_lanes};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -35,6 +36,10 @@ async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
         {"action": "block", "user_agent": ["BadBot"]},
     ]))
     .unwrap();
+    // Tuned from an origin of its own, to show autotune's figures.
+    let origin = Origin::start(SHAPE).await;
+    let section = room_body(&origin, 100, 400, Some((30, 600)))["autotune"].clone();
+    later.autotune = Some(Box::new(serde_json::from_value(section).unwrap()));
     let backend = EmbeddedBackend::new(vec![sale, later], Arc::new(SystemClock));
     let app = spawn_with(config(), backend.clone()).await;
     // Some line to draw: visitors join over a few seconds.
@@ -117,6 +122,15 @@ async fn dashboard_takes_the_token_shows_rooms_and_changes_capacity() {
             "return document.getElementById('fig-rules-later').textContent === \
              'health (bypass): 2 · 1 (block): 1' && \
              document.getElementById('fig-rules-sale').textContent === 'none'",
+        )
+        .await;
+    // Autotune: off, or what the tuner read against its targets.
+    driver
+        .wait_until(
+            "the autotune figure shows the reading against the target, and off elsewhere",
+            "var t = document.getElementById('fig-autotune-later').textContent; \
+             return /^p95 .+ \\/ 400ms · errors .+ \\/ 5\\.0 % · .+\\/min \\(30–600\\)/.test(t) && \
+             document.getElementById('fig-autotune-sale').textContent === 'off'",
         )
         .await;
     assert_eq!(stored[0], ADMIN_TOKEN);

@@ -295,6 +295,13 @@ pub trait Backend: Send + Sync + 'static {
     /// The clock the rooms run on: the HTTP layer reads "now" from it too.
     fn clock(&self) -> Arc<dyn Clock>;
 
+    /// Whether this instance decides for the room now: where a room's own
+    /// background work (autotune) runs, so that it runs once. On Redis,
+    /// the room's owner; a backend of one instance decides every room.
+    fn decides(&self, _room: &RoomId) -> bool {
+        true
+    }
+
     /// Whether the backend can serve requests now.
     async fn ready(&self) -> Result<(), BackendError>;
 

@@ -846,6 +846,10 @@ impl Backend for OwnedBackend {
         self.clock.clone()
     }
 
+    fn decides(&self, room: &RoomId) -> bool {
+        self.owns(room)
+    }
+
     /// Ready while every room's log can be read.
     async fn ready(&self) -> Result<(), BackendError> {
         let reading = read(&self.rooms)

@@ -173,6 +173,11 @@ pub struct RoomTable {
     /// the same. Set when the room is made (with `PUT`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<crate::routes::Route>,
+    /// Let Narabu set `admit_per_minute` (and, with capacity bounds,
+    /// `capacity`) from the origin's health: bounds, targets and a signal
+    /// (`probe`, `metrics`). Off when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autotune: Option<crate::autotune::Autotune>,
 }
 
 impl RoomTable {
@@ -209,6 +214,7 @@ impl RoomTable {
             notify_ahead: None,
             rules: Vec::new(),
             routes: Vec::new(),
+            autotune: None,
         }
     }
 
@@ -262,6 +268,7 @@ impl RoomTable {
         s.notify_ahead = self.notify_ahead;
         s.rules = self.rules;
         s.routes = self.routes;
+        s.autotune = self.autotune.map(Box::new);
         validate_room(&s, field_prefix)?;
         Ok(s)
     }
@@ -348,6 +355,7 @@ impl From<&RoomSettings> for RoomTable {
             notify_ahead: s.notify_ahead,
             rules: s.rules.clone(),
             routes: s.routes.clone(),
+            autotune: s.autotune.as_deref().cloned(),
         }
     }
 }
@@ -391,6 +399,9 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
     check_rules(field_prefix, &s.rules)?;
     crate::routes::validate(&s.routes)
         .map_err(|(key, message)| ConfigError::new(join_field(field_prefix, &key), message))?;
+    if let Some(a) = &s.autotune {
+        check_autotune(field_prefix, a)?;
+    }
     if let Some(at) = s.opens_at
         && at > OPENS_AT_MAX
     {
@@ -400,6 +411,16 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
         ));
     }
     Ok(())
+}
+
+/// A room's autotune section, the failing key named
+/// (`rooms[0].autotune.max_rate`).
+pub fn check_autotune(
+    field_prefix: &str,
+    a: &crate::autotune::Autotune,
+) -> Result<(), ConfigError> {
+    a.validate()
+        .map_err(|(key, message)| ConfigError::new(join_field(field_prefix, &key), message))
 }
 
 /// A room's traffic rules, the failing one named with its field

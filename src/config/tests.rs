@@ -35,7 +35,7 @@ fn example_uncommented() -> String {
         .map(|line| match line.strip_prefix("# ") {
             Some(rest)
                 if rest.starts_with("# ")
-                    || rest.starts_with("[[")
+                    || rest.starts_with('[')
                     || rest.split_once(" = ").is_some_and(|(k, _)| {
                         k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
                     }) =>
@@ -71,6 +71,18 @@ fn default_is_the_no_argument_setup() {
 }
 
 #[test]
+fn a_bad_autotune_section_names_its_field() {
+    let e = parse(
+        "[[rooms]]\nid = \"sale\"\n[rooms.autotune]\nmin_rate = 60\nmax_rate = 10\nprobe = { url = \"http://origin/\" }\n",
+    )
+    .expect_err("max_rate under min_rate");
+    assert_eq!(e.field(), "rooms[0].autotune.max_rate");
+    let e = parse("[[rooms]]\nid = \"sale\"\n[rooms.autotune]\nmin_rate = 60\nmax_rate = 600\n")
+        .expect_err("no signal");
+    assert_eq!(e.field(), "rooms[0].autotune.probe");
+}
+
+#[test]
 fn an_empty_file_is_the_default() {
     let c = parse("").expect("an empty file is valid");
     assert_eq!(format!("{c:?}"), format!("{:?}", Config::default()));
@@ -96,6 +108,12 @@ fn every_commented_example_in_the_example_file_is_valid() {
         other => panic!("expected a Redis Cluster, got {other:?}"),
     }
     assert!(c.secret.is_some() && c.previous_secret.is_some() && c.admin_token.is_some());
+    let tuned = c.rooms[0]
+        .autotune
+        .as_deref()
+        .expect("the autotune example");
+    assert_eq!((tuned.min_rate, tuned.max_rate), (60, 6000));
+    assert!(tuned.probe.is_some() && tuned.metrics.is_some());
     assert_eq!(c.trusted_proxies.len(), 3);
     assert_eq!(c.public_url.as_deref(), Some("https://queue.example.com"));
     assert_eq!(

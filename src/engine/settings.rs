@@ -160,6 +160,12 @@ pub struct RoomSettings {
     /// here. Kept for the backends to store; the HTTP layer routes by them.
     #[serde(default)]
     pub routes: Vec<crate::routes::Route>,
+    /// Let the room's owner set `admit_per_minute` (and maybe `capacity`)
+    /// from the origin's health (`crate::autotune`); `None`: off. Kept for
+    /// the backends to store; the tuner reads it, and its rule is
+    /// `rules::autotune`.
+    #[serde(default)]
+    pub autotune: Option<Box<crate::autotune::Autotune>>,
 }
 
 /// One priority lane: its name (what an enqueue token's `lane` claim says)
@@ -225,6 +231,7 @@ impl RoomSettings {
             notify_ahead: None,
             rules: Vec::new(),
             routes: Vec::new(),
+            autotune: None,
         }
     }
 
@@ -345,6 +352,9 @@ pub struct RoomPatch {
     pub lane_weights: Vec<(u8, u32)>,
     /// The room's new traffic rules, all of them (already checked).
     pub rules: Option<Vec<crate::rules::Rule>>,
+    /// The room's autotune section, all of it (already checked); `Null`
+    /// turns autotune off.
+    pub autotune: Patch<Box<crate::autotune::Autotune>>,
 }
 
 impl RoomPatch {
@@ -404,6 +414,11 @@ impl RoomPatch {
         }
         if let Some(rules) = &self.rules {
             s.rules.clone_from(rules);
+        }
+        match &self.autotune {
+            Patch::Absent => {}
+            Patch::Null => s.autotune = None,
+            Patch::Value(a) => s.autotune = Some(a.clone()),
         }
         for &(lane, weight) in &self.lane_weights {
             if let Some(l) = s.lanes.get_mut(usize::from(lane)) {

@@ -71,6 +71,8 @@ pub struct Shared {
     pub rules: Arc<super::rule_book::RuleBook>,
     /// The site's routes: the room of a check at `GET /gate`.
     pub routes: Arc<super::rule_book::RouteBook>,
+    /// What autotune last read and chose for the rooms it tunes here.
+    pub tunes: Arc<crate::autotune::tuner::TuneBook>,
 }
 
 /// The parts of the configuration the HTTP layer reads.

@@ -116,6 +116,10 @@ event_types! {
     /// without persistence, a flushed database) and started again: every
     /// ticket of the old line is void (`data.epoch` names the new line).
     RoomReset => "room.reset",
+    /// Autotune changed the room's admission rate (`data.rate`,
+    /// `data.previous_rate`, a minute; `data.verdict` says why, `data.signal`
+    /// what it read; `data.capacity` when it moved the capacity too).
+    RoomAutotuned => "room.autotuned",
     /// The queue grew past a receiver's `queue_threshold` (sent to that
     /// receiver only; `data.threshold` says which).
     QueueThreshold => "queue.threshold",

@@ -4,8 +4,9 @@
 //! with Sentinel or as a Cluster (`redis_ha`), the shipped nginx, Caddy,
 //! HAProxy and Traefik configurations in front of a small origin
 //! (`proxy`), headless Chromium through chromedriver (`browser`), a
-//! TCP relay that cuts connections on demand (`relay`), and Narabu as a
-//! process of its own (`process`).
+//! TCP relay that cuts connections on demand (`relay`), Narabu as a
+//! process of its own (`process`), and an origin that slows with its
+//! crowd, with a crowd to send to it (`crowd`).
 //!
 //! Every process a helper starts is killed when its handle drops, however
 //! the test ends. `scripts/test` installs the programs (redis-server,
@@ -14,6 +15,7 @@
 
 pub mod app;
 pub mod browser;
+pub mod crowd;
 pub mod model;
 pub mod process;
 pub mod proxy;
@@ -41,4 +43,17 @@ pub fn with_lanes(mut s: RoomSettings, lanes: &[(&str, u32)], default_lane: &str
         .collect();
     s.default_lane = Some(default_lane.to_owned());
     s
+}
+
+/// Polls until `check` holds, failing with `what` past `within`.
+pub async fn eventually<F, Fut>(what: &str, within: std::time::Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + within;
+    while !check().await {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }

@@ -1,6 +1,7 @@
 //! Integration tests: the real server on 127.0.0.1:0, a real HTTP client
 //! and a real SSE client.
 
+mod autotune;
 mod fair;
 mod hostile;
 mod modes;

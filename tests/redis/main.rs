@@ -10,6 +10,7 @@
 //! both deployments (`model`).
 
 mod acknowledged;
+mod autotune;
 mod cluster;
 mod conformance;
 mod double_owner;

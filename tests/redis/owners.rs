@@ -31,13 +31,21 @@ fn sale() -> RoomSettings {
 }
 
 async fn instance(redis: &RedisServer) -> (TestApp, Arc<OwnedBackend>) {
+    instance_with(redis, sale()).await
+}
+
+/// An instance on `redis` with the one room `r`, owners on a short lease.
+pub(crate) async fn instance_with(
+    redis: &RedisServer,
+    r: RoomSettings,
+) -> (TestApp, Arc<OwnedBackend>) {
     let owner = OwnerOptions {
         lease: LEASE,
         ..OwnerOptions::default()
     };
     let backend = owners_on(
         redis,
-        vec![sale()],
+        vec![r.clone()],
         Arc::new(SystemClock),
         owner,
         RedisWait::OFF,
@@ -45,7 +53,7 @@ async fn instance(redis: &RedisServer) -> (TestApp, Arc<OwnedBackend>) {
     .await;
     let mut c = config();
     c.backend = BackendConfig::Redis(redis.url().into());
-    c.rooms = vec![sale()];
+    c.rooms = vec![r];
     (spawn_with(c, backend.clone()).await, backend)
 }
 

@@ -9,7 +9,7 @@
 //! joins work and are admitted.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use narabu_testkit::app::{ADMIN_TOKEN, TestApp, Visitor, config, spawn_with};
 use narabu_testkit::redis_server::RedisServer;
-use narabu_testkit::room;
+use narabu_testkit::{eventually, room};
 
 const HOOK_SECRET: &str = "whsec_aG9vay1zZWNyZXQtaG9vay1zZWNyZXQtaG9vay0wMQ==";
 
@@ -88,19 +88,6 @@ async fn status_of(app: &TestApp, v: &Visitor) -> (StatusCode, Value) {
         .await
         .unwrap();
     (r.status(), r.json().await.unwrap_or(Value::Null))
-}
-
-/// Polls until `check` holds, within a bound.
-async fn eventually<F, Fut>(what: &str, within: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while !check().await {
-        assert!(Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Sum of `narabu_line_resets_total{room="sale"}` over the instances.

@@ -17,10 +17,12 @@
 //! - `join_limit`: new tickets per address in a sliding minute
 //! - `waits`: the wait histogram's buckets
 //! - `callback`: when a visitor who asked to be called back is told
+//! - `autotune`: the next admission rate from the origin's health
 //!
 //! The engine (`crate::engine::Room`) calls these on its atomics, in both
 //! deployments: embedded, and on each room's owner on Redis.
 
+mod autotune;
 mod cadence;
 mod callback;
 mod capacity;
@@ -34,6 +36,7 @@ mod state;
 mod status;
 mod waits;
 
+pub use autotune::{Controller, Current, Decision, Signal, Verdict, decide};
 pub use cadence::{
     Due, MIN_GAP_MS, REFRESH_MS, WaitShown, WaitUnit, due, moves_needed, wait_shown,
 };

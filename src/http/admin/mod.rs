@@ -119,6 +119,10 @@ pub struct RoomBody {
     /// Each traffic rule, in order, and the gate checks it decided on
     /// this instance; empty for a room without rules.
     pub rule_matches: Vec<RuleCount>,
+    /// What autotune last read and chose, on the instance that tunes the
+    /// room (its targets and bounds are in `settings.autotune`); `null`
+    /// when it is off or another instance tunes it.
+    pub autotune: Option<crate::autotune::tuner::TuneView>,
     pub updated_at: Timestamp,
 }
 
@@ -180,6 +184,7 @@ impl RoomBody {
             push_gone: 0,
             push_dropped: 0,
             rule_matches: rules.counts(&s.settings.id),
+            autotune: None,
             updated_at: now,
         }
     }
@@ -196,6 +201,12 @@ impl RoomBody {
         }
         self
     }
+
+    /// With what this instance's tuner read and chose for the room.
+    pub fn with_tuning(mut self, tunes: &crate::autotune::tuner::TuneBook) -> Self {
+        self.autotune = tunes.view(&self.id);
+        self
+    }
 }
 
 fn body(state: &AppState, s: &RoomSnapshot) -> RoomBody {
@@ -207,6 +218,7 @@ fn body(state: &AppState, s: &RoomSnapshot) -> RoomBody {
         &state.rules,
     )
     .with_sends(state.push.as_deref())
+    .with_tuning(&state.tunes)
 }
 
 /// A room's setting refused: `422 invalid_field` naming it, as a bad
@@ -731,7 +743,7 @@ pub async fn events(
             let rooms: Vec<Value> = overview
                 .rooms
                 .iter()
-                .map(|(s, sample)| json!({ "room": RoomBody::new(s, sample, state.clock.now(), &state.access, &state.rules).with_sends(state.push.as_deref()), "sample": sample }))
+                .map(|(s, sample)| json!({ "room": RoomBody::new(s, sample, state.clock.now(), &state.access, &state.rules).with_sends(state.push.as_deref()).with_tuning(&state.tunes), "sample": sample }))
                 .collect();
             if !rooms.is_empty() {
                 yield Ok(Event::default().event("update").data(json!({ "rooms": rooms }).to_string()));

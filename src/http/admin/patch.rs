@@ -10,16 +10,16 @@ use serde::{Deserialize, Deserializer};
 
 use crate::access::{AccessPatch, ChallengeMode, EnqueueMode, SharedKey};
 use crate::config::{
-    ConfigError, check_admit_per_minute, check_away_grace, check_capacity, check_pass_lifetime,
-    check_rules, check_stock, check_templates_dir, check_tick, check_timeout, opt_duration,
-    stock_mode,
+    ConfigError, check_admit_per_minute, check_autotune, check_away_grace, check_capacity,
+    check_pass_lifetime, check_rules, check_stock, check_templates_dir, check_tick, check_timeout,
+    opt_duration, stock_mode,
 };
 use crate::engine::rules::Mode;
 use crate::engine::{Patch, RoomPatch, RoomSettings};
 
 /// The keys `PATCH` accepts: a room's running settings. `id`, `order` and
 /// `opens_at` shape a room's line and need a `PUT`.
-pub const PATCHABLE: [&str; 26] = [
+pub const PATCHABLE: [&str; 27] = [
     "capacity",
     "paused",
     "mode",
@@ -46,6 +46,7 @@ pub const PATCHABLE: [&str; 26] = [
     "templates_dir",
     "lane_weights",
     "rules",
+    "autotune",
 ];
 
 /// Keys of a room that a running room cannot change (its lanes: nobody's
@@ -143,6 +144,10 @@ pub struct PatchBody {
     #[serde(default)]
     #[schema(value_type = Option<Vec<crate::rules::Rule>>)]
     rules: Patch<Vec<crate::rules::Rule>>,
+    /// The room's autotune section, all of it; `null` turns it off.
+    #[serde(default)]
+    #[schema(value_type = Option<crate::autotune::Autotune>)]
+    autotune: Patch<crate::autotune::Autotune>,
 }
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Patch<Duration>, D::Error> {
@@ -214,6 +219,14 @@ impl PatchBody {
                 Some(rules)
             }
         };
+        let autotune = match self.autotune {
+            Patch::Absent => Patch::Absent,
+            Patch::Null => Patch::Null,
+            Patch::Value(a) => {
+                check_autotune("", &a)?;
+                Patch::Value(Box::new(a))
+            }
+        };
         if let Patch::Value(cap) = self.admit_per_minute {
             check_admit_per_minute("admit_per_minute", cap)?;
         }
@@ -262,6 +275,7 @@ impl PatchBody {
             templates_dir: self.templates_dir,
             lane_weights: Vec::new(),
             rules,
+            autotune,
         })
     }
 }

@@ -1,0 +1,495 @@
+//! Autotune: the next admission rate of a room from its origin's health.
+//!
+//! An operator who does not know in advance how fast the site copes gives
+//! bounds (an admission rate between `min_rate` and `max_rate` a minute,
+//! and optionally a capacity between two more) and targets (a latency the
+//! origin's chosen quantile should stay under, an error ratio); the room's
+//! owner measures the origin (`crate::autotune`) and asks [`decide`] what
+//! the rate should be. This is the whole rule, pure and on plain numbers:
+//! the caller brings the clock, the signal and the room's current figures.
+//!
+//! The controller is additive increase, multiplicative decrease (the rule
+//! TCP uses to find a link's capacity without being told it), with a band
+//! of rest below the target:
+//!
+//! - errors over the target: back off by the whole step (`rate × (1 −
+//!   step)`), since an origin that fails is past helping by degrees;
+//! - latency over the target: back off in proportion to the overshoot
+//!   (`rate × target / latency`), by at least one and at most the step, so
+//!   a slight overshoot costs a slight cut and the rate settles near the
+//!   knee rather than sawing far below it; unless latency fell by a tenth
+//!   or more since the last reading: the origin is working off what an
+//!   earlier rate sent it, and cutting again would overshoot to the floor;
+//! - latency under `target × (1 − headroom)` while people are waiting:
+//!   add `increase` a minute, at most the step (and at least one). Left
+//!   unset, the increase is a twentieth of the ceiling (the last rate at
+//!   which the origin was too slow or failing), or the whole step while no
+//!   ceiling is known: a rate far too low grows by the step each time
+//!   (TCP's slow start), and near the origin's limit it creeps, so it
+//!   overshoots the knee by little;
+//! - otherwise (inside the band, or nobody is held back by the rate, when
+//!   a higher rate would show nothing and only wind up) it holds.
+//!
+//! The controller judges at most once every `interval` (a sampled loop:
+//! each judgement reads the origin since the one before), and a signal of
+//! too few samples changes nothing. The rate always ends within the bounds; a rate
+//! found outside them (an operator's earlier setting) is brought inside at
+//! once. With capacity bounds the capacity moves by the same factor as the
+//! rate, within its own bounds. Nothing here revokes anyone: a lower rate
+//! or capacity only admits fewer from now on (the capacity rule,
+//! `rules::capacity`, lets those already admitted finish).
+
+use serde::{Deserialize, Serialize};
+
+/// What the controller may do, and what it aims for: already checked
+/// (`min ≤ max`, `0 < step ≤ 0.5`, a positive interval and target).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Controller {
+    /// Admissions a minute, the lowest and highest the rate may be set to.
+    pub min_rate: u32,
+    pub max_rate: u32,
+    /// Bounds of the capacity, when the controller sets it too.
+    pub capacity: Option<(u32, u32)>,
+    /// The latency the signal's quantile should stay under (ms).
+    pub target_ms: f64,
+    /// The share of failed requests the origin may show (0 to 1).
+    pub max_error_ratio: f64,
+    /// The least time between two changes (ms).
+    pub interval_ms: u64,
+    /// The most one change moves the rate, as a share of it.
+    pub step: f64,
+    /// Admissions a minute added by one increase (before the step's
+    /// limit); `None`: a twentieth of the ceiling, or the step without one.
+    pub increase: Option<u32>,
+    /// The band of rest: no increase while latency is within this share
+    /// under the target.
+    pub headroom: f64,
+    /// Fewer samples than this in a signal decide nothing.
+    pub min_samples: u32,
+}
+
+/// What the origin looked like since the last change.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Signal {
+    /// The chosen latency quantile (ms); `None` when nothing measured it.
+    pub latency_ms: Option<f64>,
+    /// Failed ÷ all requests; `None` when the source cannot tell.
+    pub error_ratio: Option<f64>,
+    /// How many requests the figures stand on.
+    pub samples: u32,
+}
+
+/// The room as the controller finds it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Current {
+    /// The admission cap now (`admit_per_minute`); `None`: no cap, taken
+    /// as the highest the bounds allow.
+    pub rate: Option<u32>,
+    pub capacity: u32,
+    /// Whether visitors are waiting on an admitting room: only then does
+    /// a higher rate show in the signal.
+    pub demand: bool,
+    /// When the controller last judged a reading (Unix ms), if ever.
+    pub last_judged_ms: Option<u64>,
+    /// The latency that judgement read.
+    pub previous_latency_ms: Option<f64>,
+    /// The last rate at which the origin was too slow or failed (a cut
+    /// was judged), if any.
+    pub ceiling: Option<u32>,
+    pub now_ms: u64,
+}
+
+/// Why the controller chose what it chose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The rate (or capacity) was outside the bounds and was brought in.
+    Bounds,
+    /// The last judgement is more recent than `interval`.
+    TooSoon,
+    /// Too few samples to judge by.
+    NoSignal,
+    /// Errors over the target: backed off by the step (held at the floor).
+    Errors,
+    /// Latency over the target: backed off in proportion (held at the
+    /// floor).
+    Slow,
+    /// Latency over the target but down by a tenth or more since the last
+    /// reading: held while earlier cuts take effect.
+    Recovering,
+    /// Latency well under the target with people waiting: increased (held
+    /// at the ceiling).
+    Headroom,
+    /// Inside the band: held.
+    Hold,
+    /// Nobody waiting: held, since a higher rate would go unmeasured.
+    Idle,
+}
+
+impl Verdict {
+    /// The name logs, metrics and the admin API use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Bounds => "bounds",
+            Self::TooSoon => "too_soon",
+            Self::NoSignal => "no_signal",
+            Self::Errors => "errors",
+            Self::Slow => "slow",
+            Self::Recovering => "recovering",
+            Self::Headroom => "headroom",
+            Self::Hold => "hold",
+            Self::Idle => "idle",
+        }
+    }
+}
+
+/// The rate and capacity to set, and why; a change when they differ from
+/// the current ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub verdict: Verdict,
+    pub rate: u32,
+    pub capacity: u32,
+}
+
+impl Controller {
+    fn clamp_rate(&self, rate: f64) -> u32 {
+        rate.round()
+            .clamp(f64::from(self.min_rate), f64::from(self.max_rate)) as u32
+    }
+
+    fn clamp_capacity(&self, capacity: f64, now: u32) -> u32 {
+        match self.capacity {
+            Some((low, high)) => capacity.round().clamp(f64::from(low), f64::from(high)) as u32,
+            None => now,
+        }
+    }
+}
+
+/// How much latency must fall between two readings for the origin to
+/// count as recovering.
+pub const RECOVERING: f64 = 0.1;
+
+/// The share of the ceiling one increase adds when `increase` is unset.
+pub const CREEP: f64 = 0.05;
+
+/// The next rate and capacity (see the module's comment for the rule).
+pub fn decide(c: &Controller, now: &Current, signal: &Signal) -> Decision {
+    let rate = now.rate.unwrap_or(c.max_rate);
+    let hold = |verdict| Decision {
+        verdict,
+        rate,
+        capacity: now.capacity,
+    };
+    let in_bounds = c.clamp_rate(f64::from(rate));
+    let capacity_in_bounds = c.clamp_capacity(f64::from(now.capacity), now.capacity);
+    if now.rate != Some(in_bounds) || capacity_in_bounds != now.capacity {
+        return Decision {
+            verdict: Verdict::Bounds,
+            rate: in_bounds,
+            capacity: capacity_in_bounds,
+        };
+    }
+    if now
+        .last_judged_ms
+        .is_some_and(|at| now.now_ms.saturating_sub(at) < c.interval_ms)
+    {
+        return hold(Verdict::TooSoon);
+    }
+    if signal.samples < c.min_samples.max(1) {
+        return hold(Verdict::NoSignal);
+    }
+    let r = f64::from(rate);
+    let (verdict, next) = match (signal.error_ratio, signal.latency_ms) {
+        (Some(e), _) if e > c.max_error_ratio => (Verdict::Errors, r * (1.0 - c.step)),
+        (_, Some(l)) if l > c.target_ms => {
+            if now
+                .previous_latency_ms
+                .is_some_and(|p| l <= p * (1.0 - RECOVERING))
+            {
+                return hold(Verdict::Recovering);
+            }
+            let cut = (r * c.target_ms / l).max(r * (1.0 - c.step));
+            (Verdict::Slow, cut.min(r - 1.0))
+        }
+        (_, Some(l)) if l < c.target_ms * (1.0 - c.headroom) => {
+            if !now.demand {
+                return hold(Verdict::Idle);
+            }
+            let additive = match (c.increase, now.ceiling) {
+                (Some(n), _) => f64::from(n),
+                (None, Some(ceiling)) => f64::from(ceiling) * CREEP,
+                (None, None) => r * c.step,
+            };
+            let up = additive.min(r * c.step).max(1.0);
+            (Verdict::Headroom, r + up)
+        }
+        (_, None) if signal.error_ratio.is_none() => return hold(Verdict::NoSignal),
+        _ => return hold(Verdict::Hold),
+    };
+    let next = c.clamp_rate(next);
+    if next == rate {
+        // At a bound: the verdict still says what the origin showed.
+        return hold(verdict);
+    }
+    let capacity = c.clamp_capacity(
+        f64::from(now.capacity) * f64::from(next) / r.max(1.0),
+        now.capacity,
+    );
+    Decision {
+        verdict,
+        rate: next,
+        capacity,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn controller() -> Controller {
+        Controller {
+            min_rate: 60,
+            max_rate: 6000,
+            capacity: None,
+            target_ms: 800.0,
+            max_error_ratio: 0.02,
+            interval_ms: 5_000,
+            step: 0.25,
+            increase: Some(120),
+            headroom: 0.2,
+            min_samples: 5,
+        }
+    }
+
+    fn current(rate: u32) -> Current {
+        Current {
+            rate: Some(rate),
+            capacity: 100,
+            demand: true,
+            last_judged_ms: Some(0),
+            previous_latency_ms: None,
+            ceiling: None,
+            now_ms: 10_000,
+        }
+    }
+
+    fn latency(ms: f64) -> Signal {
+        Signal {
+            latency_ms: Some(ms),
+            error_ratio: Some(0.0),
+            samples: 50,
+        }
+    }
+
+    #[test]
+    fn slow_origin_backs_off_in_proportion_fast_one_climbs_by_the_increase() {
+        let c = controller();
+        // 1000 ms against 800: cut to 80 %, within the 25 % step.
+        let d = decide(&c, &current(1000), &latency(1000.0));
+        assert_eq!((d.verdict, d.rate), (Verdict::Slow, 800));
+        // Far over: no more than the step.
+        let d = decide(&c, &current(1000), &latency(10_000.0));
+        assert_eq!((d.verdict, d.rate), (Verdict::Slow, 750));
+        // Well under: the additive increase.
+        let d = decide(&c, &current(1000), &latency(100.0));
+        assert_eq!((d.verdict, d.rate), (Verdict::Headroom, 1120));
+        // Low rates grow by the step rather than the increase.
+        let d = decide(&c, &current(100), &latency(100.0));
+        assert_eq!((d.verdict, d.rate), (Verdict::Headroom, 125));
+        // Inside the band of rest: held.
+        let d = decide(&c, &current(1000), &latency(700.0));
+        assert_eq!((d.verdict, d.rate), (Verdict::Hold, 1000));
+    }
+
+    #[test]
+    fn errors_back_off_whatever_the_latency() {
+        let c = controller();
+        let failing = Signal {
+            latency_ms: Some(10.0),
+            error_ratio: Some(0.5),
+            samples: 50,
+        };
+        let d = decide(&c, &current(1000), &failing);
+        assert_eq!((d.verdict, d.rate), (Verdict::Errors, 750));
+        // Errors alone (a source that times nothing) still back off.
+        let errors_only = Signal {
+            latency_ms: None,
+            ..failing
+        };
+        assert_eq!(decide(&c, &current(1000), &errors_only).rate, 750);
+    }
+
+    #[test]
+    fn it_waits_for_the_interval_for_samples_and_for_demand() {
+        let c = controller();
+        let mut now = current(1000);
+        now.now_ms = 4_999;
+        assert_eq!(decide(&c, &now, &latency(5000.0)).verdict, Verdict::TooSoon);
+        let few = Signal {
+            samples: 4,
+            ..latency(5000.0)
+        };
+        assert_eq!(decide(&c, &current(1000), &few).verdict, Verdict::NoSignal);
+        let mut idle = current(1000);
+        idle.demand = false;
+        assert_eq!(decide(&c, &idle, &latency(10.0)).verdict, Verdict::Idle);
+        // Nobody waiting does not stop a back-off.
+        assert_eq!(decide(&c, &idle, &latency(5000.0)).verdict, Verdict::Slow);
+    }
+
+    #[test]
+    fn a_recovering_origin_is_given_time_but_a_stuck_one_is_not() {
+        let c = controller();
+        let mut now = current(1000);
+        now.previous_latency_ms = Some(3000.0);
+        let d = decide(&c, &now, &latency(2000.0));
+        assert_eq!((d.verdict, d.rate), (Verdict::Recovering, 1000));
+        let d = decide(&c, &now, &latency(2900.0));
+        assert_eq!((d.verdict, d.rate), (Verdict::Slow, 750));
+        // Errors are never waited out.
+        let failing = Signal {
+            error_ratio: Some(0.5),
+            ..latency(2000.0)
+        };
+        assert_eq!(decide(&c, &now, &failing).verdict, Verdict::Errors);
+    }
+
+    #[test]
+    fn bounds_apply_at_once_and_capacity_follows_the_rate() {
+        let mut c = controller();
+        let mut now = current(10_000);
+        now.now_ms = 1; // even right after a change
+        let d = decide(&c, &now, &Signal::default());
+        assert_eq!((d.verdict, d.rate), (Verdict::Bounds, 6000));
+        now.rate = None;
+        assert_eq!(decide(&c, &now, &Signal::default()).rate, 6000);
+        c.capacity = Some((50, 400));
+        let d = decide(&c, &current(1000), &latency(1000.0));
+        assert_eq!((d.rate, d.capacity), (800, 80));
+        let d = decide(&c, &current(1000), &latency(100.0));
+        assert_eq!((d.rate, d.capacity), (1120, 112));
+        let mut small = current(1000);
+        small.capacity = 10;
+        assert_eq!(decide(&c, &small, &latency(700.0)).capacity, 50);
+    }
+
+    /// An origin whose latency is flat up to a knee in admissions a minute
+    /// and climbs steeply past it.
+    fn origin(rate: u32) -> f64 {
+        let knee = 1200.0;
+        let r = f64::from(rate);
+        if r <= knee {
+            200.0
+        } else {
+            200.0 + (r - knee) * 2.0
+        }
+    }
+
+    /// The rate the controller reaches after `rounds` intervals.
+    fn run(c: &Controller, start: u32, rounds: usize) -> Vec<u32> {
+        let mut now = current(start);
+        let mut rates = Vec::new();
+        for _ in 0..rounds {
+            let rate = now.rate.unwrap();
+            let reading = origin(rate);
+            let d = decide(c, &now, &latency(reading));
+            now.last_judged_ms = Some(now.now_ms);
+            now.previous_latency_ms = Some(reading);
+            if matches!(d.verdict, Verdict::Slow | Verdict::Errors) {
+                now.ceiling = Some(rate);
+            }
+            now.rate = Some(d.rate);
+            now.now_ms += c.interval_ms;
+            rates.push(d.rate);
+        }
+        rates
+    }
+
+    #[test]
+    fn without_an_increase_it_grows_by_the_step_then_creeps_under_the_ceiling() {
+        let mut c = controller();
+        c.increase = None;
+        let mut now = current(1000);
+        assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1250);
+        now.ceiling = Some(1200);
+        assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1060);
+        now.rate = Some(100);
+        assert_eq!(decide(&c, &now, &latency(100.0)).rate, 125);
+    }
+
+    #[test]
+    fn it_settles_under_the_target_from_too_high_and_too_low() {
+        let mut c = controller();
+        // The best fixed rate keeps latency at 800 ms: 1500 a minute.
+        for (increase, start) in [(Some(120), 6000), (Some(120), 60), (None, 6000), (None, 60)] {
+            c.increase = increase;
+            let rates = run(&c, start, 60);
+            let settled = &rates[40..];
+            for &r in settled {
+                assert!(
+                    origin(r) <= c.target_ms * 1.1,
+                    "from {start}, {increase:?}: {rates:?}"
+                );
+                assert!(
+                    r >= 1200,
+                    "from {start}, {increase:?}, too far under: {rates:?}"
+                );
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn every_decision_keeps_bounds_step_and_direction(
+            min in 1u32..5_000,
+            span in 0u32..50_000,
+            rate in proptest::option::of(0u32..100_000),
+            latency in proptest::option::of(0.0f64..20_000.0),
+            errors in proptest::option::of(0.0f64..1.0),
+            samples in 0u32..100,
+            step in 0.01f64..0.5,
+            increase in proptest::option::of(1u32..10_000),
+            ceiling in proptest::option::of(1u32..100_000),
+            demand: bool,
+            since in 0u64..20_000,
+            previous in proptest::option::of(0.0f64..20_000.0),
+        ) {
+            let c = Controller { min_rate: min, max_rate: min + span, step, increase, ..controller() };
+            let now = Current {
+                rate,
+                capacity: 100,
+                demand,
+                last_judged_ms: Some(0),
+                previous_latency_ms: previous,
+                ceiling,
+                now_ms: since,
+            };
+            let signal = Signal { latency_ms: latency, error_ratio: errors, samples };
+            let d = decide(&c, &now, &signal);
+            prop_assert!(d.rate >= c.min_rate && d.rate <= c.max_rate);
+            let before = now.rate.unwrap_or(c.max_rate);
+            if d.verdict != Verdict::Bounds {
+                let moved = f64::from(d.rate.abs_diff(before));
+                prop_assert!(moved <= (f64::from(before) * step).max(1.0) + 0.5, "{before} -> {d:?}");
+            }
+            match d.verdict {
+                Verdict::Errors | Verdict::Slow => {
+                    prop_assert!(d.rate < before || d.rate == c.min_rate);
+                }
+                Verdict::Headroom => {
+                    prop_assert!(demand && (d.rate > before || d.rate == c.max_rate));
+                }
+                Verdict::Bounds => {}
+                _ => prop_assert_eq!(d.rate, before),
+            }
+            if since < c.interval_ms && d.verdict != Verdict::Bounds {
+                prop_assert_eq!(d.rate, before);
+            }
+            if errors.is_some_and(|e| e > c.max_error_ratio) && d.verdict != Verdict::Bounds {
+                prop_assert!(d.rate <= before);
+            }
+        }
+    }
+}
