@@ -7,6 +7,7 @@
 //! turns the room sold out.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use narabu::backend::{Backend, BackendError, JoinRequest, RoomPatch};
 use narabu::engine::Patch;
@@ -236,6 +237,15 @@ async fn stock_runs_out_once_under_concurrent_purchases(kind: Kind) {
     let mut want = vec![0; 41];
     want.extend(1..=49);
     assert_eq!(lefts, want);
+    // Each report was answered on the instance it went to, once that
+    // instance's copy held it; another instance's copy shows the last one
+    // as soon as it has read the room's log that far.
+    narabu_testkit::eventually(
+        "the last report reaches every copy",
+        Duration::from_secs(5),
+        || async { h.backend.room(&rid("r")).await.unwrap().settings.stock == Some(0) },
+    )
+    .await;
     let snap = h.backend.room(&rid("r")).await.unwrap();
     assert_eq!(
         (snap.settings.stock, snap.settings.mode),
