@@ -239,6 +239,21 @@ async fn concurrent_patches_of_different_fields_all_take_effect(kind: Kind) {
         for t in tasks {
             t.await.unwrap();
         }
+        // The reading instance's copy holds its own patches at once and
+        // the other instance's once it has read the log that far.
+        let reader = h.backends[1].clone();
+        narabu_testkit::eventually(
+            "the other instance's patches",
+            Duration::from_secs(5),
+            || {
+                let reader = reader.clone();
+                async move {
+                    let s = reader.room(&rid("r")).await.unwrap().settings;
+                    s.join_limit_per_minute == 100 + round && s.capacity == 10 + round
+                }
+            },
+        )
+        .await;
         let snap = h.backends[1].room(&rid("r")).await.unwrap();
         let s = &snap.settings;
         assert_eq!(s.join_limit_per_minute, 100 + round, "round {round}");
