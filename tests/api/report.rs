@@ -281,6 +281,10 @@ async fn a_replaced_lines_report_is_kept_for_thirty_days_then_gone() {
     assert_eq!(list[0]["epoch"].as_u64(), Some(epoch));
     assert_eq!(list[0]["ended_at"].as_u64(), Some(T0));
     assert_eq!(list[0]["expires_at"].as_u64(), Some(T0 + 30 * DAY_MS));
+    assert_eq!(
+        list[0]["url"],
+        format!("/admin/rooms/sale/report?epoch={epoch}")
+    );
     let (status, kept) = get_json(&app, &format!("/admin/rooms/sale/report?epoch={epoch}")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(kept, live, "the kept report is the line's report");

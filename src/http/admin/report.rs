@@ -130,6 +130,10 @@ pub struct KeptReportInfo {
     pub ended_at: u64,
     /// When its report goes (Unix ms).
     pub expires_at: u64,
+    /// Where to fetch it: the epoch is a 64-bit number, which a JSON
+    /// reader that keeps numbers as doubles (JavaScript, jq) rounds.
+    #[schema(example = "/admin/rooms/sale/report?epoch=17513108947974171723")]
+    pub url: String,
 }
 
 /// The reports kept of replaced lines
@@ -157,6 +161,7 @@ pub async fn reports(
     Ok(Json(
         kept.into_iter()
             .map(|k| KeptReportInfo {
+                url: format!("/admin/rooms/{room}/report?epoch={}", k.epoch),
                 epoch: k.epoch,
                 ended_at: k.ended_at,
                 expires_at: k.expires_at,
