@@ -190,15 +190,16 @@ impl From<BackendError> for JoinRefused {
     }
 }
 
-impl From<&JoinRefused> for ApiError {
-    fn from(r: &JoinRefused) -> Self {
-        match r {
-            JoinRefused::Closed(e)
-            | JoinRefused::SoldOut(e)
-            | JoinRefused::LineReset(e)
-            | JoinRefused::Challenge(e)
-            | JoinRefused::Invitation(e)
-            | JoinRefused::Other(e) => e.clone(),
+impl JoinRefused {
+    /// The error the API answers with.
+    fn error(&self) -> &ApiError {
+        match self {
+            Self::Closed(e)
+            | Self::SoldOut(e)
+            | Self::LineReset(e)
+            | Self::Challenge(e)
+            | Self::Invitation(e)
+            | Self::Other(e) => e,
         }
     }
 }
@@ -300,7 +301,7 @@ pub(crate) async fn join_room(
             let refused = JoinRefused::from(e);
             state
                 .metrics
-                .join_refused(room.as_str(), ApiError::from(&refused).code);
+                .join_refused(room.as_str(), refused.error().code);
             return Err(refused);
         }
     };
