@@ -246,10 +246,12 @@ impl OwnedBackend {
         });
         let (viewed, clock) = (Arc::downgrade(&slot), self.clock.clone());
         let asker = self.answers_from_log.then(|| self.asker.clone());
+        let owner = Arc::downgrade(&slot);
         let follower = Follower::observed(
             self.store.clone(),
             id.clone(),
             stop.clone(),
+            move || owner.upgrade()?.owned.borrow().as_ref()?.writer.feed(),
             move |r, moved| {
                 if let Some(slot) = viewed.upgrade() {
                     view_moved(&slot, r, moved, &clock, asker.as_deref());
@@ -456,7 +458,12 @@ impl OwnedBackend {
         };
         if first && let Some(me) = self.weak.upgrade() {
             self.tasks.spawn(async move {
-                tokio::time::sleep(TOUCH_EVERY).await;
+                // Not once this instance is stopping: its rooms' next
+                // owners count everyone as seen when they take over.
+                tokio::select! {
+                    () = me.shutdown.cancelled() => return,
+                    () = tokio::time::sleep(TOUCH_EVERY) => {}
+                }
                 let rooms: Vec<RoomId> = crate::locks::lock(&me.touches).keys().cloned().collect();
                 for room in rooms {
                     if let Err(e) = me.send_touches(&room).await {

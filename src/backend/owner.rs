@@ -199,6 +199,7 @@ impl Contender {
                 tokio::select! {
                     () = stop.cancelled() => {
                         if let Some(o) = owned.take() {
+                            o.writer.end_feed();
                             tx.send_replace(None);
                             let _ = store.release(&room, &o.fence).await;
                         }
@@ -252,6 +253,7 @@ impl Contender {
                 // the next check could come after the lease has lapsed.
                 if o.writer.is_fenced() || renewed.elapsed() + renew_every >= options.lease {
                     tracing::info!(room = %room, "this instance no longer owns the room");
+                    o.writer.end_feed();
                     owned = None;
                     tx.send_replace(None);
                     continue;
@@ -311,9 +313,10 @@ async fn take_over(
         }
         (_, settings) => settings.clone(),
     };
-    let (last, at) = replica
-        .as_ref()
-        .map_or((0, Default::default()), |r| (r.last, r.at));
+    // A new line begins after this owner's mark: what an earlier owner
+    // wrote before it belongs to a line the store no longer holds (it lost
+    // the image), which no replica of the new one may read.
+    let (last, at) = replica.as_ref().map_or((0, fence.mark), |r| (r.last, r.at));
     let applied = replica
         .as_ref()
         .map(|r| r.applied.clone())
@@ -364,14 +367,7 @@ async fn take_over(
     if fresh {
         let image = owned.room().image();
         let record = AdmissionRecord::new(room.as_str(), image.epoch);
-        let first = encode_image(
-            0,
-            Default::default(),
-            &image,
-            &Default::default(),
-            None,
-            &record,
-        );
+        let first = encode_image(0, fence.mark, &image, &Default::default(), None, &record);
         store.put_image(room, &fence, &first).await?;
     }
     Ok(Arc::new(owned))

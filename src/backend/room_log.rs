@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, broadcast, watch};
 
 use super::store::{Entry, Fence, Image, LogPos, RoomStore, StoreError};
 use crate::engine::{
@@ -155,7 +155,16 @@ pub struct LogWriter {
     applied: Mutex<Applied>,
     wake: Arc<Notify>,
     progress: watch::Sender<Progress>,
+    /// Each batch once it is durable, for this instance's own replica: the
+    /// owner's copy follows its own appends here rather than reading them
+    /// back from the store. Gone once the writer is fenced or its owner
+    /// stops being the owner.
+    feed: Mutex<Option<broadcast::Sender<Arc<Entry>>>>,
 }
+
+/// How many durable batches the owner's feed holds for a replica that is
+/// slow to take them; one that falls further behind reads the store.
+const FEED_DEPTH: usize = 1_024;
 
 impl LogWriter {
     /// Start writing `room`'s log under `fence`, numbering records after
@@ -197,6 +206,7 @@ impl LogWriter {
             tallied: Mutex::new(std::sync::Weak::new()),
             wake: Arc::new(Notify::new()),
             progress,
+            feed: Mutex::new(Some(broadcast::channel(FEED_DEPTH).0)),
         });
         tokio::spawn(run(
             Arc::downgrade(&writer),
@@ -334,6 +344,25 @@ impl LogWriter {
     pub fn is_fenced(&self) -> bool {
         self.progress.borrow().fenced
     }
+
+    /// The batches made durable from now on, in log order, while this
+    /// writer is its room's; `None` once it is not.
+    pub fn feed(&self) -> Option<broadcast::Receiver<Arc<Entry>>> {
+        self.feed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .map(broadcast::Sender::subscribe)
+    }
+
+    /// End the feed: this instance no longer owns the room, so another
+    /// writer's batches may follow in the log, which only the store shows.
+    pub fn end_feed(&self) {
+        self.feed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+    }
 }
 
 impl EventSink for LogWriter {
@@ -406,6 +435,19 @@ async fn run(
         loop {
             match store.append(&room, &fence, &batch).await {
                 Ok(at) => {
+                    // The feed first: a request told its change is durable
+                    // waits for this instance's copy to hold it.
+                    if let Some(feed) = w
+                        .feed
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .as_ref()
+                    {
+                        let _ = feed.send(Arc::new(Entry {
+                            pos: at,
+                            batch: std::mem::take(&mut batch),
+                        }));
+                    }
                     w.progress.send_modify(|p| {
                         p.durable = last;
                         p.at = at;
@@ -416,6 +458,7 @@ async fn run(
                     break;
                 }
                 Err(StoreError::Fenced) => {
+                    w.end_feed();
                     w.progress.send_modify(|p| p.fenced = true);
                     tracing::info!(room = %room, "lost the room's lease; its log is another owner's now");
                     return;
@@ -455,6 +498,10 @@ const TALLY_TRIES: usize = 8;
 /// A batch's records, with the number of the first.
 pub fn decode(entry: &Entry) -> Result<(u64, Vec<LogRecord>), StoreError> {
     let damaged = |what: &str| StoreError::Damaged(format!("log entry {}: {what}", entry.pos));
+    // A new owner's mark in the log, which fences the owners before it.
+    if entry.batch.is_empty() {
+        return Ok((0, Vec::new()));
+    }
     let ((first, count), mut rest): ((u64, u64), _) =
         postcard::take_from_bytes(&entry.batch).map_err(|_| damaged("no batch header"))?;
     let mut records = Vec::new();
@@ -662,16 +709,19 @@ impl Follower {
         room: RoomId,
         stop: tokio_util::sync::CancellationToken,
     ) -> Arc<Self> {
-        Self::observed(store, room, stop, |_, _: Moved<'_>| {})
+        Self::observed(store, room, stop, || None, |_, _: Moved<'_>| {})
     }
 
     /// [`Self::spawn`], calling `observe` with the replica each time it
     /// moves (under the replica's lock, so the observer sees every batch,
-    /// in order, once).
+    /// in order, once). While `local` offers a feed (this instance owns
+    /// the room: [`LogWriter::feed`]), the replica takes the owner's
+    /// batches from it instead of reading them back from the store.
     pub fn observed(
         store: Arc<dyn RoomStore>,
         room: RoomId,
         stop: tokio_util::sync::CancellationToken,
+        local: impl Fn() -> Option<broadcast::Receiver<Arc<Entry>>> + Send + Sync + 'static,
         observe: impl Fn(&Replica, Moved<'_>) + Send + Sync + 'static,
     ) -> Arc<Self> {
         let follower = Arc::new(Self {
@@ -691,15 +741,20 @@ impl Follower {
                 let at = follower.read(|r| r.map(|r| r.at));
                 // Reads go to the store without the lock; a batch read is
                 // applied under it, briefly, in place.
-                let step = match at {
-                    None => Replica::load(store.as_ref(), &room)
+                let step = match (at, at.and_then(|_| local())) {
+                    (None, _) => Replica::load(store.as_ref(), &room)
                         .await
                         .map(|loaded| follower.replace(loaded)),
-                    Some(at) => match store.read(&room, at, 1_000, FOLLOW_WAIT).await {
+                    (Some(_), Some(feed)) => {
+                        drop(follower);
+                        Self::follow_feed(&me, store.as_ref(), &room, feed, &stop).await
+                    }
+                    (Some(at), None) => match store.read(&room, at, 1_000, FOLLOW_WAIT).await {
                         Ok(entries) => follower.apply(&entries),
                         Err(e) => Err(e),
                     },
                 };
+                let Some(follower) = me.upgrade() else { return };
                 let reached_store =
                     !matches!(&step, Err(e) if !matches!(e, StoreError::Damaged(_)));
                 follower
@@ -733,6 +788,74 @@ impl Follower {
             }
         });
         follower
+    }
+
+    /// Follow the owner's own feed until it ends (this instance no longer
+    /// owns the room), the store cannot be read, or `stop`. The feed holds
+    /// what is made durable after it was taken, so the store is read up to
+    /// its end first; a batch both read and fed is passed over the second
+    /// time, as is any repeat. A feed this replica fell behind is made up
+    /// for from the store.
+    async fn follow_feed(
+        me: &std::sync::Weak<Self>,
+        store: &dyn RoomStore,
+        room: &RoomId,
+        mut feed: broadcast::Receiver<Arc<Entry>>,
+        stop: &tokio_util::sync::CancellationToken,
+    ) -> Result<(), StoreError> {
+        let catch_up = || async {
+            loop {
+                let Some(at) = me.upgrade().and_then(|f| f.read(|r| r.map(|r| r.at))) else {
+                    return Ok(());
+                };
+                let entries = store.read(room, at, 1_000, Duration::ZERO).await?;
+                let Some(follower) = me.upgrade() else {
+                    return Ok(());
+                };
+                follower.apply(&entries)?;
+                if entries.len() < 1_000 {
+                    follower.touched();
+                    return Ok(());
+                }
+            }
+        };
+        catch_up().await?;
+        // A read that waits where nothing is ever written: it ends when
+        // its wait is over, or at once when the store is lost, so this
+        // copy stops counting as in touch as soon as a reading one would.
+        // Redis passes it over at each append (the log's ids are all below
+        // it), at no cost worth counting.
+        let watch = || store.read(room, LogPos::END, 1, FOLLOW_WAIT);
+        let mut watching = Box::pin(watch());
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return Ok(()),
+                watched = &mut watching => {
+                    watched?;
+                    let Some(follower) = me.upgrade() else {
+                        return Ok(());
+                    };
+                    follower.touched();
+                    watching = Box::pin(watch());
+                }
+                next = feed.recv() => match next {
+                    Ok(entry) => {
+                        let Some(follower) = me.upgrade() else {
+                            return Ok(());
+                        };
+                        // A batch past a gap (one this replica missed,
+                        // which cannot happen while the feed is whole) is
+                        // read from the store, with what it missed.
+                        if follower.apply(std::slice::from_ref(&*entry)).is_err() {
+                            drop(follower);
+                            catch_up().await?;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => catch_up().await?,
+                    Err(broadcast::error::RecvError::Closed) => return Ok(()),
+                },
+            }
+        }
     }
 
     fn replace(&self, replica: Option<Replica>) {
@@ -771,6 +894,12 @@ impl Follower {
         drop(guard);
         self.reached.send_replace(at);
         Ok(())
+    }
+
+    /// The store answered (a read, or the owner's append fed here).
+    fn touched(&self) {
+        self.in_touch
+            .send_if_modified(|was| !std::mem::replace(was, true));
     }
 
     /// Whether the store answered the last read: when it did not, the

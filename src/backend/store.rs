@@ -47,6 +47,10 @@ pub struct Fence {
     pub token: u64,
     /// The holder's instance name.
     pub holder: String,
+    /// Where the holder's part of the log begins: the store marked the log
+    /// when it handed out this lease, and whatever the holder appends comes
+    /// after the mark, whatever an earlier holder wrote comes before it.
+    pub mark: LogPos,
 }
 
 impl Fence {
@@ -80,6 +84,12 @@ pub struct LogPos {
 
 impl LogPos {
     pub const START: LogPos = LogPos { ms: 0, seq: 0 };
+    /// After every position: a read after it waits its whole wait (or
+    /// fails at once with the store), a sign that the store is there.
+    pub const END: LogPos = LogPos {
+        ms: u64::MAX,
+        seq: u64::MAX,
+    };
 }
 
 impl fmt::Display for LogPos {
@@ -310,10 +320,12 @@ mod tests {
         let old = Fence {
             token: 7,
             holder: "a".into(),
+            mark: LogPos { ms: 7, seq: 0 },
         };
         let new = Fence {
             token: 8,
             holder: "a".into(),
+            mark: LogPos { ms: 8, seq: 0 },
         };
         assert_ne!(old.lease_value(), new.lease_value());
     }

@@ -45,24 +45,30 @@ async fn follow_log(
         .unwrap();
     let steps = Arc::new(Mutex::new(Vec::new()));
     let seen = steps.clone();
-    let follower = Follower::observed(Arc::new(store), rid(), stop, move |_, moved| {
-        let Moved::Applied(records) = moved else {
-            return;
-        };
-        let mut steps = seen.lock().unwrap();
-        for r in records {
-            match r {
-                LogRecord::Event(EventRecord::Admitted { ticket, .. }) => {
-                    steps.push(('a', u64::from(*ticket)))
+    let follower = Follower::observed(
+        Arc::new(store),
+        rid(),
+        stop,
+        || None,
+        move |_, moved| {
+            let Moved::Applied(records) = moved else {
+                return;
+            };
+            let mut steps = seen.lock().unwrap();
+            for r in records {
+                match r {
+                    LogRecord::Event(EventRecord::Admitted { ticket, .. }) => {
+                        steps.push(('a', u64::from(*ticket)))
+                    }
+                    LogRecord::Event(EventRecord::Ended { ticket, .. }) => {
+                        steps.push(('e', u64::from(*ticket)))
+                    }
+                    LogRecord::Owner { token } => steps.push(('o', *token)),
+                    _ => {}
                 }
-                LogRecord::Event(EventRecord::Ended { ticket, .. }) => {
-                    steps.push(('e', u64::from(*ticket)))
-                }
-                LogRecord::Owner { token } => steps.push(('o', *token)),
-                _ => {}
             }
-        }
-    });
+        },
+    );
     (follower, steps)
 }
 
@@ -98,7 +104,7 @@ async fn two_owners_for_one_room_never_make_a_permit() {
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 let _: () = redis::cmd("DEL")
-                    .arg("narabu:v6:{r}:lease")
+                    .arg("narabu:v7:{r}:lease")
                     .query_async(&mut con)
                     .await
                     .unwrap();

@@ -78,7 +78,7 @@ async fn a_follower_that_lost_its_connection_catches_up() {
     live(&mut life, &driver, &h, 5).await;
     let mut redis = h.redis().client().await;
     let _: u64 = redis::cmd("XTRIM")
-        .arg("narabu:v6:{open}:log")
+        .arg("narabu:v7:{open}:log")
         .arg("MAXLEN")
         .arg(0)
         .query_async(&mut redis)

@@ -375,7 +375,7 @@ where
 async fn killing_the_worker_instance_hands_the_room_to_another() {
     let redis = RedisServer::start().await;
     let mut con = redis.client().await;
-    let lease_key = "narabu:v6:{sale}:lease";
+    let lease_key = "narabu:v7:{sale}:lease";
     let mut a = process(&redis);
     let holder = {
         let con = con.clone();

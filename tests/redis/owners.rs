@@ -573,3 +573,52 @@ async fn a_redis_that_lost_its_data_gets_a_new_line_on_every_instance() {
     a.stop().await;
     b.stop().await;
 }
+
+/// How many times Redis ran `command` since its statistics were reset.
+async fn calls(redis: &RedisServer, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut redis.client().await)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_takes_its_own_appends_into_its_copy_without_reading_them_back() {
+    let redis = RedisServer::start().await;
+    let (app, backend) = instance(&redis).await;
+    let sale_id = RoomId::new("sale").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !backend.owns(&sale_id) {
+        assert!(Instant::now() < deadline, "nobody owns the room");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut redis.client().await)
+        .await
+        .unwrap();
+    // One join at a time: each is a batch of its own, appended and then
+    // shown by this instance's copy before it is answered.
+    let mut visitors = Vec::new();
+    for _ in 0..100 {
+        visitors.push(app.join("sale").await);
+    }
+    for (v, n) in visitors.iter().zip(1..) {
+        assert_eq!(v.number, n);
+        let s = app.status("sale", v).await;
+        assert_eq!(s["number"].as_u64(), Some(n), "{s}");
+    }
+    let (appends, reads) = (calls(&redis, "xadd").await, calls(&redis, "xread").await);
+    println!("{appends} appends, {reads} reads");
+    assert!(appends >= 100, "{appends} appends");
+    // Reading each batch back would take a read per append; what is left
+    // is the owner's wait on its command stream and a look at the log
+    // when nothing came for a while.
+    assert!(reads * 4 < appends, "{reads} reads for {appends} appends");
+    app.stop().await;
+}

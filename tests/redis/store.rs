@@ -81,8 +81,10 @@ async fn a_lapsed_owner_is_fenced_out_and_cannot_touch_its_successors_lease() {
         .read(&sale(), LogPos::START, 10, Duration::ZERO)
         .await
         .unwrap();
+    // Each lease taken left its mark (an entry without records) before
+    // its owner's batches.
     let batches: Vec<&[u8]> = log.iter().map(|e| e.batch.as_slice()).collect();
-    assert_eq!(batches, [&b"one"[..], &b"two"[..]]);
+    assert_eq!(batches, [&b""[..], &b"one"[..], &b""[..], &b"two"[..]]);
 
     // A graceful hand-over: released, the next taker need not wait.
     assert!(b.release(&sale(), &second).await.unwrap());
@@ -149,10 +151,14 @@ async fn many_would_be_owners_never_interleave_an_older_fence_after_a_newer_one(
         .read(&sale(), LogPos::START, 100_000, Duration::ZERO)
         .await
         .unwrap();
+    // Each lease taken left its mark, an entry without records; every
+    // batch's id starts with its writer's token.
+    let log: Vec<_> = log.into_iter().filter(|e| !e.batch.is_empty()).collect();
     let tokens: Vec<u64> = log
         .iter()
         .map(|e| u64::from_be_bytes(e.batch.as_slice().try_into().unwrap()))
         .collect();
+    assert!(log.iter().zip(&tokens).all(|(e, &t)| e.pos.ms == t));
     assert!(
         tokens.windows(2).all(|w| w[0] <= w[1]),
         "an older owner wrote after a newer one: {tokens:?}"
@@ -378,7 +384,7 @@ async fn on_a_cluster_every_room_keeps_its_lease_log_and_bus_on_its_slot() {
     for room in &rooms {
         holders.insert(
             cluster
-                .owner_of(&format!("narabu:v6:{{{room}}}:log"))
+                .owner_of(&format!("narabu:v7:{{{room}}}:log"))
                 .await
                 .unwrap(),
         );
@@ -406,12 +412,15 @@ async fn on_a_cluster_every_room_keeps_its_lease_log_and_bus_on_its_slot() {
             .read(room, LogPos::START, 10, Duration::from_millis(100))
             .await
             .unwrap();
-        assert_eq!(log.len(), 1);
-        assert_eq!(log[0].batch, room.as_str().as_bytes());
+        // The lease's mark, then the batch.
+        assert_eq!(log.len(), 2);
+        assert!(log[0].batch.is_empty());
+        assert_eq!(log[1].batch, room.as_str().as_bytes());
         assert_eq!(store.image(room).await.unwrap().unwrap().at, p);
         let stale = Fence {
             token: fence.token - 1,
             holder: "old".into(),
+            mark: LogPos::START,
         };
         assert_eq!(
             store.append(room, &stale, b"late").await,

@@ -112,7 +112,7 @@ async fn changes_wait_for_the_replica_and_fail_with_503_without_it() {
     // What was acknowledged is in the room's log on the replica.
     let mut on_replica = replica.client().await;
     let batches: u64 = redis::cmd("XLEN")
-        .arg("narabu:v6:{sale}:log")
+        .arg("narabu:v7:{sale}:log")
         .query_async(&mut on_replica)
         .await
         .unwrap();

@@ -4,7 +4,7 @@
 //! and carries commands to the room's owner and replies back
 //! ([`store::RedisStore`], the [`RoomStore`](crate::backend::store::RoomStore)
 //! on Redis, whose only scripts are the lease's acquisition and renewal and
-//! the fenced append). The rooms themselves are run by
+//! the fenced image; the log's appends are fenced by their stream ids). The rooms themselves are run by
 //! [`OwnedBackend`](crate::backend::owned::OwnedBackend), the engine on
 //! each room's owner; [`connect`] puts the two together as a deployment
 //! on Redis runs them. How this instance reaches one server, the primary

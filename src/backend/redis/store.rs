@@ -3,12 +3,20 @@
 //! command bus a second stream; replies go to a stream per instance.
 //!
 //! Keys carry the store's schema version and the room's hash tag
-//! (`narabu:v6:{room}:log`), so one room's keys share a Redis Cluster slot
-//! and the two scripts below can touch them together, and a Redis written
-//! by an earlier Narabu is recognised ([`RedisStore::check_schema`]) rather
-//! than misread. The only Lua is the lease's acquisition (a fencing token
-//! one higher than any before) and the fenced write (`store_*.lua`): no
-//! admission rule.
+//! (`narabu:v7:{room}:log`), so one room's keys share a Redis Cluster slot
+//! and the scripts below can touch them together, and a Redis written by
+//! an earlier Narabu is recognised ([`RedisStore::check_schema`]) rather
+//! than misread. The only Lua is the lease's (`lease_*.lua`), its
+//! acquisition (a fencing token higher than any before, marked in the log)
+//! and the fenced image (`store_*.lua`): no admission rule.
+//!
+//! The log is fenced by its entries' ids: an owner appends with plain
+//! `XADD <token>-*`, its fencing token as the id's first part, and a new
+//! owner's acquisition puts its mark (`<token>-0`) in the log, so Redis
+//! refuses an earlier owner's late append as an id below the stream's
+//! last. An append is then one command with no script to run, the
+//! cheapest write a stream has; it needs Redis 7.0 (an id's sequence left
+//! to Redis).
 //!
 //! A batch is one stream entry, whatever the number of records in it: one
 //! `XADD` is the store's cost of a batch, which is why owners gather the
@@ -38,11 +46,11 @@ use crate::engine::RoomId;
 
 /// The schema these keys follow. An earlier Narabu kept every room's state
 /// in Redis under unversioned keys (`narabu:rooms`, `narabu:{room}:room`).
-pub(crate) const SCHEMA: u32 = 6;
+pub(crate) const SCHEMA: u32 = 7;
 const SCHEMA_KEY: &str = "narabu:schema";
 const EARLIER_ROOMS_KEY: &str = "narabu:rooms";
 /// The rooms of this schema, by name.
-const ROOMS_KEY: &str = "narabu:v6:rooms";
+const ROOMS_KEY: &str = "narabu:v7:rooms";
 
 /// How many replies an instance's stream keeps, and for how long once its
 /// reader stops reading (a dead instance's replies go away by themselves).
@@ -50,6 +58,9 @@ const REPLIES_KEPT: usize = 65_536;
 const REPLIES_TTL_S: i64 = 60;
 /// The field of a command or reply stream's entry that holds its slice.
 const SLICE: &str = "s";
+/// The field of a log entry that holds its batch; a new owner's mark has
+/// another (`o`, the lease it took) and no records.
+const BATCH: &str = "b";
 
 struct Keys {
     lease: String,
@@ -196,7 +207,7 @@ where
             connector: None,
             wait: crate::config::RedisWait::OFF,
             acquire: Script::new(include_str!("store_acquire.lua")),
-            write: Script::new(include_str!("store_append.lua")),
+            write: Script::new(include_str!("store_image.lua")),
             extend: Script::new(include_str!("lease_extend.lua")),
             give_up: Script::new(include_str!("lease_release.lua")),
         }
@@ -390,6 +401,7 @@ where
             .acquire
             .key(&k.lease)
             .key(&k.fence)
+            .key(&k.log)
             .arg(holder)
             .arg(ttl_ms(ttl))
             .invoke_async(&mut con)
@@ -398,6 +410,7 @@ where
         Ok((token > 0).then(|| Fence {
             token,
             holder: holder.to_owned(),
+            mark: LogPos { ms: token, seq: 0 },
         }))
     }
 
@@ -455,24 +468,29 @@ where
         fence: &Fence,
         batch: &[u8],
     ) -> Result<LogPos, StoreError> {
-        let k = Keys::new(room);
-        let mut invocation = self.write.key(&k.fence);
-        invocation.key(&k.log).arg(fence.token).arg(batch);
+        // Fenced by the entry's id: a successor's lease marked the log
+        // with its higher token, after which XADD refuses this lower one.
+        let mut xadd = redis::cmd("XADD");
+        xadd.arg(Keys::new(room).log)
+            .arg(format!("{}-*", fence.token))
+            .arg(BATCH)
+            .arg(batch);
+        let fenced = |e: RedisError| {
+            if e.detail().is_some_and(|d| d.contains("equal or smaller")) {
+                StoreError::Fenced
+            } else {
+                unavailable(e)
+            }
+        };
         if !self.wait.is_on() {
             let mut con = self.conn.clone();
-            let id: String = invocation
-                .invoke_async(&mut con)
-                .await
-                .map_err(unavailable)?;
+            let id: String = xadd.query_async(&mut con).await.map_err(fenced)?;
             return pos(&id);
         }
         // WAIT counts the writes of the connection it is sent on.
         let mut con = self.own_connection().await?;
         let out = async {
-            let id: String = invocation
-                .invoke_async(&mut *con)
-                .await
-                .map_err(unavailable)?;
+            let id: String = xadd.query_async(&mut *con).await.map_err(fenced)?;
             let confirmed: u32 = redis::cmd("WAIT")
                 .arg(self.wait.replicas)
                 .arg(u64::try_from(self.wait.timeout.as_millis()).unwrap_or(u64::MAX))
@@ -503,7 +521,12 @@ where
             .map(|e| {
                 Ok(Entry {
                     pos: pos(&e.id)?,
-                    batch: bytes(e, "b")?,
+                    // An owner's mark, which carries no records.
+                    batch: if e.map.contains_key(BATCH) {
+                        bytes(e, BATCH)?
+                    } else {
+                        Vec::new()
+                    },
                 })
             })
             .collect()
@@ -734,7 +757,7 @@ mod tests {
     fn a_rooms_keys_share_its_slot_and_name_the_schema() {
         let k = Keys::new(&RoomId::new("sale").unwrap());
         for key in [&k.lease, &k.fence, &k.log, &k.image, &k.commands] {
-            assert!(key.starts_with("narabu:v6:{sale}:"), "{key}");
+            assert!(key.starts_with("narabu:v7:{sale}:"), "{key}");
         }
     }
 
