@@ -246,6 +246,7 @@ impl OwnedBackend {
         });
         let (viewed, clock) = (Arc::downgrade(&slot), self.clock.clone());
         let asker = self.answers_from_log.then(|| self.asker.clone());
+        let backend = self.weak.clone();
         let owner = Arc::downgrade(&slot);
         let follower = Follower::observed(
             self.store.clone(),
@@ -253,6 +254,9 @@ impl OwnedBackend {
             stop.clone(),
             move || owner.upgrade()?.owned.borrow().as_ref()?.writer.feed(),
             move |r, moved| {
+                if let (Moved::Applied(records), Some(b)) = (moved, backend.upgrade()) {
+                    b.note_spent(records);
+                }
                 if let Some(slot) = viewed.upgrade() {
                     view_moved(&slot, r, moved, &clock, asker.as_deref());
                 }
@@ -264,6 +268,17 @@ impl OwnedBackend {
             .spawn(answer_commands(self.clone(), id.clone(), slot.clone()));
         write(&self.rooms).insert(id, slot.clone());
         slot
+    }
+
+    /// Remember the proof-of-work nonces the log says were spent, so this
+    /// instance refuses them again should it own the room.
+    fn note_spent(&self, records: &[LogRecord]) {
+        let now = self.clock.now_ms();
+        for record in records {
+            if let LogRecord::Spent { nonce, until_ms } = record {
+                self.spent.spend(*nonce, *until_ms, now);
+            }
+        }
     }
 
     /// Whether this instance owns the room now.
@@ -386,6 +401,17 @@ impl OwnedBackend {
             Ok(Cmd::Put(settings)) => {
                 o.replace(settings);
                 Ok(Answer::Done)
+            }
+            Ok(Cmd::Join(request)) => {
+                let nonce = request.nonce;
+                let joined = self.run(&o.room(), Cmd::Join(request));
+                // A new ticket spent its nonce: in the log, so whoever owns
+                // the room next knows it (each instance notes it as it
+                // follows the log).
+                if let (Some(spend), Ok(Answer::Joined { is_new: true, .. })) = (nonce, &joined) {
+                    o.writer.spent(spend.nonce, spend.until_ms);
+                }
+                joined
             }
             Ok(cmd) => self.run(&o.room(), cmd),
             Err(_) => Err(BackendError::Unavailable(
@@ -616,7 +642,7 @@ fn view_moved(
                 renew_copy(&mut replay, slot, replica, clock);
                 break;
             }
-            LogRecord::Applied { .. } => {}
+            LogRecord::Applied { .. } | LogRecord::Spent { .. } => {}
         }
     }
     let Some(room) = replay.as_ref().map(|(r, _)| r.room().clone()) else {

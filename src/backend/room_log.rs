@@ -58,6 +58,10 @@ pub enum LogRecord {
     /// the last owner had not yet written is lost, and the new owner goes
     /// on from the room as the log and image left it.
     Owner { token: u64 },
+    /// A join spent this proof-of-work nonce, good until then (ms): every
+    /// instance remembers it as it follows the log, so a solution spent
+    /// under one owner stays spent under the next.
+    Spent { nonce: [u8; 16], until_ms: u64 },
 }
 
 /// [`LogRecord`] as encoded without copying what it carries: serde
@@ -69,6 +73,7 @@ enum LogRecordRef<'a> {
     Tally(&'a RoomTally),
     Created(&'a RoomImage),
     Owner { token: u64 },
+    Spent { nonce: [u8; 16], until_ms: u64 },
 }
 
 /// The ids of the commands applied lately, with their answers: enough to
@@ -245,6 +250,11 @@ impl LogWriter {
     /// Note that a new owner, with this fencing token, goes on from here.
     pub fn owner(&self, token: u64) -> u64 {
         self.push(&LogRecordRef::Owner { token })
+    }
+
+    /// Note that a join spent this proof-of-work nonce.
+    pub fn spent(&self, nonce: [u8; 16], until_ms: u64) -> u64 {
+        self.push(&LogRecordRef::Spent { nonce, until_ms })
     }
 
     /// Start the room again as this new incarnation; its number.
@@ -643,7 +653,7 @@ impl Replica {
                         self.record = AdmissionRecord::new(image.settings.id.as_str(), image.epoch);
                         self.tally = None;
                     }
-                    LogRecord::Owner { .. } => {}
+                    LogRecord::Owner { .. } | LogRecord::Spent { .. } => {}
                 }
                 self.last = n;
             }

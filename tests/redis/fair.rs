@@ -213,3 +213,46 @@ async fn two_operators_changing_different_access_rules_at_once_both_succeed() {
     a.stop().await;
     b.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_solution_stays_spent_when_the_room_changes_owner() {
+    let redis = RedisServer::start().await;
+    let a = instance(&redis, rooms()).await;
+    let b = instance(&redis, rooms()).await;
+    let pow = RoomId::new("pow").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !a.backend.decides(&pow) && !b.backend.decides(&pow) {
+        assert!(Instant::now() < deadline, "nobody owns the room");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Spent through the instance that does not own the room: it reaches
+    // the owner as a command, and the log says it was spent.
+    let (owner, other) = if a.backend.decides(&pow) {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let (_, refused) = join(&other, "pow", &json!({})).await;
+    let token = refused["challenge"]["token"].as_str().unwrap().to_owned();
+    let solution = json!({"challenge": token, "counter": narabu::access::pow::solve(&token, 8)});
+    let (status, body) = join(&other, "pow", &solution).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+
+    // The owner stops and hands the room over: the other instance runs
+    // it now, and the solution is still spent there.
+    owner.stop().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !other.backend.decides(&pow) {
+        assert!(Instant::now() < deadline, "the room was not taken over");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, body) = join(&other, "pow", &solution).await;
+    assert_eq!(status, StatusCode::PRECONDITION_REQUIRED, "{body}");
+    assert_eq!(body["reason"], "spent");
+    // A fresh solution still makes a ticket.
+    let (_, refused) = join(&other, "pow", &json!({})).await;
+    let token = refused["challenge"]["token"].as_str().unwrap().to_owned();
+    let fresh = json!({"challenge": token, "counter": narabu::access::pow::solve(&token, 8)});
+    assert_eq!(join(&other, "pow", &fresh).await.0, StatusCode::CREATED);
+    other.stop().await;
+}
