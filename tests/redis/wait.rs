@@ -124,3 +124,53 @@ async fn changes_wait_for_the_replica_and_fail_with_503_without_it() {
     joins_come_back(&app, &mut replica).await;
     app.stop().await;
 }
+
+/// The joins this instance's copy of the room has seen.
+async fn joins_seen(app: &TestApp) -> u64 {
+    let id = narabu::engine::RoomId::new("sale").unwrap();
+    app.backend.room(&id).await.unwrap().stats.joins
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_copy_shows_a_change_the_replica_does_not_have() {
+    let (primary, mut replica, wait) = primary_and_replica().await;
+    let a = waiting_instance(&primary, wait).await;
+    let b = waiting_instance(&primary, wait).await;
+    let id = narabu::engine::RoomId::new("sale").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !a.backend.decides(&id) && !b.backend.decides(&id) {
+        assert!(Instant::now() < deadline, "nobody owns the room");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (owner, other) = if a.backend.decides(&id) {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    // Confirmed changes reach the other instance's copy as usual.
+    owner.join("sale").await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while joins_seen(other).await < 1 {
+        assert!(Instant::now() < deadline, "a confirmed join never showed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Without the replica, a join is applied by the owner's engine and
+    // written to the primary's log, but refused: no copy shows it, since
+    // a failover now would take it back.
+    replica.kill();
+    refused_as_not_replicated(owner).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(joins_seen(other).await, 1, "the other copy showed it");
+    assert_eq!(joins_seen(owner).await, 1, "the owner's copy showed it");
+
+    // The replica comes back and takes the log: now every copy shows it.
+    replica.launch(&[]).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while joins_seen(other).await < 2 || joins_seen(owner).await < 2 {
+        assert!(Instant::now() < deadline, "the confirmed join never showed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    a.stop().await;
+    b.stop().await;
+}
