@@ -39,7 +39,7 @@ use crate::token::Keyring;
 use crate::webhooks::Webhooks;
 
 /// Build the backend the configuration names.
-pub async fn backend(config: &Config) -> anyhow::Result<Arc<dyn Backend>> {
+pub(crate) async fn backend(config: &Config) -> anyhow::Result<Arc<dyn Backend>> {
     match &config.backend {
         config::Backend::Embedded => Ok(EmbeddedBackend::open(
             config.rooms.clone(),

@@ -81,7 +81,7 @@ const SHADOW_CONTEXT: &[u8] = b"narabu shadow ticket v1\0";
 
 /// Which line a verified ticket token belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Line {
+pub(crate) enum Line {
     Real,
     Shadow,
 }
@@ -244,7 +244,7 @@ impl Keyring {
     /// of each key over a derivation context and `purpose`. A key derived
     /// for one purpose signs nothing that another purpose, or a ticket,
     /// would accept, and cannot be turned back into the secret.
-    pub fn derive(&self, purpose: &str) -> ([u8; 32], Option<[u8; 32]>) {
+    pub(crate) fn derive(&self, purpose: &str) -> ([u8; 32], Option<[u8; 32]>) {
         let derive = |key: &HmacSha256| -> [u8; 32] {
             mac_in(key, DERIVE_CONTEXT, purpose.as_bytes())
                 .finalize()

@@ -31,7 +31,7 @@ fn patch_into<T: Clone>(target: &mut Option<T>, patch: &Patch<T>) {
 }
 
 impl AccessPatch {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         *self == Self::default()
     }
 

@@ -172,7 +172,7 @@ impl From<RoomEvent<'_>> for EventRecord {
 }
 
 impl EventRecord {
-    pub fn as_event(&self) -> RoomEvent<'_> {
+    pub(crate) fn as_event(&self) -> RoomEvent<'_> {
         match self {
             Self::Joined {
                 ticket,

@@ -38,7 +38,7 @@ mod holds;
 mod image;
 mod lane;
 mod lottery;
-pub mod record;
+pub(crate) mod record;
 mod replay;
 mod room;
 pub mod rules;
@@ -57,24 +57,31 @@ mod room_tests;
 #[cfg(test)]
 mod stress_tests;
 
-pub use callbacks::{Callback, CallbackState, Callouts, Notice};
-pub use changes::{COALESCE, Changes, WAVE_GAP};
+pub use callbacks::{Callback, Notice};
+pub(crate) use callbacks::{CallbackState, Callouts};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
-pub use departures::Departures;
-pub use event::{EventRecord, EventSink, RoomEvent};
-pub use holds::{HolderId, StreamReport};
-pub use image::{RoomImage, TicketImage};
-pub use lane::LaneIndex;
-pub use lottery::{DrawMismatch, DrawRecord, LotterySeed};
-pub use record::{AdmissionRecord, CHECKPOINT, Chained, Entry, EntryKind, Page};
-pub use replay::Replayer;
-pub use room::{Binding, Departure, Handoff, Identity, JoinError, Joined, Room, SubscribeError};
-pub use rules::{
-    AdmissionRate, Eta, Status, StatusBody, TicketState, TicketStatus, WAIT_BUCKETS_MS,
-};
-pub use settings::{
-    InvalidRoomId, LaneSpec, Order, Patch, RoomId, RoomPatch, RoomSettings, UnknownLane,
-};
-pub use tally::RoomTally;
+// The backends' tests build a feed and a position index by hand.
+pub(crate) use event::RoomEvent;
+pub use event::{EventRecord, EventSink};
+pub(crate) use holds::StreamReport;
+pub use image::RoomImage;
+pub use lottery::LotterySeed;
+pub(crate) use lottery::{DrawMismatch, DrawRecord};
+pub use record::{AdmissionRecord, CHECKPOINT, Entry};
+pub(crate) use record::{EntryKind, Page};
+pub(crate) use replay::Replayer;
+pub(crate) use room::{Binding, Joined, SubscribeError};
+pub use room::{Departure, Handoff, Identity, JoinError, Room};
+pub use rules::TicketState;
+pub use rules::TicketStatus;
+pub(crate) use rules::{Eta, Status, StatusBody, WAIT_BUCKETS_MS};
+pub(crate) use settings::InvalidRoomId;
+pub use settings::RoomPatch;
+pub use settings::{LaneSpec, RoomId, RoomSettings};
+pub use settings::{Order, Patch};
+pub(crate) use tally::RoomTally;
 pub use ticket::TicketId;
-pub use view::{LaneView, PermitLedger, RoomStats, RoomView, TickReport, WaitSnapshot};
+pub(crate) use view::{LaneView, RoomStats, TickReport, WaitSnapshot};
+pub use view::{PermitLedger, RoomView};
+#[cfg(test)]
+pub(crate) use {changes::Changes, lane::LaneIndex};

@@ -27,7 +27,7 @@ pub struct RoomId(String);
 pub struct InvalidRoomId;
 
 impl RoomId {
-    pub const MAX_LEN: usize = 64;
+    pub(crate) const MAX_LEN: usize = 64;
 
     pub fn new(name: &str) -> Result<Self, InvalidRoomId> {
         let bytes = name.as_bytes();
@@ -185,16 +185,16 @@ pub struct LaneSpec {
 /// A join named a lane the room does not have.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("this room has no lane named {0:?}")]
-pub struct UnknownLane(pub String);
+pub(crate) struct UnknownLane(pub String);
 
 fn default_away_grace() -> Duration {
     RoomSettings::DEFAULT_AWAY_GRACE
 }
 
 impl RoomSettings {
-    pub const DEFAULT_CAPACITY: u32 = 100;
+    pub(crate) const DEFAULT_CAPACITY: u32 = 100;
     /// Long enough for a phone passing through a tunnel.
-    pub const DEFAULT_AWAY_GRACE: Duration = Duration::from_secs(20);
+    pub(crate) const DEFAULT_AWAY_GRACE: Duration = Duration::from_secs(20);
     /// High enough that a carrier-grade NAT with a few thousand phones
     /// behind one address, all joining in the opening minute, is never
     /// refused (each visitor needs one new ticket; twice that is headroom
@@ -204,7 +204,7 @@ impl RoomSettings {
     pub const DEFAULT_JOIN_LIMIT_PER_MINUTE: u32 = 10_000;
     /// A minute: a visitor browsing asks the gate about once a minute,
     /// and a released permit's pass lets its holder on for at most that.
-    pub const DEFAULT_PASS_LIFETIME: Duration = Duration::from_secs(60);
+    pub(crate) const DEFAULT_PASS_LIFETIME: Duration = Duration::from_secs(60);
 
     /// A room with the documented defaults.
     pub fn new(id: RoomId) -> Self {
@@ -236,15 +236,10 @@ impl RoomSettings {
     }
 
     /// The most lanes a room may have.
-    pub const MAX_LANES: usize = super::rules::MAX_LANES;
-
-    /// How many lines the room keeps: one per lane, one without lanes.
-    pub fn lane_count(&self) -> usize {
-        self.lanes.len().max(1)
-    }
+    pub(crate) const MAX_LANES: usize = super::rules::MAX_LANES;
 
     /// The lane a join goes to: the one it names, else the default.
-    pub fn lane_of(&self, name: Option<&str>) -> Result<u8, UnknownLane> {
+    pub(crate) fn lane_of(&self, name: Option<&str>) -> Result<u8, UnknownLane> {
         let Some(name) = name.or(self.default_lane.as_deref()) else {
             return Ok(0);
         };
@@ -258,12 +253,12 @@ impl RoomSettings {
     }
 
     /// A lane's name; `None` for a room without lanes.
-    pub fn lane_name(&self, lane: u8) -> Option<&str> {
+    pub(crate) fn lane_name(&self, lane: u8) -> Option<&str> {
         self.lanes.get(usize::from(lane)).map(|l| l.name.as_str())
     }
 
     /// Each lane's weight, in order (`[1]` for a room without lanes).
-    pub fn lane_weights(&self) -> Vec<u32> {
+    pub(crate) fn lane_weights(&self) -> Vec<u32> {
         if self.lanes.is_empty() {
             return vec![1];
         }
@@ -282,11 +277,7 @@ pub enum Patch<T> {
     Value(T),
 }
 
-impl<T> Patch<T> {
-    pub fn is_absent(&self) -> bool {
-        matches!(self, Self::Absent)
-    }
-}
+impl<T> Patch<T> {}
 
 // In JSON a missing key is `Absent` (with `#[serde(default)]`) and `null`
 // is `Null`. A compact format (a change sent to a room's owner) has no
@@ -360,7 +351,7 @@ pub struct RoomPatch {
 impl RoomPatch {
     /// The settings with this change made (opening is an action, not a
     /// setting: see `open_now`).
-    pub fn apply_to(&self, s: &mut RoomSettings) {
+    pub(crate) fn apply_to(&self, s: &mut RoomSettings) {
         if let Some(v) = self.capacity {
             s.capacity = v;
         }

@@ -128,7 +128,7 @@ fn idempotency_identity(room: &RoomId, headers: &HeaderMap) -> Result<Option<Ide
 }
 
 /// The outcome of joining, shared by the JSON API and the queue page.
-pub struct Joined {
+pub(crate) struct Joined {
     pub ticket: TicketRef,
     pub token: String,
     pub status: TicketStatus,
@@ -384,7 +384,7 @@ pub(crate) fn set_cookie(
         (status = 503, description = "The room is full, or the store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn join(
+pub(crate) async fn join(
     State(state): State<AppState>,
     MaybeVisitor { room, ticket }: MaybeVisitor,
     provenance: Provenance,
@@ -444,7 +444,7 @@ pub async fn join(
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn status(
+pub(crate) async fn status(
     State(state): State<AppState>,
     Visitor { room, ticket }: Visitor,
 ) -> Result<Response, ApiError> {
@@ -476,7 +476,7 @@ pub(crate) async fn status_body(
 }
 
 /// What the room calls a lane; `None` in a room without lanes.
-pub async fn lane_name(state: &AppState, room: &RoomId, lane: u8) -> Option<String> {
+pub(crate) async fn lane_name(state: &AppState, room: &RoomId, lane: u8) -> Option<String> {
     state
         .access
         .lane_name(state.backend.as_ref(), room, lane, state.clock.now_ms())
@@ -505,7 +505,7 @@ pub async fn lane_name(state: &AppState, room: &RoomId, lane: u8) -> Option<Stri
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn leave(
+pub(crate) async fn leave(
     State(state): State<AppState>,
     Visitor { room, ticket }: Visitor,
     provenance: Provenance,
@@ -593,7 +593,7 @@ pub(crate) struct ReleaseRequest {
 /// `purchased`, and of the operators' purchase report.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = Purchase)]
-pub struct PurchaseBody {
+pub(crate) struct PurchaseBody {
     /// For a release: whether a permit was given back (false: the ticket
     /// held none; the purchase counts all the same).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -637,7 +637,7 @@ pub(crate) async fn record_purchase(
 }
 
 impl PurchaseBody {
-    pub fn new(purchased: u64, taken: Option<StockTaken>, mode: Mode) -> Self {
+    pub(crate) fn new(purchased: u64, taken: Option<StockTaken>, mode: Mode) -> Self {
         Self {
             released: None,
             purchased,
@@ -676,7 +676,7 @@ impl PurchaseBody {
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn release(
+pub(crate) async fn release(
     State(state): State<AppState>,
     _: ReleaseKey,
     Room(room): Room,

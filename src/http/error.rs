@@ -32,7 +32,7 @@ struct Body<'a> {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self {
             status,
             code,
@@ -43,7 +43,7 @@ impl ApiError {
     }
 
     /// Adds a field to the body (`error` and `message` cannot be replaced).
-    pub fn with(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
+    pub(crate) fn with(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
         if key != "error" && key != "message" {
             self.details
                 .get_or_insert_default()
@@ -52,12 +52,12 @@ impl ApiError {
         self
     }
 
-    pub fn retry_after(mut self, secs: u32) -> Self {
+    pub(crate) fn retry_after(mut self, secs: u32) -> Self {
         self.retry_after = Some(secs);
         self
     }
 
-    pub fn no_ticket() -> Self {
+    pub(crate) fn no_ticket() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,
             "no_ticket",
@@ -65,7 +65,7 @@ impl ApiError {
         )
     }
 
-    pub fn wrong_room() -> Self {
+    pub(crate) fn wrong_room() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,
             "wrong_room",
@@ -73,7 +73,7 @@ impl ApiError {
         )
     }
 
-    pub fn bad_body(message: impl Into<String>) -> Self {
+    pub(crate) fn bad_body(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "bad_body", message)
     }
 }

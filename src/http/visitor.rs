@@ -28,7 +28,7 @@ use crate::engine::rules::Mode;
 use crate::engine::{RoomId, TicketState, TicketStatus};
 
 #[derive(Debug, Default, Deserialize)]
-pub struct QueueQuery {
+pub(crate) struct QueueQuery {
     #[serde(rename = "return")]
     return_path: Option<String>,
     lang: Option<String>,
@@ -94,7 +94,7 @@ fn page_for_error(state: &AppState, visit: &Visit, e: &ApiError) -> Response {
         (status = 503, description = "The room is full, or the store is briefly unavailable.", content_type = "text/html", body = String),
     ),
 )]
-pub async fn queue(
+pub(crate) async fn queue(
     State(state): State<AppState>,
     visitor: Result<MaybeVisitor, ApiError>,
     Query(query): Query<QueueQuery>,

@@ -43,8 +43,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 
-pub use sink::Sink;
-pub use writers::{Start, Writers};
+pub(crate) use sink::Sink;
+pub(crate) use writers::{Start, Writers};
 
 use super::error::ApiError;
 use super::extract::{ReturnTo, Visitor};
@@ -68,10 +68,10 @@ fn last_seen(headers: &HeaderMap) -> Option<u64> {
 /// connection that takes it first writes it (`connections` with the socket, or
 /// the response body when hyper sends it).
 #[derive(Clone)]
-pub struct Handoff(Arc<Mutex<Option<Start>>>);
+pub(crate) struct Handoff(Arc<Mutex<Option<Start>>>);
 
 impl Handoff {
-    pub fn take(&self) -> Option<Start> {
+    pub(crate) fn take(&self) -> Option<Start> {
         lock(&self.0).take()
     }
 }
@@ -109,7 +109,7 @@ impl Handoff {
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn events(
+pub(crate) async fn events(
     State(state): State<AppState>,
     ReturnTo(redirect): ReturnTo,
     client: ClientIp,
