@@ -36,7 +36,7 @@ use p256::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePublicKey, LineEnding
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::engine::RoomId;
+use crate::ids::RoomId;
 use crate::token::Keyring;
 
 /// The signature algorithm of passes (`pass_algorithm`).

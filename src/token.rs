@@ -29,7 +29,7 @@ use rand::RngCore;
 use sha2::Sha256;
 
 use crate::config::{Config, Secret};
-use crate::engine::RoomId;
+use crate::ids::RoomId;
 
 /// The salt of the HKDF step from the instance secret to pass keys, so the
 /// derived key has nothing in common with the ticket MACs made from the

@@ -29,7 +29,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 
 use super::{AccessSettings, SharedKey};
-use crate::engine::RoomId;
+use crate::ids::RoomId;
 
 /// Seconds a token's `exp` and `nbf` may be off, for clocks that disagree.
 pub(crate) const LEEWAY_SECS: u64 = 30;

@@ -28,7 +28,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::engine::{Identity, RoomId};
+use crate::ids::{Identity, RoomId};
 
 pub use enqueue::EnqueueVerifier;
 pub(crate) use enqueue::{EnqueueError, is_lane_name};

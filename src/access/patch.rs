@@ -5,7 +5,7 @@
 //! engine applies a patch in one step).
 
 use super::{AccessSettings, ChallengeMode, EnqueueMode, SharedKey};
-use crate::engine::Patch;
+use crate::patch::Patch;
 
 /// Changes to a room's access rules: `None`/`Absent` leaves a rule as it
 /// is; `Null` clears a key (retiring a previous key, say).

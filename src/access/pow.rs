@@ -39,7 +39,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
-use crate::engine::RoomId;
+use crate::ids::RoomId;
 
 type HmacSha256 = Hmac<Sha256>;
 

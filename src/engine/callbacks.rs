@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 
-use super::settings::RoomId;
 use super::ticket::TicketId;
+use crate::ids::RoomId;
 
 /// How to reach a visitor, as they gave it. `Debug` leaves the
 /// subscription out.

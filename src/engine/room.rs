@@ -37,18 +37,12 @@ use super::rules::{
     self, AdmitCap, AtHead, Counter, LaneLoad, MAX_TICKETS, Mode, PassTimeouts, PresenceTimeouts,
     RoomFacts, StockTaken, TicketFacts, TicketStatus,
 };
-use super::settings::{Order, RoomId, RoomPatch, RoomSettings};
+use super::settings::{Order, RoomPatch, RoomSettings};
 use super::ticket::{Ticket, TicketId, TicketState};
 use super::view::{Counters, LaneView, PermitLedger, RoomStats, RoomView, WaitHistogram};
 use super::worker::Worker;
+use crate::ids::{Identity, RoomId};
 use crate::locks::{lock, read, write};
-
-/// Who a join is for, so that the same visitor joining twice (double click,
-/// refresh, retried request) gets the same ticket. The HTTP layer derives it
-/// from an `Idempotency-Key` or similar, hashed, so the engine stores 16
-/// bytes whatever the key's length.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub struct Identity(pub u128);
 
 /// How long an identity keeps answering its ticket.
 #[derive(

@@ -2,72 +2,17 @@
 //!
 //! These are plain, already-validated values. Parsing and validation live in
 //! `config` (for the TOML file) and in the admin API (for JSON); the engine
-//! trusts what it is given here, so `RoomId` can only be built from a valid
-//! name.
+//! trusts what it is given here (a room's id, [`RoomId`], can only be built
+//! from a valid name).
 
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::rules::Mode;
 use crate::access::{AccessPatch, AccessSettings};
-
-/// A room's name: `[a-z0-9][a-z0-9-]{0,63}`. It appears in URLs, cookie names
-/// and Redis keys, so nothing else may get in.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, utoipa::ToSchema)]
-#[serde(transparent)]
-#[schema(value_type = String, pattern = r"^[a-z0-9][a-z0-9-]{0,63}$", example = "sale")]
-pub struct RoomId(String);
-
-/// Why a string is not a room name.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("room ids are 1 to 64 characters of a-z, 0-9 and '-', starting with a letter or digit")]
-pub struct InvalidRoomId;
-
-impl RoomId {
-    pub(crate) const MAX_LEN: usize = 64;
-
-    pub fn new(name: &str) -> Result<Self, InvalidRoomId> {
-        let bytes = name.as_bytes();
-        let valid_char = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-';
-        match bytes.first() {
-            Some(first)
-                if bytes.len() <= Self::MAX_LEN
-                    && *first != b'-'
-                    && bytes.iter().all(valid_char) =>
-            {
-                Ok(Self(name.to_owned()))
-            }
-            _ => Err(InvalidRoomId),
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for RoomId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl FromStr for RoomId {
-    type Err = InvalidRoomId;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::new(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for RoomId {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        RoomId::new(&s).map_err(serde::de::Error::custom)
-    }
-}
+use crate::ids::RoomId;
+use crate::patch::Patch;
 
 /// How the pre-queue (visitors who joined before `opens_at`) is ordered at
 /// opening.
@@ -266,49 +211,6 @@ impl RoomSettings {
     }
 }
 
-/// One field of a partial update: left out, set to `null`, or given.
-/// Deserialized from JSON with `#[serde(default)]`, so a missing key is
-/// [`Patch::Absent`] and `null` is [`Patch::Null`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Patch<T> {
-    #[default]
-    Absent,
-    Null,
-    Value(T),
-}
-
-impl<T> Patch<T> {}
-
-// In JSON a missing key is `Absent` (with `#[serde(default)]`) and `null`
-// is `Null`. A compact format (a change sent to a room's owner) has no
-// missing keys, so it carries all three as `Option<Option<T>>`.
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Patch<T> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        if d.is_human_readable() {
-            return Ok(Option::<T>::deserialize(d)?.map_or(Self::Null, Self::Value));
-        }
-        Ok(match Option::<Option<T>>::deserialize(d)? {
-            None => Self::Absent,
-            Some(None) => Self::Null,
-            Some(Some(v)) => Self::Value(v),
-        })
-    }
-}
-
-impl<T: Serialize> Serialize for Patch<T> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let nested = match self {
-            Self::Absent => None,
-            Self::Null => Some(None),
-            Self::Value(v) => Some(Some(v)),
-        };
-        if s.is_human_readable() {
-            return nested.flatten().serialize(s);
-        }
-        nested.serialize(s)
-    }
-}
-
 /// An operator's change to a running room, already validated: each field
 /// left `None` stays as it is. Applied as one step, so two changes of
 /// different fields made at once both take effect.
@@ -422,29 +324,6 @@ impl RoomPatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn room_ids_follow_the_contract() {
-        for ok in ["a", "0", "sale", "big-sale-2026", &"a".repeat(64)] {
-            assert!(RoomId::new(ok).is_ok(), "{ok} should be valid");
-        }
-        for bad in [
-            "",
-            "-a",
-            "A",
-            "sale_1",
-            "säle",
-            "a b",
-            "a/b",
-            &"a".repeat(65),
-        ] {
-            assert_eq!(
-                RoomId::new(bad),
-                Err(InvalidRoomId),
-                "{bad} should be invalid"
-            );
-        }
-    }
 
     #[test]
     fn a_patch_field_has_three_states() {
