@@ -28,8 +28,8 @@ use hmac::{Hmac, Mac};
 use rand::RngCore;
 use sha2::Sha256;
 
-use crate::config::{Config, Secret};
 use crate::ids::RoomId;
+use crate::secret::Secret;
 
 /// The salt of the HKDF step from the instance secret to pass keys, so the
 /// derived key has nothing in common with the ticket MACs made from the
@@ -171,11 +171,16 @@ impl Keyring {
     }
 
     /// The configured secrets, or the key file in the data directory when
-    /// no secret is configured.
-    pub(crate) fn from_config(config: &Config) -> Result<Self, KeyFileError> {
-        match &config.secret {
-            Some(secret) => Ok(Self::from_secrets(secret, config.previous_secret.as_ref())),
-            None => Self::load_or_create(&config.data_dir),
+    /// no secret is configured. Given the three settings rather than the
+    /// configuration, which names the key types and so sits above them.
+    pub(crate) fn configured(
+        secret: Option<&Secret>,
+        previous: Option<&Secret>,
+        data_dir: &Path,
+    ) -> Result<Self, KeyFileError> {
+        match secret {
+            Some(secret) => Ok(Self::from_secrets(secret, previous)),
+            None => Self::load_or_create(data_dir),
         }
     }
 
