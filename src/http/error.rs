@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::backend::BackendError;
 use crate::engine::InvalidRoomId;
+use crate::http::admin::{RevokeError, invalid_field};
 use crate::http::return_path::ReturnPathError;
 use crate::token::TokenError;
 
@@ -142,6 +143,20 @@ impl From<BackendError> for ApiError {
                 )
                 .retry_after(5)
             }
+        }
+    }
+}
+
+impl From<RevokeError> for ApiError {
+    fn from(e: RevokeError) -> Self {
+        match e {
+            RevokeError::NotATicket(why) => invalid_field("ticket", why),
+            RevokeError::UnknownTicket => Self::new(
+                StatusCode::NOT_FOUND,
+                "unknown_ticket",
+                "This ticket is not known in this room (the room may have been replaced).",
+            ),
+            RevokeError::Backend(e) => e.into(),
         }
     }
 }

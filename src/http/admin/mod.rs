@@ -269,7 +269,7 @@ async fn prepare_pages(
         .map_err(|e| invalid_pages(&e))
 }
 
-fn invalid_field(field: &str, message: impl Into<String>) -> ApiError {
+pub(crate) fn invalid_field(field: &str, message: impl Into<String>) -> ApiError {
     invalid(&ConfigError::new(field, message))
 }
 
@@ -604,55 +604,89 @@ pub(crate) async fn revoke(
 ) -> Result<Json<RevokeBody>, ApiError> {
     let super::api::TicketBody { ticket: token } =
         super::extract::json_value(Value::Object(object(&bytes)?))?;
+    let (ticket, departure) = revoke_ticket(&state, &id, &token).await?;
+    let body = RevokeBody::from(departure);
+    tracing::info!(
+        room = %id,
+        ticket = ticket.id,
+        revoked = body.revoked,
+        was = body.was,
+        "admin: ticket revoked"
+    );
+    Ok(Json(body))
+}
+
+/// Why an operator's revocation was refused ([`ApiError`] says it over
+/// HTTP).
+#[derive(Debug)]
+pub(crate) enum RevokeError {
+    /// The token is no ticket of this room: why, for the `ticket` field.
+    NotATicket(String),
+    /// The room does not know the ticket; a ticket of a replaced room's
+    /// earlier line is, to an operator, simply not in this room (visitors
+    /// are told `line_reset`).
+    UnknownTicket,
+    /// The store could not answer.
+    Backend(BackendError),
+}
+
+impl From<BackendError> for RevokeError {
+    fn from(e: BackendError) -> Self {
+        match e {
+            BackendError::NoSuchTicket | BackendError::LineReset => Self::UnknownTicket,
+            e => Self::Backend(e),
+        }
+    }
+}
+
+/// Revokes the ticket `token` names in `room`: which ticket, and what its
+/// departure did.
+async fn revoke_ticket(
+    state: &AppState,
+    room: &RoomId,
+    token: &str,
+) -> Result<(TicketRef, Departure), RevokeError> {
     if token.is_empty() || token.len() > MAX_TOKEN_LEN {
-        return Err(invalid_field("ticket", "is not a ticket token"));
+        return Err(RevokeError::NotATicket("is not a ticket token".into()));
     }
     let claim = state
         .keys
-        .verify(&token)
-        .map_err(|e| invalid_field("ticket", e.to_string()))?;
-    if claim.room != id {
-        return Err(invalid_field(
-            "ticket",
-            format!("belongs to the room \"{}\"", claim.room),
-        ));
+        .verify(token)
+        .map_err(|e| RevokeError::NotATicket(e.to_string()))?;
+    if claim.room != *room {
+        return Err(RevokeError::NotATicket(format!(
+            "belongs to the room \"{}\"",
+            claim.room
+        )));
     }
     let ticket = TicketRef {
         epoch: claim.epoch,
         id: claim.ticket,
     };
-    let departure = match state.backend.revoke(&id, ticket).await {
-        Ok(d) => d,
-        // A ticket of a replaced room's earlier line is, to an operator,
-        // simply not in this room (visitors are told `line_reset`).
-        Err(BackendError::NoSuchTicket | BackendError::LineReset) => {
-            return Err(ApiError::new(
-                StatusCode::NOT_FOUND,
-                "unknown_ticket",
-                "This ticket is not known in this room (the room may have been replaced).",
-            ));
+    Ok((ticket, state.backend.revoke(room, ticket).await?))
+}
+
+impl From<Departure> for RevokeBody {
+    fn from(departure: Departure) -> Self {
+        let (revoked, was, permit) = match departure {
+            Departure::LeftQueue => (true, "waiting", None),
+            Departure::GaveBack(h) => (
+                true,
+                "admitted",
+                Some(match h {
+                    Handoff::To(_) => "handed_to_next",
+                    Handoff::Tray => "tray",
+                    Handoff::Retired => "retired",
+                }),
+            ),
+            Departure::Nothing(s) => (false, s.name(), None),
+        };
+        Self {
+            revoked,
+            was,
+            permit,
         }
-        Err(e) => return Err(e.into()),
-    };
-    let (revoked, was, permit) = match departure {
-        Departure::LeftQueue => (true, "waiting", None),
-        Departure::GaveBack(h) => (
-            true,
-            "admitted",
-            Some(match h {
-                Handoff::To(_) => "handed_to_next",
-                Handoff::Tray => "tray",
-                Handoff::Retired => "retired",
-            }),
-        ),
-        Departure::Nothing(s) => (false, s.name(), None),
-    };
-    tracing::info!(room = %id, ticket = claim.ticket, revoked, was, "admin: ticket revoked");
-    Ok(Json(RevokeBody {
-        revoked,
-        was,
-        permit,
-    }))
+    }
 }
 
 /// The body of `POST /admin/rooms/{room}/purchases`.
