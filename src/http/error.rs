@@ -74,6 +74,17 @@ impl ApiError {
         )
     }
 
+    /// A join repeated an `Idempotency-Key` whose live ticket it does not
+    /// carry.
+    pub(crate) fn idempotency_key_used() -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "idempotency_key_used",
+            "This Idempotency-Key already made a ticket that is still live; \
+             send that ticket (cookie or Bearer) to see it, or use a new key.",
+        )
+    }
+
     pub(crate) fn bad_body(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "bad_body", message)
     }
