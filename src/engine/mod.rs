@@ -57,34 +57,35 @@ mod room_tests;
 #[cfg(test)]
 mod stress_tests;
 
+// What the server binary, the integration tests, benches and examples use.
 pub use callbacks::{Callback, Notice};
-pub(crate) use callbacks::{CallbackState, Callouts};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
-// The backends' tests build a feed and a position index by hand.
-pub(crate) use event::RoomEvent;
 pub use event::{EventRecord, EventSink};
-pub(crate) use holds::StreamReport;
 pub use image::RoomImage;
 pub use lottery::LotterySeed;
-pub(crate) use lottery::{DrawMismatch, DrawRecord};
 pub use record::{AdmissionRecord, CHECKPOINT, Entry};
-pub(crate) use record::{EntryKind, Page};
-pub(crate) use replay::Replayer;
-pub(crate) use room::{Binding, Joined, SubscribeError};
 pub use room::{Departure, Handoff, JoinError, Room};
-pub use rules::TicketState;
-pub use rules::TicketStatus;
-pub(crate) use rules::{Eta, Status, StatusBody, WAIT_BUCKETS_MS};
-pub use settings::RoomPatch;
-// Named below the engine (fair access uses them too), found here.
+pub use rules::{TicketState, TicketStatus};
+pub use settings::{LaneSpec, Order, RoomPatch, RoomSettings};
+pub use ticket::TicketId;
+pub use view::{PermitLedger, RoomView};
+
+// Named below the engine, since fair access speaks of them too; found here.
 pub(crate) use crate::ids::InvalidRoomId;
 pub use crate::ids::{Identity, RoomId};
 pub use crate::patch::Patch;
-pub use settings::Order;
-pub use settings::{LaneSpec, RoomSettings};
+
+pub(crate) use callbacks::{CallbackState, Callouts};
+pub(crate) use event::RoomEvent;
+pub(crate) use holds::StreamReport;
+pub(crate) use lottery::{DrawMismatch, DrawRecord};
+pub(crate) use record::{EntryKind, Page};
+pub(crate) use replay::Replayer;
+pub(crate) use room::{Binding, Joined, SubscribeError};
+pub(crate) use rules::{Eta, Status, StatusBody, WAIT_BUCKETS_MS};
 pub(crate) use tally::RoomTally;
-pub use ticket::TicketId;
 pub(crate) use view::{LaneView, RoomStats, TickReport, WaitSnapshot};
-pub use view::{PermitLedger, RoomView};
+
+// The backends' tests build a feed and a position index by hand.
 #[cfg(test)]
 pub(crate) use {changes::Changes, lane::LaneIndex};

@@ -36,27 +36,30 @@ mod state;
 mod status;
 mod waits;
 
+// What the other crates of the workspace use.
+pub use mode::Mode;
+pub use state::TicketState;
+pub use status::TicketStatus;
+
 pub(crate) use autotune::{Controller, Current, Decision, Signal, Verdict, decide};
 pub(crate) use cadence::{Due, MIN_GAP_MS, REFRESH_MS, WaitUnit, due, moves_needed, wait_shown};
 pub(crate) use callback::ahead_distance;
 pub(crate) use capacity::{Counter, Transfer, resize};
 pub(crate) use join_limit::{join_allowance, join_window_start};
-// The backends' tests age a join window by hand.
-#[cfg(test)]
-pub(crate) use join_limit::JOIN_WINDOW_MS;
 pub(crate) use lanes::{LaneLoad, LaneLoads, MAX_LANES, lane_order};
-pub use mode::Mode;
 pub(crate) use mode::{STOCK_MAX, StockTaken, mode_with_stock, take_stock};
 pub(crate) use presence::{AtHead, PresenceTimeouts, renew_every};
 pub(crate) use publish::worth_publishing;
 pub(crate) use rate::{AdmissionRate, AdmitCap};
 pub(crate) use state::Status;
-pub use state::TicketState;
-pub use status::TicketStatus;
 pub(crate) use status::{
     Eta, PassTimeouts, RoomFacts, StatusBody, TicketFacts, quiet_cutoff, ticket_status,
 };
 pub(crate) use waits::{WAIT_BUCKETS_MS, wait_bucket};
+
+// The backends' tests age a join window by hand.
+#[cfg(test)]
+pub(crate) use join_limit::JOIN_WINDOW_MS;
 
 /// The most tickets one room may issue: what the position index holds,
 /// less a margin because the check and the append race.
