@@ -235,6 +235,19 @@ impl JoinRefused {
     }
 }
 
+impl From<JoinRefused> for ApiError {
+    fn from(r: JoinRefused) -> Self {
+        match r {
+            JoinRefused::Closed(e)
+            | JoinRefused::SoldOut(e)
+            | JoinRefused::LineReset(e)
+            | JoinRefused::Challenge(e)
+            | JoinRefused::Invitation(e)
+            | JoinRefused::Other(e) => e,
+        }
+    }
+}
+
 /// Join idempotently, in one call to the backend: the visitor's live
 /// ticket (cookie or Bearer) is kept; otherwise the room's access rules
 /// are checked ([`access::clear`]) and an enqueue token's account or an

@@ -9,7 +9,6 @@ use serde::Serialize;
 use crate::backend::BackendError;
 use crate::engine::InvalidRoomId;
 use crate::http::admin::{RevokeError, invalid_field};
-use crate::http::api::JoinRefused;
 use crate::http::return_path::ReturnPathError;
 use crate::token::TokenError;
 
@@ -155,21 +154,6 @@ impl From<BackendError> for ApiError {
                 )
                 .retry_after(5)
             }
-        }
-    }
-}
-
-// A refused join already carries the answer the API gives; the queue page
-// tells the kinds apart to show pages of its own.
-impl From<JoinRefused> for ApiError {
-    fn from(r: JoinRefused) -> Self {
-        match r {
-            JoinRefused::Closed(e)
-            | JoinRefused::SoldOut(e)
-            | JoinRefused::LineReset(e)
-            | JoinRefused::Challenge(e)
-            | JoinRefused::Invitation(e)
-            | JoinRefused::Other(e) => e,
         }
     }
 }
