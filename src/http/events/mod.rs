@@ -164,7 +164,8 @@ async fn open(
 }
 
 /// The stream's response: its headers, and the stream handed on to
-/// whichever writes it first (the lean path with the socket, or the body).
+/// whichever writes it first (`connections` with the socket, or the
+/// response body when hyper sends it).
 fn stream_response(start: Start) -> Response {
     let handoff = Handoff(Arc::new(Mutex::new(Some(start))));
     let mut response =
