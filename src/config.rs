@@ -31,7 +31,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 use crate::engine::{RoomId, RoomSettings};
-pub use crate::pass::PassAlgorithm;
+pub(crate) use crate::pass::PassAlgorithm;
 use crate::webhooks::EventType;
 use crate::webhooks::signing::SigningKey;
 
@@ -39,12 +39,10 @@ pub use crate::secret::Secret;
 pub use crate::webhooks::WebhookConfig;
 use redis::RedisKeys;
 pub use redis::{RedisTarget, RedisWait, SentinelTarget};
-pub use room::{
-    CAPACITY_MAX, CAPACITY_MIN, MAX_NOTIFY_AHEAD, OPENS_AT_MAX, PASS_LIFETIME_MAX,
-    PASS_LIFETIME_MIN, RoomTable, TICK_MAX, TICK_MIN, TIMEOUT_MAX, check_admit_per_minute,
+pub(crate) use room::{
+    CAPACITY_MAX, CAPACITY_MIN, MAX_NOTIFY_AHEAD, RoomTable, check_admit_per_minute,
     check_autotune, check_away_grace, check_capacity, check_pass_lifetime, check_rules,
-    check_stock, check_templates_dir, check_tick, check_timeout, opt_duration, parse_rfc3339_ms,
-    stock_mode, validate_room,
+    check_stock, check_templates_dir, check_tick, check_timeout, opt_duration, stock_mode,
 };
 use values::{ProxyNet, check_http_url, check_public_url, listen_address};
 
@@ -60,7 +58,7 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             origin: String::new(),
             field: field.into(),
@@ -268,17 +266,18 @@ pub struct Config {
 }
 
 impl Config {
-    pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
-    pub const DEFAULT_DATA_DIR: &str = "./narabu-data";
-    pub const DEFAULT_ROOM: &str = "default";
-    pub const DEFAULT_MAX_STREAMS_PER_ADDRESS: u32 = 2000;
-    pub const DEFAULT_MAX_STREAMS_PER_TICKET: u32 = 4;
-    pub const DEFAULT_SNAPSHOT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+    pub(crate) const DEFAULT_DATA_DIR: &str = "./narabu-data";
+    pub(crate) const DEFAULT_ROOM: &str = "default";
+    pub(crate) const DEFAULT_MAX_STREAMS_PER_ADDRESS: u32 = 2000;
+    pub(crate) const DEFAULT_MAX_STREAMS_PER_TICKET: u32 = 4;
+    pub(crate) const DEFAULT_SNAPSHOT_INTERVAL: std::time::Duration =
+        std::time::Duration::from_secs(60);
     /// Thirty days: long enough to answer the complaints after a sale.
-    pub const DEFAULT_REPORT_KEEP: std::time::Duration =
+    pub(crate) const DEFAULT_REPORT_KEEP: std::time::Duration =
         std::time::Duration::from_secs(30 * 86_400);
     /// Ten years: a bound that still fits every store's expiry.
-    pub const MAX_REPORT_KEEP: std::time::Duration = std::time::Duration::from_secs(3_650 * 86_400);
+    pub(crate) const MAX_REPORT_KEEP: std::time::Duration =
+        std::time::Duration::from_secs(3_650 * 86_400);
 
     /// Reads and validates a TOML file. Errors name the file as given.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {

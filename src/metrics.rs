@@ -27,12 +27,12 @@ use crate::engine::rules::Mode;
 
 /// The Content-Type of what [`Metrics::render`] writes (OpenMetrics text,
 /// which Prometheus reads natively).
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Static strings, so counting a request allocates nothing: the methods
 /// are a fixed set and routes are interned ([`Metrics::route_label`]).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct HttpLabels {
+pub(crate) struct HttpLabels {
     pub method: &'static str,
     /// The route as declared (`/api/rooms/:room/join`), never the raw path,
     /// so room names and probes cannot blow up the label space.
@@ -41,14 +41,14 @@ pub struct HttpLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WebhookLabels {
+pub(crate) struct WebhookLabels {
     /// `delivered`, `failed` (gave up after retries) or `dropped` (the
     /// delivery queue was full).
     pub result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PushLabels {
+pub(crate) struct PushLabels {
     /// `sent`, `gone` (the browser dropped the subscription), `failed`
     /// (refused, or given up after retries) or `dropped` (the send queue
     /// was full).
@@ -56,20 +56,20 @@ pub struct PushLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RoomLabels {
+pub(crate) struct RoomLabels {
     pub room: String,
 }
 
 /// A refused access check: the room and why.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RefusalLabels {
+pub(crate) struct RefusalLabels {
     pub room: String,
     pub reason: &'static str,
 }
 
 /// A room's traffic rule and what it did.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RuleLabels {
+pub(crate) struct RuleLabels {
     pub room: String,
     pub rule: String,
     pub action: &'static str,
@@ -78,7 +78,7 @@ pub struct RuleLabels {
 /// A change autotune made to a room, and why (`errors`, `slow`,
 /// `headroom`, `bounds`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TuneLabels {
+pub(crate) struct TuneLabels {
     pub room: String,
     pub verdict: &'static str,
 }
@@ -271,7 +271,7 @@ impl Metrics {
     /// some Prometheus text parsers drop such lines. Only pass declared
     /// routes (axum's `MatchedPath`), never raw paths: each new one is
     /// kept for the life of the process.
-    pub fn route_label(&self, matched: &str) -> &'static str {
+    pub(crate) fn route_label(&self, matched: &str) -> &'static str {
         let read = self.routes.read().unwrap_or_else(|e| e.into_inner());
         if let Some(label) = read.get(matched) {
             return label;
@@ -283,7 +283,7 @@ impl Metrics {
         })
     }
 
-    pub fn observe_http(&self, labels: HttpLabels, took: Duration) {
+    pub(crate) fn observe_http(&self, labels: HttpLabels, took: Duration) {
         self.http_duration
             .get_or_create(&labels)
             .observe(took.as_secs_f64());
@@ -293,7 +293,7 @@ impl Metrics {
     /// The counter and the latency histogram of one label set, to keep:
     /// counting through them skips the label lookup (the gate counts every
     /// check this way).
-    pub fn http_handles(&self, labels: HttpLabels) -> (Counter, Histogram) {
+    pub(crate) fn http_handles(&self, labels: HttpLabels) -> (Counter, Histogram) {
         (
             self.http_requests.get_or_create(&labels).clone(),
             self.http_duration.get_or_create(&labels).clone(),
@@ -301,7 +301,7 @@ impl Metrics {
     }
 
     /// What a room's tuner read and the rate it keeps.
-    pub fn autotune_read(
+    pub(crate) fn autotune_read(
         &self,
         room: &str,
         latency_ms: Option<f64>,
@@ -327,7 +327,7 @@ impl Metrics {
     }
 
     /// A change autotune made.
-    pub fn autotune_changed(&self, room: &str, verdict: &'static str) {
+    pub(crate) fn autotune_changed(&self, room: &str, verdict: &'static str) {
         self.autotune
             .changes
             .get_or_create(&TuneLabels {
@@ -339,7 +339,7 @@ impl Metrics {
 
     /// A room this instance no longer tunes: its gauges go, so a stale
     /// reading is not taken for a live one.
-    pub fn autotune_stopped(&self, room: &str) {
+    pub(crate) fn autotune_stopped(&self, room: &str) {
         let labels = RoomLabels {
             room: room.to_owned(),
         };
@@ -348,17 +348,17 @@ impl Metrics {
         self.autotune.rate.remove(&labels);
     }
 
-    pub fn webhook_delivery(&self, result: &'static str) {
+    pub(crate) fn webhook_delivery(&self, result: &'static str) {
         self.webhook_deliveries
             .get_or_create(&WebhookLabels { result })
             .inc();
     }
 
-    pub fn webhook_attempt_failed(&self) {
+    pub(crate) fn webhook_attempt_failed(&self) {
         self.webhook_attempt_failures.inc();
     }
 
-    pub fn push_message(&self, result: &'static str) {
+    pub(crate) fn push_message(&self, result: &'static str) {
         self.push_messages
             .get_or_create(&PushLabels { result })
             .inc();
@@ -371,7 +371,7 @@ impl Metrics {
             .get()
     }
 
-    pub fn push_attempt_failed(&self) {
+    pub(crate) fn push_attempt_failed(&self) {
         self.push_attempt_failures.inc();
     }
 
@@ -386,14 +386,14 @@ impl Metrics {
     /// A join refused, for the sale's report: `reason` is the error code
     /// the visitor got (`challenge_required`, `enqueue_token_invalid`,
     /// `too_many_joins`, …) or, for a refused proof or token, its reason.
-    pub fn join_refused(&self, room: &str, reason: &str) {
+    pub(crate) fn join_refused(&self, room: &str, reason: &str) {
         *crate::locks::lock(&self.refused_joins)
             .entry((room.to_owned(), reason.to_owned()))
             .or_default() += 1;
     }
 
     /// This instance's refused joins of `room`, by reason.
-    pub fn joins_refused(&self, room: &str) -> Vec<(String, u64)> {
+    pub(crate) fn joins_refused(&self, room: &str) -> Vec<(String, u64)> {
         crate::locks::lock(&self.refused_joins)
             .iter()
             .filter(|((r, _), _)| r == room)
@@ -410,25 +410,25 @@ impl Metrics {
             .inc();
     }
 
-    pub fn challenge_issued(&self, room: &str) {
+    pub(crate) fn challenge_issued(&self, room: &str) {
         Self::room_count(&self.challenges_issued, room);
     }
 
-    pub fn challenge_solved(&self, room: &str) {
+    pub(crate) fn challenge_solved(&self, room: &str) {
         Self::room_count(&self.challenges_solved, room);
     }
 
     /// A join refused for its proof of work (`missing` when it had none).
-    pub fn challenge_refused(&self, room: &str, reason: &'static str) {
+    pub(crate) fn challenge_refused(&self, room: &str, reason: &'static str) {
         self.join_refused(room, &format!("proof of work: {reason}"));
         Self::refusal_count(&self.challenges_refused, room, reason);
     }
 
-    pub fn enqueue_accepted(&self, room: &str) {
+    pub(crate) fn enqueue_accepted(&self, room: &str) {
         Self::room_count(&self.enqueue_accepted, room);
     }
 
-    pub fn enqueue_refused(&self, room: &str, reason: &'static str) {
+    pub(crate) fn enqueue_refused(&self, room: &str, reason: &'static str) {
         self.join_refused(room, &format!("enqueue token: {reason}"));
         Self::refusal_count(&self.enqueue_refused, room, reason);
     }
@@ -436,7 +436,7 @@ impl Metrics {
     /// A room's line was found lost and started again.
     /// A rule's counter, for the rule book to keep with the rule: a match
     /// is then one atomic add.
-    pub fn rule_matches(&self, room: &str, rule: &str, action: &'static str) -> Counter {
+    pub(crate) fn rule_matches(&self, room: &str, rule: &str, action: &'static str) -> Counter {
         self.rule_matches
             .get_or_create(&RuleLabels {
                 room: room.to_owned(),
@@ -446,7 +446,7 @@ impl Metrics {
             .clone()
     }
 
-    pub fn line_reset(&self, room: &str) {
+    pub(crate) fn line_reset(&self, room: &str) {
         Self::room_count(&self.line_resets, room);
     }
 
@@ -457,7 +457,7 @@ impl Metrics {
 
     /// [`Self::render`], with each room's calls dropped before the push
     /// sender took them (the backend counts those).
-    pub fn render_with(
+    pub(crate) fn render_with(
         &self,
         rooms: Vec<RoomSnapshot>,
         calls_dropped: impl Fn(&crate::engine::RoomId) -> u64,

@@ -33,7 +33,7 @@ const WINDOW_MS: u64 = 60_000;
 
 /// One point of a room's charts.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Sample {
+pub(crate) struct Sample {
     /// Unix ms.
     pub t: u64,
     pub waiting: u64,
@@ -82,7 +82,7 @@ struct RoomHistory {
 
 /// Everything the dashboard's stream sends each second.
 #[derive(Clone, Debug, Default)]
-pub struct Overview {
+pub(crate) struct Overview {
     pub rooms: Vec<(RoomSnapshot, Sample)>,
 }
 
@@ -107,7 +107,7 @@ impl Monitor {
 }
 
 impl Monitor {
-    pub fn new(backend: Arc<dyn Backend>, webhooks: Arc<Webhooks>) -> Arc<Self> {
+    pub(crate) fn new(backend: Arc<dyn Backend>, webhooks: Arc<Webhooks>) -> Arc<Self> {
         Arc::new(Self {
             backend,
             webhooks,
@@ -117,7 +117,7 @@ impl Monitor {
     }
 
     /// Samples every room each second until `stop`.
-    pub fn start(self: &Arc<Self>, stop: CancellationToken) {
+    pub(crate) fn start(self: &Arc<Self>, stop: CancellationToken) {
         let this = self.clone();
         tokio::spawn(async move {
             let mut interval = tokio::time::interval(SAMPLE_EVERY);
@@ -133,7 +133,7 @@ impl Monitor {
     }
 
     /// Takes one sample of every room now and publishes the overview.
-    pub async fn sample(&self) {
+    pub(crate) async fn sample(&self) {
         let snapshots = match self.backend.list_rooms().await {
             Ok(s) => s,
             Err(e) => {
@@ -153,7 +153,7 @@ impl Monitor {
     }
 
     /// Follow the overview (one change a second).
-    pub fn subscribe(&self) -> watch::Receiver<Arc<Overview>> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Arc<Overview>> {
         self.tx.subscribe()
     }
 
@@ -170,7 +170,7 @@ impl Monitor {
 
     /// The windowed figures of a room right now, without recording a
     /// sample (for the admin API).
-    pub fn figures(&self, s: &RoomSnapshot) -> Sample {
+    pub(crate) fn figures(&self, s: &RoomSnapshot) -> Sample {
         let rooms = lock(&self.rooms);
         let raw = rooms
             .get(&s.settings.id)
@@ -183,7 +183,7 @@ impl Monitor {
     /// operator's `PATCH`, or the purchase that took the last unit), so
     /// that with several instances it is sent once: `room.mode_changed`,
     /// and `room.sold_out` when the room became sold out.
-    pub fn mode_changed(&self, before: Mode, s: &RoomSnapshot, reason: &str) {
+    pub(crate) fn mode_changed(&self, before: Mode, s: &RoomSnapshot, reason: &str) {
         let now = s.settings.mode;
         if before == now {
             return;
@@ -204,7 +204,7 @@ impl Monitor {
 
     /// Autotune changed the room (`s`, as the change left it): sent by the
     /// one instance that tunes it. `extra` says from what and why.
-    pub fn autotuned(&self, s: &RoomSnapshot, extra: serde_json::Value) {
+    pub(crate) fn autotuned(&self, s: &RoomSnapshot, extra: serde_json::Value) {
         let e = event(EventType::RoomAutotuned, s, extra, self.now_ms());
         self.webhooks.send(&e, None);
     }
@@ -220,7 +220,7 @@ impl Monitor {
 
     /// A room's line was found lost and started again here: tell the
     /// operators' receivers (`room.reset`, with the new line's figures).
-    pub async fn line_reset(&self, reset: &LineReset) {
+    pub(crate) async fn line_reset(&self, reset: &LineReset) {
         let s = match self.backend.room(&reset.room).await {
             Ok(s) => s,
             Err(e) => {
@@ -388,7 +388,7 @@ fn window(s: &RoomSnapshot, t: u64, raw: Option<&VecDeque<Raw>>) -> Sample {
 const WAIT_CAP_MS: u64 = 3_600_000;
 
 /// A wait quantile (bucket upper bound, ms), capped for display.
-pub fn quantile(w: &WaitSnapshot, q: f64) -> Option<u64> {
+pub(crate) fn quantile(w: &WaitSnapshot, q: f64) -> Option<u64> {
     w.quantile_ms(q).map(|v| v.min(WAIT_CAP_MS))
 }
 

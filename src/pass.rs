@@ -36,7 +36,7 @@ use p256::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePublicKey, LineEnding
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::engine::RoomId;
+use crate::ids::RoomId;
 use crate::token::Keyring;
 
 /// The signature algorithm of passes (`pass_algorithm`).
@@ -62,7 +62,7 @@ impl PassAlgorithm {
 
 /// Why the pass keys could not be loaded. Never quotes a key.
 #[derive(Debug, thiserror::Error)]
-pub enum PassKeyError {
+pub(crate) enum PassKeyError {
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -401,7 +401,7 @@ impl PassKeys {
     /// The keys the configuration asks for: its key files (`current` and
     /// `previous`), or keys derived from the ticket key (`keyring`, the
     /// configured secret or the key file).
-    pub fn load(
+    pub(crate) fn load(
         alg: PassAlgorithm,
         current: Option<&Path>,
         previous: Option<&Path>,
@@ -420,7 +420,8 @@ impl PassKeys {
         }
     }
 
-    pub fn algorithm(&self) -> PassAlgorithm {
+    #[cfg(test)]
+    pub(crate) fn algorithm(&self) -> PassAlgorithm {
         self.alg
     }
 
@@ -430,7 +431,7 @@ impl PassKeys {
     }
 
     /// `{"keys": [current, previous]}`, as `/.well-known/jwks.json` serves it.
-    pub fn jwks(&self) -> &str {
+    pub(crate) fn jwks(&self) -> &str {
         &self.jwks
     }
 

@@ -22,7 +22,7 @@ pub(crate) const DIR_MODE: u32 = 0o700;
 
 /// `create_dir_all`, with every directory it creates private. An existing
 /// directory keeps its mode: the operator may have chosen it.
-pub fn create_dir_all(dir: &Path) -> io::Result<()> {
+pub(crate) fn create_dir_all(dir: &Path) -> io::Result<()> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]
@@ -35,7 +35,7 @@ pub fn create_dir_all(dir: &Path) -> io::Result<()> {
 
 /// Opens `path` with `options`, creating it private; a file that already
 /// existed is made private too.
-pub fn open(options: &mut OpenOptions, path: &Path) -> io::Result<File> {
+pub(crate) fn open(options: &mut OpenOptions, path: &Path) -> io::Result<File> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};

@@ -33,7 +33,7 @@ pub struct EntryBody {
 
 impl EntryBody {
     /// The canonical line its hash covers.
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         format!(
             "{} {} {} {} {} {}",
             self.n, self.kind, self.ticket, self.lane, self.number, self.at

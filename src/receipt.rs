@@ -24,7 +24,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::{Deserialize, Serialize};
 
 /// The `typ` of a receipt's header.
-pub const TYPE: &str = "narabu-receipt+jwt";
+pub(crate) const TYPE: &str = "narabu-receipt+jwt";
 
 /// The `aud` of a receipt of `room`.
 pub fn audience(room: &str) -> String {

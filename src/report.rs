@@ -37,7 +37,7 @@ pub struct Spread {
 
 impl Spread {
     /// Nearest-rank quantiles of `values` (sorted here).
-    pub fn of(mut values: Vec<u64>) -> Self {
+    pub(crate) fn of(mut values: Vec<u64>) -> Self {
         values.sort_unstable();
         let q = |p: f64| {
             if values.is_empty() {
@@ -165,7 +165,11 @@ fn place_group(number: u64) -> (u64, u64) {
 
 /// The report of `record`, a room with `settings`, and this instance's
 /// refusals.
-pub fn report(record: &AdmissionRecord, settings: &RoomSettings, refused: Vec<Refusals>) -> Report {
+pub(crate) fn report(
+    record: &AdmissionRecord,
+    settings: &RoomSettings,
+    refused: Vec<Refusals>,
+) -> Report {
     let joined: HashMap<u32, (u64, u32)> = record
         .tickets()
         .map(|(id, _, number, at)| (id, (at, number)))
@@ -336,7 +340,7 @@ pub fn report(record: &AdmissionRecord, settings: &RoomSettings, refused: Vec<Re
 
 /// The report as CSV: one `section,key,value` row per figure, and the
 /// timeline as `timeline,<minute>,joins,admissions` rows.
-pub fn csv(r: &Report) -> String {
+pub(crate) fn csv(r: &Report) -> String {
     use std::fmt::Write as _;
     let mut out = String::from("section,key,value\n");
     let mut row = |section: &str, key: &str, value: String| {

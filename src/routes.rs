@@ -51,7 +51,7 @@ impl Route {
 
 /// Checks one room's routes, naming the first field that is wrong
 /// (`routes[1].path_prefix`).
-pub fn validate(routes: &[Route]) -> Result<(), (String, String)> {
+pub(crate) fn validate(routes: &[Route]) -> Result<(), (String, String)> {
     if routes.len() > MAX_ROUTES {
         return Err((
             "routes".into(),
@@ -107,7 +107,7 @@ impl<R> Default for RouteTable<R> {
 impl<R: Clone> RouteTable<R> {
     /// The table of these rooms' routes, or the first route two rooms
     /// claim.
-    pub fn build<'a>(
+    pub(crate) fn build<'a>(
         rooms: impl IntoIterator<Item = (&'a R, &'a [Route])>,
     ) -> Result<Self, Conflict<R>>
     where
@@ -132,12 +132,12 @@ impl<R: Clone> RouteTable<R> {
         Ok(Self { routes })
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.routes.is_empty()
     }
 
     /// The room whose route fits the request best.
-    pub fn pick(&self, host: Option<&str>, path: &str) -> Option<&R> {
+    pub(crate) fn pick(&self, host: Option<&str>, path: &str) -> Option<&R> {
         self.routes
             .iter()
             .find(|(r, _)| r.matches(host, path))

@@ -57,7 +57,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Bypass => "bypass",
             Self::Queue => "queue",
@@ -134,7 +134,8 @@ pub struct Rule {
 
 impl Rule {
     /// A rule with no conditions (it matches every request).
-    pub fn new(action: Action) -> Self {
+    #[cfg(test)]
+    pub(crate) fn new(action: Action) -> Self {
         Self {
             name: None,
             action,
@@ -151,7 +152,7 @@ impl Rule {
     }
 
     /// The rule's label: its name, or its index.
-    pub fn label(&self, index: usize) -> String {
+    pub(crate) fn label(&self, index: usize) -> String {
         self.name.clone().unwrap_or_else(|| index.to_string())
     }
 }
@@ -159,7 +160,7 @@ impl Rule {
 /// What is wrong with a room's rules: the field, as
 /// `rules[2].network[0]`, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RuleError {
+pub(crate) struct RuleError {
     pub field: String,
     pub message: String,
 }
@@ -173,7 +174,7 @@ fn error(field: String, message: impl Into<String>) -> RuleError {
 
 /// Checks a room's rules, naming the first field that is wrong
 /// (`rules[1].path[0]`).
-pub fn validate(rules: &[Rule]) -> Result<(), RuleError> {
+pub(crate) fn validate(rules: &[Rule]) -> Result<(), RuleError> {
     if rules.len() > MAX_RULES {
         return Err(error(
             "rules".into(),
@@ -357,7 +358,7 @@ pub(crate) fn read_networks(path: &str) -> Result<Vec<IpNet>, String> {
 pub(crate) struct Networks(Vec<IpNet>);
 
 impl Networks {
-    pub fn new(nets: &[IpNet]) -> Self {
+    pub(crate) fn new(nets: &[IpNet]) -> Self {
         let mut merged = IpNet::aggregate(&nets.to_vec());
         // Disjoint once merged: by first address, every v4 before every v6.
         merged.sort_by_key(IpNet::network);
@@ -366,7 +367,7 @@ impl Networks {
 
     /// An IPv4 client reached over IPv6 (`::ffff:203.0.113.5`) is in the
     /// IPv4 networks it belongs to.
-    pub fn contains(&self, ip: IpAddr) -> bool {
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
         let ip = match ip {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
             v4 => v4,
@@ -570,14 +571,6 @@ impl RuleSet {
             });
         }
         Some(set)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.rules.is_empty()
-    }
-
-    pub fn len(&self) -> usize {
-        self.rules.len()
     }
 
     /// Whether some rule asks for the client's address (which costs the

@@ -39,7 +39,7 @@ use crate::token::Keyring;
 use crate::webhooks::Webhooks;
 
 /// Build the backend the configuration names.
-pub async fn backend(config: &Config) -> anyhow::Result<Arc<dyn Backend>> {
+pub(crate) async fn backend(config: &Config) -> anyhow::Result<Arc<dyn Backend>> {
     match &config.backend {
         config::Backend::Embedded => Ok(EmbeddedBackend::open(
             config.rooms.clone(),
@@ -88,7 +88,12 @@ pub async fn serve(
     backend: Arc<dyn Backend>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let keys = Keyring::from_config(&config).context("loading the ticket signing key")?;
+    let keys = Keyring::configured(
+        config.secret.as_ref(),
+        config.previous_secret.as_ref(),
+        &config.data_dir,
+    )
+    .context("loading the ticket signing key")?;
     let passes = PassKeys::load(
         config.pass_algorithm,
         config.pass_key_file.as_deref(),

@@ -28,8 +28,8 @@ use hmac::{Hmac, Mac};
 use rand::RngCore;
 use sha2::Sha256;
 
-use crate::config::{Config, Secret};
-use crate::engine::RoomId;
+use crate::ids::RoomId;
+use crate::secret::Secret;
 
 /// The salt of the HKDF step from the instance secret to pass keys, so the
 /// derived key has nothing in common with the ticket MACs made from the
@@ -81,7 +81,7 @@ const SHADOW_CONTEXT: &[u8] = b"narabu shadow ticket v1\0";
 
 /// Which line a verified ticket token belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Line {
+pub(crate) enum Line {
     Real,
     Shadow,
 }
@@ -171,11 +171,16 @@ impl Keyring {
     }
 
     /// The configured secrets, or the key file in the data directory when
-    /// no secret is configured.
-    pub(crate) fn from_config(config: &Config) -> Result<Self, KeyFileError> {
-        match &config.secret {
-            Some(secret) => Ok(Self::from_secrets(secret, config.previous_secret.as_ref())),
-            None => Self::load_or_create(&config.data_dir),
+    /// no secret is configured. Given the three settings rather than the
+    /// configuration, which names the key types and so sits above them.
+    pub(crate) fn configured(
+        secret: Option<&Secret>,
+        previous: Option<&Secret>,
+        data_dir: &Path,
+    ) -> Result<Self, KeyFileError> {
+        match secret {
+            Some(secret) => Ok(Self::from_secrets(secret, previous)),
+            None => Self::load_or_create(data_dir),
         }
     }
 
@@ -244,7 +249,7 @@ impl Keyring {
     /// of each key over a derivation context and `purpose`. A key derived
     /// for one purpose signs nothing that another purpose, or a ticket,
     /// would accept, and cannot be turned back into the secret.
-    pub fn derive(&self, purpose: &str) -> ([u8; 32], Option<[u8; 32]>) {
+    pub(crate) fn derive(&self, purpose: &str) -> ([u8; 32], Option<[u8; 32]>) {
         let derive = |key: &HmacSha256| -> [u8; 32] {
             mac_in(key, DERIVE_CONTEXT, purpose.as_bytes())
                 .finalize()

@@ -108,7 +108,7 @@ pub enum Verdict {
 
 /// The record's address for what a person may paste: the record itself,
 /// or a room's queue page (`…/queue/{room}?…`).
-pub fn record_url(input: &str) -> anyhow::Result<url::Url> {
+pub(crate) fn record_url(input: &str) -> anyhow::Result<url::Url> {
     let mut url = url::Url::parse(input.trim()).with_context(|| format!("not a URL: {input}"))?;
     if !matches!(url.scheme(), "http" | "https") {
         bail!("not an http(s) URL: {input}");

@@ -29,7 +29,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 
 use super::{AccessSettings, SharedKey};
-use crate::engine::RoomId;
+use crate::ids::RoomId;
 
 /// Seconds a token's `exp` and `nbf` may be off, for clocks that disagree.
 pub(crate) const LEEWAY_SECS: u64 = 30;
@@ -73,7 +73,7 @@ pub enum EnqueueError {
 
 impl EnqueueError {
     /// The label for metrics and the `reason` of the API's error.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             Self::Missing => "missing",
             Self::Malformed => "malformed",
@@ -314,7 +314,7 @@ fn enqueuer(c: Claims, now: u64) -> Result<Enqueuer, EnqueueError> {
 
 /// A lane's name: 1 to 64 lower-case letters, digits, `-` and `_`; what
 /// a room's `lanes` and a token's `lane` claim may say alike.
-pub fn is_lane_name(name: &str) -> bool {
+pub(crate) fn is_lane_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_LANE_LEN
         && name

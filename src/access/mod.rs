@@ -19,7 +19,7 @@
 //! [`RoomAccess`] is the compiled form (keys parsed once); the difficulty
 //! may rise with the room's join rate ([`AccessSettings::difficulty`]).
 
-pub mod enqueue;
+pub(crate) mod enqueue;
 mod patch;
 pub mod pow;
 
@@ -28,11 +28,13 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::engine::{Identity, RoomId};
+use crate::ids::{Identity, RoomId};
 
-pub use enqueue::{EnqueueError, EnqueueVerifier, Enqueuer, is_lane_name};
-pub use patch::AccessPatch;
-pub use pow::{Challenge, ChallengeKeys, PowError, Solved};
+pub use enqueue::EnqueueVerifier;
+pub(crate) use enqueue::{EnqueueError, is_lane_name};
+pub(crate) use patch::AccessPatch;
+pub use pow::ChallengeKeys;
+pub(crate) use pow::{Challenge, PowError, Solved};
 
 /// What a join must show besides itself.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -113,7 +115,7 @@ impl AccessSettings {
     /// base, plus one bit for each doubling above `pow_rise_per_second`,
     /// at most `pow_difficulty_max`. Each bit doubles a solver's work, so
     /// a flood that doubles the join rate doubles what every join costs.
-    pub fn difficulty(&self, joins_per_second: f64) -> u8 {
+    pub(crate) fn difficulty(&self, joins_per_second: f64) -> u8 {
         let base = self.pow_difficulty;
         let max = self.pow_difficulty_max.max(base);
         let threshold = f64::from(self.pow_rise_per_second.max(1));
@@ -141,7 +143,7 @@ impl AccessSettings {
     }
 
     /// The limits these settings must keep: `Err((key, message))`.
-    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+    pub(crate) fn validate(&self) -> Result<(), (&'static str, String)> {
         let bits = 1..=pow::MAX_DIFFICULTY;
         if !bits.contains(&self.pow_difficulty) {
             return Err((
@@ -215,7 +217,7 @@ pub(crate) fn account_identity(room: &RoomId, account: &str) -> Identity {
 
 /// A room's access rules, compiled: keys parsed once, ready to check.
 #[derive(Debug)]
-pub struct RoomAccess {
+pub(crate) struct RoomAccess {
     pub settings: AccessSettings,
     /// Set when `enqueue = "token"`.
     pub enqueue: Option<EnqueueVerifier>,
@@ -225,7 +227,7 @@ impl RoomAccess {
     /// Compiles validated settings. Keys were checked by
     /// [`AccessSettings::validate`]; a key that still fails to load leaves
     /// the room refusing every token, never open.
-    pub fn new(room: &RoomId, settings: AccessSettings) -> Self {
+    pub(crate) fn new(room: &RoomId, settings: AccessSettings) -> Self {
         let enqueue =
             (settings.enqueue == EnqueueMode::Token).then(|| EnqueueVerifier::new(room, &settings));
         Self { settings, enqueue }

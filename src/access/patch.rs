@@ -5,7 +5,7 @@
 //! engine applies a patch in one step).
 
 use super::{AccessSettings, ChallengeMode, EnqueueMode, SharedKey};
-use crate::engine::Patch;
+use crate::patch::Patch;
 
 /// Changes to a room's access rules: `None`/`Absent` leaves a rule as it
 /// is; `Null` clears a key (retiring a previous key, say).
@@ -31,7 +31,7 @@ fn patch_into<T: Clone>(target: &mut Option<T>, patch: &Patch<T>) {
 }
 
 impl AccessPatch {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         *self == Self::default()
     }
 

@@ -39,7 +39,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
-use crate::engine::RoomId;
+use crate::ids::RoomId;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -248,7 +248,7 @@ pub enum PowError {
 
 impl PowError {
     /// The label for metrics and the `reason` of the API's error.
-    pub fn reason(self) -> &'static str {
+    pub(crate) fn reason(self) -> &'static str {
         match self {
             Self::Malformed => "malformed",
             Self::Forged => "forged",
@@ -259,16 +259,6 @@ impl PowError {
             Self::Spent => "spent",
         }
     }
-
-    pub const ALL: [PowError; 7] = [
-        Self::Malformed,
-        Self::Forged,
-        Self::OtherRoom,
-        Self::Expired,
-        Self::TooEasy,
-        Self::Wrong,
-        Self::Spent,
-    ];
 }
 
 /// SHA-256 of the token followed by the counter in decimal.

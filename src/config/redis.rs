@@ -85,10 +85,10 @@ impl RedisWait {
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
     /// Below the connection's response timeout (2 s), so a `WAIT` that
     /// runs its course is never taken for a dead connection.
-    pub const MAX_TIMEOUT: Duration = Duration::from_millis(1500);
-    pub const MIN_TIMEOUT: Duration = Duration::from_millis(10);
+    pub(crate) const MAX_TIMEOUT: Duration = Duration::from_millis(1500);
+    pub(crate) const MIN_TIMEOUT: Duration = Duration::from_millis(10);
     /// More replicas than anyone runs is a typo.
-    pub const MAX_REPLICAS: u32 = 16;
+    pub(crate) const MAX_REPLICAS: u32 = 16;
 
     /// Off: answered once the primary has it.
     pub const OFF: Self = Self {
@@ -96,7 +96,7 @@ impl RedisWait {
         timeout: Self::DEFAULT_TIMEOUT,
     };
 
-    pub fn is_on(&self) -> bool {
+    pub(crate) fn is_on(&self) -> bool {
         self.replicas > 0
     }
 }

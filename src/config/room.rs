@@ -20,19 +20,19 @@ use crate::engine::{LaneSpec, Order, RoomId, RoomSettings};
 
 /// Smallest and largest room: one permit up to a million (a bigger room is
 /// not a waiting room any more).
-pub const CAPACITY_MIN: u32 = 1;
-pub const CAPACITY_MAX: u32 = 1_000_000;
+pub(crate) const CAPACITY_MIN: u32 = 1;
+pub(crate) const CAPACITY_MAX: u32 = 1_000_000;
 /// A tick faster than 10 ms is busy-waiting; slower than a minute makes the
 /// liveness promise ("a free permit meets a waiting ticket within a tick")
 /// meaningless.
-pub const TICK_MIN: Duration = Duration::from_millis(10);
-pub const TICK_MAX: Duration = Duration::from_secs(60);
+pub(crate) const TICK_MIN: Duration = Duration::from_millis(10);
+pub(crate) const TICK_MAX: Duration = Duration::from_secs(60);
 /// The longest timeout accepted, so that "now + timeout" in milliseconds can
 /// never overflow and a typo like "10y" is caught rather than obeyed.
-pub const TIMEOUT_MAX: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+pub(crate) const TIMEOUT_MAX: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 /// 9999-12-30T22:00:00Z, the last whole millisecond `jiff` accepts, so the
 /// admin API can always write an `opens_at` back as RFC 3339.
-pub const OPENS_AT_MAX: u64 = 253_402_207_200_000;
+pub(crate) const OPENS_AT_MAX: u64 = 253_402_207_200_000;
 
 /// The keys of one `[[rooms]]` table. Only `id` is required; every other key
 /// falls back to the default of [`RoomSettings::new`].
@@ -41,7 +41,7 @@ pub const OPENS_AT_MAX: u64 = 253_402_207_200_000;
 /// same shape, so the admin API can show a room in the form it accepts.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RoomTable {
+pub(crate) struct RoomTable {
     /// The room. The path names it, so a `PUT` body may leave it out (the
     /// document marks it read-only); one that gives it must give the path's.
     #[schema(required = false, read_only)]
@@ -182,7 +182,8 @@ pub struct RoomTable {
 
 impl RoomTable {
     /// A table naming only the room: every setting at its default.
-    pub fn new(id: RoomId) -> Self {
+    #[cfg(test)]
+    pub(crate) fn new(id: RoomId) -> Self {
         Self {
             id,
             capacity: None,
@@ -221,7 +222,7 @@ impl RoomTable {
     /// Fills in defaults and checks every limit. Errors name the field as
     /// `{field_prefix}.{key}` (e.g. `rooms[1].capacity`), or just `{key}`
     /// when the prefix is empty, as it is for an admin API body.
-    pub fn into_settings(self, field_prefix: &str) -> Result<RoomSettings, ConfigError> {
+    pub(crate) fn into_settings(self, field_prefix: &str) -> Result<RoomSettings, ConfigError> {
         let mut s = RoomSettings::new(self.id.clone());
         if let Some(v) = self.capacity {
             s.capacity = v;
@@ -277,7 +278,7 @@ impl RoomTable {
 impl RoomTable {
     /// The access keys of this table over `a`. A new difficulty without a
     /// maximum keeps a fixed difficulty fixed, and a rising one rising.
-    pub fn fill_access(&self, a: &mut AccessSettings) {
+    pub(crate) fn fill_access(&self, a: &mut AccessSettings) {
         if let Some(v) = self.challenge {
             a.challenge = v;
         }
@@ -362,10 +363,10 @@ impl From<&RoomSettings> for RoomTable {
 
 /// The largest `notify_ahead`: past a line of this length a call "N ahead"
 /// tells nobody anything.
-pub const MAX_NOTIFY_AHEAD: u32 = 1_000_000;
+pub(crate) const MAX_NOTIFY_AHEAD: u32 = 1_000_000;
 
 /// The limits every room must keep, however its settings were made.
-pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigError> {
+pub(crate) fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigError> {
     let field = |name: &str| join_field(field_prefix, name);
     check_capacity(&field("capacity"), s.capacity)?;
     check_tick(&field("tick"), s.tick)?;
@@ -415,7 +416,7 @@ pub fn validate_room(s: &RoomSettings, field_prefix: &str) -> Result<(), ConfigE
 
 /// A room's autotune section, the failing key named
 /// (`rooms[0].autotune.max_rate`).
-pub fn check_autotune(
+pub(crate) fn check_autotune(
     field_prefix: &str,
     a: &crate::autotune::Autotune,
 ) -> Result<(), ConfigError> {
@@ -426,7 +427,10 @@ pub fn check_autotune(
 /// A room's traffic rules, the failing one named with its field
 /// (`rooms[0].rules[2].network[1]`); each `network_file` is read, and one
 /// that does not read is named with its line.
-pub fn check_rules(field_prefix: &str, rules: &[crate::rules::Rule]) -> Result<(), ConfigError> {
+pub(crate) fn check_rules(
+    field_prefix: &str,
+    rules: &[crate::rules::Rule],
+) -> Result<(), ConfigError> {
     crate::rules::validate(rules)
         .and_then(|()| crate::rules::check_files(rules))
         .map_err(|e| ConfigError::new(join_field(field_prefix, &e.field), e.message))
@@ -438,7 +442,7 @@ pub fn check_rules(field_prefix: &str, rules: &[crate::rules::Rule]) -> Result<(
 /// token's `lane` claim allows them and each once, weights 1 to 1000, and
 /// a `default_lane` that is one of them (required with lanes, refused
 /// without).
-pub fn check_lanes(
+pub(crate) fn check_lanes(
     field_prefix: &str,
     lanes: &[LaneSpec],
     default_lane: Option<&str>,
@@ -493,7 +497,7 @@ pub fn check_lanes(
     }
 }
 
-pub fn check_templates_dir(field: &str, dir: &str) -> Result<(), ConfigError> {
+pub(crate) fn check_templates_dir(field: &str, dir: &str) -> Result<(), ConfigError> {
     if dir.trim().is_empty() {
         return Err(ConfigError::new(
             field,
@@ -508,7 +512,7 @@ pub fn check_templates_dir(field: &str, dir: &str) -> Result<(), ConfigError> {
 
 /// The limits of each setting on its own, for changes of a few fields
 /// (`PATCH`): each field's limit depends on that field alone.
-pub fn check_capacity(field: &str, capacity: u32) -> Result<(), ConfigError> {
+pub(crate) fn check_capacity(field: &str, capacity: u32) -> Result<(), ConfigError> {
     if (CAPACITY_MIN..=CAPACITY_MAX).contains(&capacity) {
         return Ok(());
     }
@@ -518,7 +522,7 @@ pub fn check_capacity(field: &str, capacity: u32) -> Result<(), ConfigError> {
     ))
 }
 
-pub fn check_tick(field: &str, tick: Duration) -> Result<(), ConfigError> {
+pub(crate) fn check_tick(field: &str, tick: Duration) -> Result<(), ConfigError> {
     if (TICK_MIN..=TICK_MAX).contains(&tick) {
         return Ok(());
     }
@@ -534,7 +538,7 @@ pub fn check_tick(field: &str, tick: Duration) -> Result<(), ConfigError> {
 }
 
 /// `pass_idle`, `arrival_grace`, `queue_idle`.
-pub fn check_timeout(field: &str, value: Duration) -> Result<(), ConfigError> {
+pub(crate) fn check_timeout(field: &str, value: Duration) -> Result<(), ConfigError> {
     if value.is_zero() {
         return Err(ConfigError::new(field, "must be more than 0"));
     }
@@ -550,10 +554,10 @@ pub fn check_timeout(field: &str, value: Duration) -> Result<(), ConfigError> {
 /// A signed pass lives at least a second (its times are whole seconds)
 /// and at most an hour: past that, a released permit's pass would let its
 /// holder on for too long to call the room's capacity a limit.
-pub const PASS_LIFETIME_MIN: Duration = Duration::from_secs(1);
-pub const PASS_LIFETIME_MAX: Duration = Duration::from_secs(60 * 60);
+pub(crate) const PASS_LIFETIME_MIN: Duration = Duration::from_secs(1);
+pub(crate) const PASS_LIFETIME_MAX: Duration = Duration::from_secs(60 * 60);
 
-pub fn check_pass_lifetime(field: &str, value: Duration) -> Result<(), ConfigError> {
+pub(crate) fn check_pass_lifetime(field: &str, value: Duration) -> Result<(), ConfigError> {
     if (PASS_LIFETIME_MIN..=PASS_LIFETIME_MAX).contains(&value) {
         return Ok(());
     }
@@ -570,11 +574,11 @@ pub fn check_pass_lifetime(field: &str, value: Duration) -> Result<(), ConfigErr
 
 /// The shortest `away_grace`: below a second a stream's reconnect (the
 /// browser waits a few seconds) could not keep its place.
-pub const AWAY_GRACE_MIN: Duration = Duration::from_secs(1);
+pub(crate) const AWAY_GRACE_MIN: Duration = Duration::from_secs(1);
 
 /// `away_grace`: at least a second, and shorter than `queue_idle` (an away
 /// ticket must be able to come back before it is abandoned).
-pub fn check_away_grace(
+pub(crate) fn check_away_grace(
     field: &str,
     away_grace: Duration,
     queue_idle: Duration,
@@ -602,7 +606,7 @@ pub fn check_away_grace(
     Ok(())
 }
 
-pub fn check_stock(field: &str, stock: u64) -> Result<(), ConfigError> {
+pub(crate) fn check_stock(field: &str, stock: u64) -> Result<(), ConfigError> {
     if stock <= STOCK_MAX {
         return Ok(());
     }
@@ -615,7 +619,7 @@ pub fn check_stock(field: &str, stock: u64) -> Result<(), ConfigError> {
 /// The mode a room is given beside its stock (`rules::mode_with_stock`):
 /// a stock of 0 is sold out, so another mode given with it is refused
 /// rather than silently overridden. `None`: no mode given, none implied.
-pub fn stock_mode(
+pub(crate) fn stock_mode(
     field: &str,
     mode: Option<Mode>,
     stock: Option<u64>,
@@ -633,7 +637,7 @@ pub fn stock_mode(
     }
 }
 
-pub fn check_admit_per_minute(field: &str, cap: u32) -> Result<(), ConfigError> {
+pub(crate) fn check_admit_per_minute(field: &str, cap: u32) -> Result<(), ConfigError> {
     if cap == 0 {
         return Err(ConfigError::new(
             field,
@@ -648,17 +652,19 @@ fn show(d: Duration) -> humantime::FormattedDuration {
 }
 
 /// Durations as humans write them: "500ms", "1s", "10m", "1h 30m".
-pub mod opt_duration {
+pub(crate) mod opt_duration {
     use super::*;
 
-    pub fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             Some(d) => s.collect_str(&humantime::format_duration(*d)),
             None => s.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
         Ok(Option::<DurationText>::deserialize(d)?.map(|t| t.0))
     }
 
@@ -695,7 +701,7 @@ pub mod opt_duration {
 mod opt_opens_at {
     use super::*;
 
-    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             Some(ms) => {
                 let ts = i64::try_from(*ms)
@@ -708,7 +714,7 @@ mod opt_opens_at {
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
         Ok(Option::<OpensAt>::deserialize(d)?.map(|t| t.0))
     }
 
@@ -745,7 +751,7 @@ mod opt_opens_at {
     }
 
     /// Unix milliseconds of an RFC 3339 time that carries its offset.
-    pub fn parse_rfc3339_ms(text: &str) -> Result<u64, String> {
+    pub(crate) fn parse_rfc3339_ms(text: &str) -> Result<u64, String> {
         let ts: jiff::Timestamp = text
             .trim()
             .parse()
@@ -755,10 +761,9 @@ mod opt_opens_at {
     }
 }
 
-pub use opt_opens_at::parse_rfc3339_ms;
-
 #[cfg(test)]
 mod tests {
+    use super::opt_opens_at::parse_rfc3339_ms;
     use super::*;
 
     fn id(s: &str) -> RoomId {

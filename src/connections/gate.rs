@@ -36,7 +36,7 @@ use super::{MAX_HEAD, MAX_HEADERS, status_and_headers, write_all};
 use crate::http::gate::{GateFirst, is_gate_check};
 
 /// What became of a gate connection.
-pub enum Ended {
+pub(crate) enum Ended {
     /// Closed: by the peer, by the timeout, by a `Connection: close`, or
     /// at shutdown.
     Closed,
@@ -48,7 +48,7 @@ pub enum Ended {
 /// Serve gate checks from `buf` (which holds at least one whole head) and
 /// then from the socket, until the connection ends or asks for something
 /// else.
-pub async fn serve(
+pub(crate) async fn serve(
     mut socket: TcpStream,
     mut buf: BytesMut,
     app: GateFirst,
@@ -234,7 +234,7 @@ mod date {
         static CACHED: RefCell<(u64, String)> = const { RefCell::new((0, String::new())) };
     }
 
-    pub fn push(out: &mut Vec<u8>) {
+    pub(crate) fn push(out: &mut Vec<u8>) {
         let now = SystemTime::now();
         let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         CACHED.with_borrow_mut(|(at, text)| {

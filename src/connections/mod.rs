@@ -34,7 +34,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tower::ServiceExt;
 
-pub mod gate;
+pub(crate) mod gate;
 
 /// The most a head may take on this path; a bigger one goes to hyper and
 /// on to the router, whose edge layer refuses it (431).
@@ -151,7 +151,7 @@ fn is_events_path(path: &str) -> bool {
 }
 
 /// Run an event-stream request through the router and write its response.
-pub async fn serve(
+pub(crate) async fn serve(
     mut socket: TcpStream,
     request: Box<Request<axum::body::Body>>,
     app: crate::http::gate::GateFirst,
@@ -323,7 +323,7 @@ pub(crate) struct Rewind {
 }
 
 impl Rewind {
-    pub fn new(prefix: Bytes, inner: TcpStream) -> Self {
+    pub(crate) fn new(prefix: Bytes, inner: TcpStream) -> Self {
         Self { prefix, inner }
     }
 }

@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 
-use super::settings::RoomId;
 use super::ticket::TicketId;
+use crate::ids::RoomId;
 
 /// How to reach a visitor, as they gave it. `Debug` leaves the
 /// subscription out.
@@ -83,7 +83,7 @@ pub struct CallbackState {
 }
 
 impl CallbackState {
-    pub fn new(callback: Callback) -> Self {
+    pub(crate) fn new(callback: Callback) -> Self {
         Self {
             callback: Arc::new(callback),
             ahead_sent: false,
@@ -93,7 +93,7 @@ impl CallbackState {
 
     /// A new way to reach the visitor in place of `old`: what was said on
     /// the old one stays said.
-    pub fn replacing(callback: Callback, old: Option<&CallbackState>) -> Self {
+    pub(crate) fn replacing(callback: Callback, old: Option<&CallbackState>) -> Self {
         let mut kept = Self::new(callback);
         if let Some(old) = old {
             kept.ahead_sent = old.ahead_sent;
@@ -121,11 +121,11 @@ mod shared {
 
     use super::Callback;
 
-    pub fn serialize<S: Serializer>(c: &Arc<Callback>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(c: &Arc<Callback>, s: S) -> Result<S::Ok, S::Error> {
         c.as_ref().serialize(s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<Callback>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<Callback>, D::Error> {
         Callback::deserialize(d).map(Arc::new)
     }
 }

@@ -22,14 +22,14 @@ use tokio::sync::{Notify, watch};
 /// How long the first position change waits for others to share its wave.
 /// Short next to what a visitor notices (and to the one-second cadence of a
 /// stream's position events), long next to a burst of hand-offs.
-pub const COALESCE: Duration = Duration::from_millis(20);
+pub(crate) const COALESCE: Duration = Duration::from_millis(20);
 
 /// The least time between two coalesced moves.
-pub const WAVE_GAP: Duration = Duration::from_millis(250);
+pub(crate) const WAVE_GAP: Duration = Duration::from_millis(250);
 
 /// The change counter of one room (or of one instance's replica of it).
 #[derive(Debug)]
-pub struct Changes {
+pub(crate) struct Changes {
     tx: watch::Sender<u64>,
     dirty: AtomicBool,
     wake: Notify,
@@ -46,33 +46,33 @@ impl Default for Changes {
 }
 
 impl Changes {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Follow the counter.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.tx.subscribe()
     }
 
     /// Positions moved: the coalescer moves the counter within [`COALESCE`].
     /// Cheap enough for every pop and departure: one atomic swap, and a
     /// wake only for the first mark of a window.
-    pub fn mark(&self) {
+    pub(crate) fn mark(&self) {
         if !self.dirty.swap(true, Ordering::AcqRel) {
             self.wake.notify_one();
         }
     }
 
     /// Move the counter now (any pending mark rides along).
-    pub fn bump(&self) {
+    pub(crate) fn bump(&self) {
         self.dirty.store(false, Ordering::Release);
         self.tx.send_modify(|v| *v += 1);
     }
 
     /// The coalescer: forever, wait for a mark, let the window pass, move
     /// the counter. Run it as a task for as long as the room lives.
-    pub async fn coalesce(&self) {
+    pub(crate) async fn coalesce(&self) {
         let mut last: Option<tokio::time::Instant> = None;
         loop {
             self.wake.notified().await;
@@ -84,11 +84,6 @@ impl Changes {
                 last = Some(tokio::time::Instant::now());
             }
         }
-    }
-
-    /// How many follow the counter (streams and relays).
-    pub fn followers(&self) -> usize {
-        self.tx.receiver_count()
     }
 }
 

@@ -29,7 +29,7 @@ pub trait Clock: Send + Sync + 'static {
 pub struct Timestamp(pub u64);
 
 impl Timestamp {
-    pub fn ms(self) -> u64 {
+    pub(crate) fn ms(self) -> u64 {
         self.0
     }
 
@@ -41,7 +41,7 @@ impl Timestamp {
 
     /// `2026-12-01 01:00 UTC` (with the date) or `01:00:05 UTC`: the text a
     /// page shows before its script puts it in the reader's time zone.
-    pub fn display_utc(self, with_date: bool) -> String {
+    pub(crate) fn display_utc(self, with_date: bool) -> String {
         let Some(t) = self.to_jiff() else {
             return String::new();
         };

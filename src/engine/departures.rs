@@ -19,13 +19,13 @@ const BLOCK: usize = 1 << BLOCK_BITS;
 const MAX_BLOCKS: usize = 1 << 12;
 
 /// The most queue indices one index can hold (2^26 ≈ 67 million).
-pub const MAX_QUEUE: usize = BLOCK * MAX_BLOCKS;
+pub(crate) const MAX_QUEUE: usize = BLOCK * MAX_BLOCKS;
 
 /// Which queue slots have departed (left, abandoned, revoked while
 /// waiting). It knows nothing of rooms or tickets: any holder of a queue's
 /// head and its departures (the engine's room, or a replica of a room kept
 /// in Redis) can count the tickets waiting ahead of a slot with it.
-pub struct Departures {
+pub(crate) struct Departures {
     blocks: Box<[OnceLock<Box<[AtomicU32]>>]>,
 }
 
@@ -42,7 +42,7 @@ impl Default for Departures {
 }
 
 impl Departures {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             blocks: (0..MAX_BLOCKS).map(|_| OnceLock::new()).collect(),
         }
@@ -53,7 +53,7 @@ impl Departures {
     }
 
     /// Record that the ticket at queue `index` departed while queued.
-    pub fn record(&self, index: u32) {
+    pub(crate) fn record(&self, index: u32) {
         let index = index as usize;
         if index >= MAX_QUEUE {
             return;
@@ -84,7 +84,7 @@ impl Departures {
 
     /// Tickets still waiting ahead of queue slot `index` when `head` is the
     /// next slot to pop: the slots in between that have not departed.
-    pub fn waiting_ahead(&self, head: u32, index: u32) -> u64 {
+    pub(crate) fn waiting_ahead(&self, head: u32, index: u32) -> u64 {
         if index < head {
             return 0;
         }
@@ -92,7 +92,7 @@ impl Departures {
     }
 
     /// Departures among queue indices `[from, to)`.
-    pub fn count(&self, from: u32, to: u32) -> u64 {
+    pub(crate) fn count(&self, from: u32, to: u32) -> u64 {
         let (from, to) = (from as usize, (to as usize).min(MAX_QUEUE));
         if from >= to {
             return 0;

@@ -14,9 +14,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::callbacks::{Callback, Notice};
-use super::room::Identity;
 use super::settings::RoomSettings;
 use super::ticket::{TicketId, TicketState};
+use crate::ids::Identity;
 
 /// One change of a room.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -172,7 +172,7 @@ impl From<RoomEvent<'_>> for EventRecord {
 }
 
 impl EventRecord {
-    pub fn as_event(&self) -> RoomEvent<'_> {
+    pub(crate) fn as_event(&self) -> RoomEvent<'_> {
         match self {
             Self::Joined {
                 ticket,

@@ -26,11 +26,11 @@ use std::collections::{HashMap, HashSet};
 use super::ticket::TicketId;
 
 /// Who holds streams: an instance's id, chosen at random when it starts.
-pub type HolderId = u64;
+pub(crate) type HolderId = u64;
 
 /// What one holder says of its streams in one report.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StreamReport {
+pub(crate) struct StreamReport {
     pub holder: HolderId,
     /// `opened` lists every ticket the holder holds now; any other it was
     /// known to hold is let go.
@@ -59,7 +59,7 @@ pub(crate) struct Holder {
 }
 
 impl Holds {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             generation: rand::random::<u64>().max(1),
             holders: HashMap::new(),
@@ -67,7 +67,7 @@ impl Holds {
     }
 
     /// The holders not heard from since `before`, taken out.
-    pub fn take_lapsed(&mut self, before: u64) -> Vec<Holder> {
+    pub(crate) fn take_lapsed(&mut self, before: u64) -> Vec<Holder> {
         let lapsed: Vec<HolderId> = self
             .holders
             .iter()

@@ -143,7 +143,7 @@ impl RoomImage {
 
     /// Replay one event. Idempotent, and tolerant of the events of one
     /// ticket arriving in any order.
-    pub fn apply(&mut self, event: RoomEvent<'_>) {
+    pub(crate) fn apply(&mut self, event: RoomEvent<'_>) {
         match event {
             RoomEvent::Joined {
                 ticket,

@@ -18,7 +18,7 @@ use crate::locks::{read, write};
 
 /// One lane's head, departures and back set.
 #[derive(Debug, Default)]
-pub struct LaneIndex {
+pub(crate) struct LaneIndex {
     /// The next queue index to pop from the main line.
     pub(crate) head: AtomicU32,
     departures: Departures,
@@ -34,12 +34,12 @@ pub struct LaneIndex {
 }
 
 impl LaneIndex {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// The next queue index to pop from the main line.
-    pub fn head(&self) -> u32 {
+    pub(crate) fn head(&self) -> u32 {
         self.head.load(Ordering::Acquire)
     }
 
@@ -50,7 +50,7 @@ impl LaneIndex {
     /// stream that needs its place to fall by `k` sleeps until the count
     /// has grown by `k`. It counts from this index's start: another copy
     /// of the line counts afresh.
-    pub fn moves(&self) -> u64 {
+    pub(crate) fn moves(&self) -> u64 {
         u64::from(self.head()) + self.moved.load(Ordering::Acquire)
     }
 
@@ -58,7 +58,7 @@ impl LaneIndex {
     /// set, or the whole back set plus those between the head and it in
     /// the main line. `None` when `qi` is neither (the head passed it and
     /// it did not come back).
-    pub fn ahead(&self, qi: u32) -> Option<u64> {
+    pub(crate) fn ahead(&self, qi: u32) -> Option<u64> {
         let back_len = self.back_len.load(Ordering::Acquire);
         if back_len > 0 {
             let back = read(&self.back);
@@ -75,7 +75,7 @@ impl LaneIndex {
 
     /// The ticket at `qi` left the line while waiting (in the main line or
     /// in the back set).
-    pub fn departed(&self, qi: u32) {
+    pub(crate) fn departed(&self, qi: u32) {
         if !self.leave_back(qi) {
             self.record_departure(qi);
         }
@@ -83,14 +83,14 @@ impl LaneIndex {
 
     /// A replica's pop: the ticket at `qi` was taken from the back set, or
     /// else the head moved past it.
-    pub fn popped(&self, qi: u32) {
+    pub(crate) fn popped(&self, qi: u32) {
         if !self.leave_back(qi) {
             self.head.fetch_max(qi.saturating_add(1), Ordering::AcqRel);
         }
     }
 
     /// A skipped ticket came back: it goes ahead of the main line.
-    pub fn go_back(&self, qi: u32) {
+    pub(crate) fn go_back(&self, qi: u32) {
         if write(&self.back).insert(qi) {
             self.back_len.fetch_add(1, Ordering::AcqRel);
         }
@@ -105,7 +105,7 @@ impl LaneIndex {
     }
 
     /// The lowest returner, taken out of the back set (a popper's).
-    pub fn take_back(&self) -> Option<u32> {
+    pub(crate) fn take_back(&self) -> Option<u32> {
         if self.back_len.load(Ordering::Acquire) == 0 {
             return None;
         }
@@ -117,7 +117,7 @@ impl LaneIndex {
         taken
     }
 
-    pub fn back_len(&self) -> u64 {
+    pub(crate) fn back_len(&self) -> u64 {
         self.back_len.load(Ordering::Acquire)
     }
 
@@ -135,7 +135,12 @@ impl LaneIndex {
 
     /// A replica's starting point: the head, the departed slots from the
     /// head on, and the back set, as a snapshot of the line gives them.
-    pub fn restored(head: u32, departed: impl IntoIterator<Item = u32>, back: &[u32]) -> Self {
+    #[cfg(test)]
+    pub(crate) fn restored(
+        head: u32,
+        departed: impl IntoIterator<Item = u32>,
+        back: &[u32],
+    ) -> Self {
         let index = Self::new();
         index.head.store(head, Ordering::Release);
         for qi in departed {

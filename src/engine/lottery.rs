@@ -31,7 +31,7 @@ impl std::fmt::Debug for LotterySeed {
 }
 
 impl LotterySeed {
-    pub fn random() -> Self {
+    pub(crate) fn random() -> Self {
         Self(rand::random())
     }
 
@@ -40,7 +40,7 @@ impl LotterySeed {
         hex::encode(Sha256::digest(self.0))
     }
 
-    pub fn to_hex(&self) -> String {
+    pub(crate) fn to_hex(&self) -> String {
         hex::encode(self.0)
     }
 
@@ -131,7 +131,7 @@ impl DrawRecord {
 impl Room {
     /// The room's draw as published: `None` for a room without one
     /// (`order = "fifo"`, or open from the start).
-    pub fn draw_record(&self) -> Option<DrawRecord> {
+    pub(crate) fn draw_record(&self) -> Option<DrawRecord> {
         let seed = self.lottery.as_ref()?;
         let order: Option<Vec<TicketId>> = self.drawn.get().cloned();
         Some(DrawRecord {

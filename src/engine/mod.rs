@@ -38,7 +38,7 @@ mod holds;
 mod image;
 mod lane;
 mod lottery;
-pub mod record;
+pub(crate) mod record;
 mod replay;
 mod room;
 pub mod rules;
@@ -57,24 +57,35 @@ mod room_tests;
 #[cfg(test)]
 mod stress_tests;
 
-pub use callbacks::{Callback, CallbackState, Callouts, Notice};
-pub use changes::{COALESCE, Changes, WAVE_GAP};
+// What the server binary, the integration tests, benches and examples use.
+pub use callbacks::{Callback, Notice};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
-pub use departures::Departures;
-pub use event::{EventRecord, EventSink, RoomEvent};
-pub use holds::{HolderId, StreamReport};
-pub use image::{RoomImage, TicketImage};
-pub use lane::LaneIndex;
-pub use lottery::{DrawMismatch, DrawRecord, LotterySeed};
-pub use record::{AdmissionRecord, CHECKPOINT, Chained, Entry, EntryKind, Page};
-pub use replay::Replayer;
-pub use room::{Binding, Departure, Handoff, Identity, JoinError, Joined, Room, SubscribeError};
-pub use rules::{
-    AdmissionRate, Eta, Status, StatusBody, TicketState, TicketStatus, WAIT_BUCKETS_MS,
-};
-pub use settings::{
-    InvalidRoomId, LaneSpec, Order, Patch, RoomId, RoomPatch, RoomSettings, UnknownLane,
-};
-pub use tally::RoomTally;
+pub use event::{EventRecord, EventSink};
+pub use image::RoomImage;
+pub use lottery::LotterySeed;
+pub use record::{AdmissionRecord, CHECKPOINT, Entry};
+pub use room::{Departure, Handoff, JoinError, Room};
+pub use rules::{TicketState, TicketStatus};
+pub use settings::{LaneSpec, Order, RoomPatch, RoomSettings};
 pub use ticket::TicketId;
-pub use view::{LaneView, PermitLedger, RoomStats, RoomView, TickReport, WaitSnapshot};
+pub use view::{PermitLedger, RoomView};
+
+// Named below the engine, since fair access speaks of them too; found here.
+pub(crate) use crate::ids::InvalidRoomId;
+pub use crate::ids::{Identity, RoomId};
+pub use crate::patch::Patch;
+
+pub(crate) use callbacks::{CallbackState, Callouts};
+pub(crate) use event::RoomEvent;
+pub(crate) use holds::StreamReport;
+pub(crate) use lottery::{DrawMismatch, DrawRecord};
+pub(crate) use record::{EntryKind, Page};
+pub(crate) use replay::Replayer;
+pub(crate) use room::{Binding, Joined, SubscribeError};
+pub(crate) use rules::{Eta, Status, StatusBody, WAIT_BUCKETS_MS};
+pub(crate) use tally::RoomTally;
+pub(crate) use view::{LaneView, RoomStats, TickReport, WaitSnapshot};
+
+// The backends' tests build a feed and a position index by hand.
+#[cfg(test)]
+pub(crate) use {changes::Changes, lane::LaneIndex};

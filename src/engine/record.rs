@@ -59,7 +59,7 @@ pub enum EntryKind {
 
 impl EntryKind {
     /// The word in the canonical line and the JSON.
-    pub fn word(self) -> &'static str {
+    pub(crate) fn word(self) -> &'static str {
         match self {
             Self::Draw => "draw",
             Self::Admit => "admit",
@@ -91,7 +91,7 @@ pub struct Entry {
 
 impl Entry {
     /// The canonical line of entry `n` (from 1).
-    pub fn line(&self, n: u64) -> String {
+    pub(crate) fn line(&self, n: u64) -> String {
         format!(
             "{n} {} {} {} {} {}",
             self.kind.word(),
@@ -104,12 +104,12 @@ impl Entry {
 }
 
 /// The hash before the first entry of `room`'s line `epoch`.
-pub fn genesis(room: &str, epoch: u64) -> [u8; 32] {
+pub(crate) fn genesis(room: &str, epoch: u64) -> [u8; 32] {
     Sha256::digest(format!("narabu-record {room} {epoch}\n")).into()
 }
 
 /// The hash of an entry whose canonical line is `line`, after `previous`.
-pub fn chain(previous: &[u8; 32], line: &str) -> [u8; 32] {
+pub(crate) fn chain(previous: &[u8; 32], line: &str) -> [u8; 32] {
     Sha256::new()
         .chain_update(hex::encode(previous))
         .chain_update(b" ")
@@ -186,12 +186,12 @@ impl AdmissionRecord {
         }
     }
 
-    pub fn epoch(&self) -> u64 {
+    pub(crate) fn epoch(&self) -> u64 {
         self.epoch
     }
 
     /// The number of the last record applied.
-    pub fn applied(&self) -> u64 {
+    pub(crate) fn applied(&self) -> u64 {
         self.applied
     }
 
@@ -205,7 +205,7 @@ impl AdmissionRecord {
     }
 
     /// The hash of the last entry (the genesis hash while empty).
-    pub fn head(&self) -> [u8; 32] {
+    pub(crate) fn head(&self) -> [u8; 32] {
         self.head
     }
 
@@ -330,13 +330,13 @@ impl AdmissionRecord {
     }
 
     /// Every entry, in order.
-    pub fn entries(&self) -> &[Entry] {
+    pub(crate) fn entries(&self) -> &[Entry] {
         &self.entries
     }
 
     /// Every ticket whose join was applied: id, lane, number (0: none)
     /// and when it joined.
-    pub fn tickets(&self) -> impl Iterator<Item = (TicketId, u8, u32, u64)> + '_ {
+    pub(crate) fn tickets(&self) -> impl Iterator<Item = (TicketId, u8, u32, u64)> + '_ {
         self.places
             .iter()
             .enumerate()
@@ -353,7 +353,7 @@ impl AdmissionRecord {
     /// [`Self::read`] of the record's first `n` entries, whose last hash
     /// is `head` (what a backend shows while later entries are not yet
     /// durable).
-    pub fn read_first(&self, n: u64, head: [u8; 32], after: u64, limit: usize) -> Page {
+    pub(crate) fn read_first(&self, n: u64, head: [u8; 32], after: u64, limit: usize) -> Page {
         let n = n.min(self.len());
         let after = after.min(n);
         let (previous, entries) = if after == n {
@@ -373,7 +373,7 @@ impl AdmissionRecord {
 
     /// Up to `limit` entries after the first `after`, with their hashes,
     /// and the hash before them.
-    pub fn page(&self, after: u64, limit: usize) -> ([u8; 32], Vec<Chained>) {
+    pub(crate) fn page(&self, after: u64, limit: usize) -> ([u8; 32], Vec<Chained>) {
         let after = usize::try_from(after)
             .unwrap_or(usize::MAX)
             .min(self.entries.len());

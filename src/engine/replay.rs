@@ -29,7 +29,7 @@ use super::ticket::{Ticket, TicketId};
 use crate::locks::{lock, write};
 
 /// A room kept by applying another room's records.
-pub struct Replayer {
+pub(crate) struct Replayer {
     room: Arc<Room>,
     /// Joins reported before a ticket numbered ahead of them.
     joins: BTreeMap<TicketId, EventRecord>,
@@ -42,7 +42,7 @@ pub struct Replayer {
 impl Replayer {
     /// Follow `room`'s records from the state it is in (restored from an
     /// image, with no sink and no worker).
-    pub fn new(room: Arc<Room>) -> Self {
+    pub(crate) fn new(room: Arc<Room>) -> Self {
         let places = (0..room.lines.len()).map(|_| BTreeMap::new()).collect();
         Self {
             room,
@@ -52,19 +52,20 @@ impl Replayer {
         }
     }
 
-    pub fn room(&self) -> &Arc<Room> {
+    pub(crate) fn room(&self) -> &Arc<Room> {
         &self.room
     }
 
     /// Whether every record so far has been applied (none waits for one
     /// reported later).
-    pub fn is_settled(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_settled(&self) -> bool {
         self.joins.is_empty() && self.early.is_empty() && self.places.iter().all(BTreeMap::is_empty)
     }
 
     /// Whether a ticket's join has come but waits for a record reported
     /// after it (the ticket is known in a moment).
-    pub fn is_pending(&self, ticket: TicketId) -> bool {
+    pub(crate) fn is_pending(&self, ticket: TicketId) -> bool {
         self.joins.contains_key(&ticket)
             || self
                 .places
@@ -73,7 +74,7 @@ impl Replayer {
     }
 
     /// Apply one record of the owner's engine.
-    pub fn apply(&mut self, record: &EventRecord) {
+    pub(crate) fn apply(&mut self, record: &EventRecord) {
         let ticket = match record {
             EventRecord::Joined { ticket, .. } => {
                 self.joins.insert(*ticket, record.clone());

@@ -37,18 +37,12 @@ use super::rules::{
     self, AdmitCap, AtHead, Counter, LaneLoad, MAX_TICKETS, Mode, PassTimeouts, PresenceTimeouts,
     RoomFacts, StockTaken, TicketFacts, TicketStatus,
 };
-use super::settings::{Order, RoomId, RoomPatch, RoomSettings};
+use super::settings::{Order, RoomPatch, RoomSettings};
 use super::ticket::{Ticket, TicketId, TicketState};
 use super::view::{Counters, LaneView, PermitLedger, RoomStats, RoomView, WaitHistogram};
 use super::worker::Worker;
+use crate::ids::{Identity, RoomId};
 use crate::locks::{lock, read, write};
-
-/// Who a join is for, so that the same visitor joining twice (double click,
-/// refresh, retried request) gets the same ticket. The HTTP layer derives it
-/// from an `Idempotency-Key` or similar, hashed, so the engine stores 16
-/// bytes whatever the key's length.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub struct Identity(pub u128);
 
 /// How long an identity keeps answering its ticket.
 #[derive(
@@ -279,7 +273,7 @@ pub struct Room {
 
 /// Why a visitor cannot be called back on this ticket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum SubscribeError {
+pub(crate) enum SubscribeError {
     /// Admitted already, or ended: there is no turn left to call about.
     #[error("this ticket is not waiting (it is {0:?})")]
     NotWaiting(TicketState),
@@ -301,7 +295,11 @@ impl Room {
     }
 
     /// A room with a given incarnation id.
-    pub fn with_epoch(settings: RoomSettings, clock: Arc<dyn Clock>, epoch: u64) -> Arc<Self> {
+    pub(crate) fn with_epoch(
+        settings: RoomSettings,
+        clock: Arc<dyn Clock>,
+        epoch: u64,
+    ) -> Arc<Self> {
         Self::create(settings, clock, epoch, None)
     }
 
@@ -431,16 +429,17 @@ impl Room {
         self.hot.mode()
     }
 
-    pub fn now_ms(&self) -> u64 {
+    pub(crate) fn now_ms(&self) -> u64 {
         self.clock.now_ms()
     }
 
     /// Follow the room view. Cheap to clone and to hold by the thousand.
-    pub fn subscribe_view(&self) -> watch::Receiver<RoomView> {
+    #[cfg(test)]
+    pub(crate) fn subscribe_view(&self) -> watch::Receiver<RoomView> {
         self.view_tx.subscribe()
     }
 
-    pub fn view(&self) -> RoomView {
+    pub(crate) fn view(&self) -> RoomView {
         self.view_tx.borrow().clone()
     }
 
@@ -455,13 +454,17 @@ impl Room {
     /// Take a ticket in `lane` (a lane the room does not have means the
     /// default lane). An identity that already holds a ticket gets it
     /// back, in whatever lane it queues: one identity, one place.
-    pub fn join_in(&self, identity: Option<Identity>, lane: u8) -> Result<Joined, JoinError> {
+    pub(crate) fn join_in(
+        &self,
+        identity: Option<Identity>,
+        lane: u8,
+    ) -> Result<Joined, JoinError> {
         self.join_bound(identity, lane, Binding::Lasting)
     }
 
     /// Like [`Room::join_in`], with the identity bound as `binding` says:
     /// a [`Binding::WhileLive`] identity whose ticket ended gets a new one.
-    pub fn join_bound(
+    pub(crate) fn join_bound(
         &self,
         identity: Option<Identity>,
         lane: u8,
@@ -529,7 +532,7 @@ impl Room {
     }
 
     /// The ticket an identity bound as `binding` still answers, if any.
-    pub fn ticket_bound(&self, identity: Identity, binding: Binding) -> Option<TicketId> {
+    pub(crate) fn ticket_bound(&self, identity: Identity, binding: Binding) -> Option<TicketId> {
         self.ticket_of(identity)
             .filter(|&ticket| self.binds(ticket, binding))
     }
@@ -623,16 +626,16 @@ impl Room {
     /// A lane's position index, for the streams that count positions
     /// from it.
     /// Which copy of the room this is, in this process.
-    pub fn copy(&self) -> u64 {
+    pub(crate) fn copy(&self) -> u64 {
         self.copy
     }
 
-    pub fn lane(&self, lane: u8) -> Option<&LaneIndex> {
+    pub(crate) fn lane(&self, lane: u8) -> Option<&LaneIndex> {
         self.lines.get(usize::from(lane)).map(|l| &l.index)
     }
 
     /// Each lane as the view shows it; empty for a room without lanes.
-    pub fn lane_views(&self) -> Vec<LaneView> {
+    pub(crate) fn lane_views(&self) -> Vec<LaneView> {
         let s = read(&self.settings);
         s.lanes
             .iter()
@@ -647,7 +650,7 @@ impl Room {
     }
 
     /// What this room's streams follow to know when to look again.
-    pub fn changes(&self) -> &Changes {
+    pub(crate) fn changes(&self) -> &Changes {
         &self.changes
     }
 
@@ -665,13 +668,13 @@ impl Room {
 
     /// Where this room hands the calls it decides are due. Set once, by
     /// the backend, on the copy that decides.
-    pub fn set_callouts(&self, callouts: Arc<dyn Callouts>) {
+    pub(crate) fn set_callouts(&self, callouts: Arc<dyn Callouts>) {
         let _ = self.callouts.set(callouts);
     }
 
     /// Keep `callback` for a waiting (or away) ticket, replacing an
     /// earlier one: one per ticket. Calls already made stay made.
-    pub fn subscribe(&self, id: TicketId, callback: Callback) -> Result<(), SubscribeError> {
+    pub(crate) fn subscribe(&self, id: TicketId, callback: Callback) -> Result<(), SubscribeError> {
         let Some(t) = self.ticket(id) else {
             return Err(SubscribeError::NotWaiting(TicketState::Left));
         };
@@ -712,7 +715,7 @@ impl Room {
     }
 
     /// Forget a ticket's callback; whether it had one.
-    pub fn unsubscribe(&self, id: TicketId) -> bool {
+    pub(crate) fn unsubscribe(&self, id: TicketId) -> bool {
         let had = self.callbacks.remove(id);
         if had {
             self.emit(RoomEvent::Unsubscribed { ticket: id });
@@ -721,12 +724,13 @@ impl Room {
     }
 
     /// A ticket's callback and what has been said on it.
-    pub fn callback_of(&self, id: TicketId) -> Option<CallbackState> {
+    #[cfg(test)]
+    pub(crate) fn callback_of(&self, id: TicketId) -> Option<CallbackState> {
         self.callbacks.get(id)
     }
 
     /// How many tickets have a callback.
-    pub fn callback_count(&self) -> usize {
+    pub(crate) fn callback_count(&self) -> usize {
         self.callbacks.len()
     }
 
@@ -1078,7 +1082,7 @@ impl Room {
 
     /// [`Self::touch`] for a sign of life seen at `now` (Unix ms) and
     /// reported a moment later (by another instance).
-    pub fn touch_at(&self, id: TicketId, now: u64) -> Option<TicketState> {
+    pub(crate) fn touch_at(&self, id: TicketId, now: u64) -> Option<TicketState> {
         let t = self.ticket(id)?;
         let (state, arrived) = t.touch(now);
         if arrived {
@@ -1099,7 +1103,7 @@ impl Room {
     /// from another, which heard signs of life the log does not carry. No
     /// visitor is then skipped, abandoned or expired for the change of
     /// hands; one who is gone goes quiet from here, by the usual timeouts.
-    pub fn presume_seen(&self, now: u64) {
+    pub(crate) fn presume_seen(&self, now: u64) {
         for id in 0..self.tickets.count() {
             if let Some(t) = self.tickets.get(id)
                 && matches!(
@@ -1130,7 +1134,7 @@ impl Room {
     /// a ticket whose stream opened is seen (an away visitor is back), one
     /// whose last stream closed is seen for the last time now. Says which
     /// engine heard it (`Holds::generation`).
-    pub fn hold_streams(&self, report: &StreamReport) -> u64 {
+    pub(crate) fn hold_streams(&self, report: &StreamReport) -> u64 {
         let now = self.clock.now_ms();
         let mut holds = lock(&self.holds);
         let generation = holds.generation;
@@ -1211,12 +1215,12 @@ impl Room {
     /// A `Notify` that fires whenever this ticket's state changes (admitted,
     /// expired, left…). Streams wait on it so that an admission reaches its
     /// visitor at once, ahead of any room-wide broadcast.
-    pub fn ticket_notify(&self, id: TicketId) -> Arc<Notify> {
+    pub(crate) fn ticket_notify(&self, id: TicketId) -> Arc<Notify> {
         self.waiters.entry(id).or_default().clone()
     }
 
     /// Drop interest in a ticket; the entry goes when its last holder does.
-    pub fn forget_ticket_notify(&self, id: TicketId, notify: Arc<Notify>) {
+    pub(crate) fn forget_ticket_notify(&self, id: TicketId, notify: Arc<Notify>) {
         drop(notify);
         self.waiters
             .remove_if(&id, |_, n| Arc::strong_count(n) == 1);
@@ -1226,7 +1230,7 @@ impl Room {
     /// started again from an image), so that a stream waiting on the old
     /// copy hears the ticket's next change from this one; each is woken
     /// once, since what it waits for may have happened in between.
-    pub fn take_watchers(&self, from: &Room) {
+    pub(crate) fn take_watchers(&self, from: &Room) {
         for entry in from.waiters.iter() {
             self.waiters.insert(*entry.key(), entry.value().clone());
             entry.value().notify_waiters();
@@ -1255,7 +1259,7 @@ impl Room {
 
     /// A ticket's facts, and the count ahead its holder is shown (clamped
     /// so it never goes up) while it waits in line.
-    pub fn ticket_facts(&self, id: TicketId) -> Option<(TicketFacts, Option<u64>)> {
+    pub(crate) fn ticket_facts(&self, id: TicketId) -> Option<(TicketFacts, Option<u64>)> {
         let t = self.ticket(id)?;
         let facts = TicketFacts {
             id: u64::from(id),
@@ -1288,7 +1292,7 @@ impl Room {
 
     /// What a status needs of the room: the published view (operators'
     /// changes publish it at once), with the line's length as of now.
-    pub fn facts(&self) -> RoomFacts {
+    pub(crate) fn facts(&self) -> RoomFacts {
         self.view_tx
             .borrow()
             .facts(self.waiting.load(Ordering::Acquire))
@@ -1341,11 +1345,12 @@ impl Room {
     }
 
     /// Tickets issued so far (the ids are `0..issued`).
-    pub fn issued(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn issued(&self) -> u32 {
         self.tickets.count() as u32
     }
 
-    pub fn state_of(&self, id: TicketId) -> Option<TicketState> {
+    pub(crate) fn state_of(&self, id: TicketId) -> Option<TicketState> {
         self.ticket(id).map(Ticket::state)
     }
 
@@ -1436,7 +1441,8 @@ impl Room {
     }
 
     /// Open a scheduled room now: the pre-queue is drawn at once.
-    pub fn open_now(&self) {
+    #[cfg(test)]
+    pub(crate) fn open_now(&self) {
         self.patch(&RoomPatch {
             open_now: true,
             ..RoomPatch::default()
@@ -1447,7 +1453,7 @@ impl Room {
     /// (never below zero) as one step with the mode, so the report that
     /// takes the last unit, and only that one, turns the room sold out.
     /// `None` for a room that does not count stock.
-    pub fn purchase(&self, purchased: u64) -> Option<StockTaken> {
+    pub(crate) fn purchase(&self, purchased: u64) -> Option<StockTaken> {
         let w = lock(&self.worker);
         let taken = {
             let mut s = write(&self.settings);
@@ -1464,14 +1470,14 @@ impl Room {
 
     /// Close the room: no more joins, no more admissions. Streams see a
     /// `closed` view and end.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         let w = lock(&self.worker);
         self.hot.closed.store(true, Ordering::Release);
         self.emit(RoomEvent::Closed);
         self.publish_locked(&w, self.clock.now_ms(), false);
     }
 
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.hot.closed.load(Ordering::Acquire)
     }
 

@@ -2,72 +2,17 @@
 //!
 //! These are plain, already-validated values. Parsing and validation live in
 //! `config` (for the TOML file) and in the admin API (for JSON); the engine
-//! trusts what it is given here, so `RoomId` can only be built from a valid
-//! name.
+//! trusts what it is given here (a room's id, [`RoomId`], can only be built
+//! from a valid name).
 
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::rules::Mode;
 use crate::access::{AccessPatch, AccessSettings};
-
-/// A room's name: `[a-z0-9][a-z0-9-]{0,63}`. It appears in URLs, cookie names
-/// and Redis keys, so nothing else may get in.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, utoipa::ToSchema)]
-#[serde(transparent)]
-#[schema(value_type = String, pattern = r"^[a-z0-9][a-z0-9-]{0,63}$", example = "sale")]
-pub struct RoomId(String);
-
-/// Why a string is not a room name.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("room ids are 1 to 64 characters of a-z, 0-9 and '-', starting with a letter or digit")]
-pub struct InvalidRoomId;
-
-impl RoomId {
-    pub const MAX_LEN: usize = 64;
-
-    pub fn new(name: &str) -> Result<Self, InvalidRoomId> {
-        let bytes = name.as_bytes();
-        let valid_char = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-';
-        match bytes.first() {
-            Some(first)
-                if bytes.len() <= Self::MAX_LEN
-                    && *first != b'-'
-                    && bytes.iter().all(valid_char) =>
-            {
-                Ok(Self(name.to_owned()))
-            }
-            _ => Err(InvalidRoomId),
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for RoomId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl FromStr for RoomId {
-    type Err = InvalidRoomId;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::new(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for RoomId {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        RoomId::new(&s).map_err(serde::de::Error::custom)
-    }
-}
+use crate::ids::RoomId;
+use crate::patch::Patch;
 
 /// How the pre-queue (visitors who joined before `opens_at`) is ordered at
 /// opening.
@@ -185,16 +130,16 @@ pub struct LaneSpec {
 /// A join named a lane the room does not have.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("this room has no lane named {0:?}")]
-pub struct UnknownLane(pub String);
+pub(crate) struct UnknownLane(pub String);
 
 fn default_away_grace() -> Duration {
     RoomSettings::DEFAULT_AWAY_GRACE
 }
 
 impl RoomSettings {
-    pub const DEFAULT_CAPACITY: u32 = 100;
+    pub(crate) const DEFAULT_CAPACITY: u32 = 100;
     /// Long enough for a phone passing through a tunnel.
-    pub const DEFAULT_AWAY_GRACE: Duration = Duration::from_secs(20);
+    pub(crate) const DEFAULT_AWAY_GRACE: Duration = Duration::from_secs(20);
     /// High enough that a carrier-grade NAT with a few thousand phones
     /// behind one address, all joining in the opening minute, is never
     /// refused (each visitor needs one new ticket; twice that is headroom
@@ -204,7 +149,7 @@ impl RoomSettings {
     pub const DEFAULT_JOIN_LIMIT_PER_MINUTE: u32 = 10_000;
     /// A minute: a visitor browsing asks the gate about once a minute,
     /// and a released permit's pass lets its holder on for at most that.
-    pub const DEFAULT_PASS_LIFETIME: Duration = Duration::from_secs(60);
+    pub(crate) const DEFAULT_PASS_LIFETIME: Duration = Duration::from_secs(60);
 
     /// A room with the documented defaults.
     pub fn new(id: RoomId) -> Self {
@@ -236,15 +181,10 @@ impl RoomSettings {
     }
 
     /// The most lanes a room may have.
-    pub const MAX_LANES: usize = super::rules::MAX_LANES;
-
-    /// How many lines the room keeps: one per lane, one without lanes.
-    pub fn lane_count(&self) -> usize {
-        self.lanes.len().max(1)
-    }
+    pub(crate) const MAX_LANES: usize = super::rules::MAX_LANES;
 
     /// The lane a join goes to: the one it names, else the default.
-    pub fn lane_of(&self, name: Option<&str>) -> Result<u8, UnknownLane> {
+    pub(crate) fn lane_of(&self, name: Option<&str>) -> Result<u8, UnknownLane> {
         let Some(name) = name.or(self.default_lane.as_deref()) else {
             return Ok(0);
         };
@@ -258,63 +198,16 @@ impl RoomSettings {
     }
 
     /// A lane's name; `None` for a room without lanes.
-    pub fn lane_name(&self, lane: u8) -> Option<&str> {
+    pub(crate) fn lane_name(&self, lane: u8) -> Option<&str> {
         self.lanes.get(usize::from(lane)).map(|l| l.name.as_str())
     }
 
     /// Each lane's weight, in order (`[1]` for a room without lanes).
-    pub fn lane_weights(&self) -> Vec<u32> {
+    pub(crate) fn lane_weights(&self) -> Vec<u32> {
         if self.lanes.is_empty() {
             return vec![1];
         }
         self.lanes.iter().map(|l| l.weight).collect()
-    }
-}
-
-/// One field of a partial update: left out, set to `null`, or given.
-/// Deserialized from JSON with `#[serde(default)]`, so a missing key is
-/// [`Patch::Absent`] and `null` is [`Patch::Null`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Patch<T> {
-    #[default]
-    Absent,
-    Null,
-    Value(T),
-}
-
-impl<T> Patch<T> {
-    pub fn is_absent(&self) -> bool {
-        matches!(self, Self::Absent)
-    }
-}
-
-// In JSON a missing key is `Absent` (with `#[serde(default)]`) and `null`
-// is `Null`. A compact format (a change sent to a room's owner) has no
-// missing keys, so it carries all three as `Option<Option<T>>`.
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Patch<T> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        if d.is_human_readable() {
-            return Ok(Option::<T>::deserialize(d)?.map_or(Self::Null, Self::Value));
-        }
-        Ok(match Option::<Option<T>>::deserialize(d)? {
-            None => Self::Absent,
-            Some(None) => Self::Null,
-            Some(Some(v)) => Self::Value(v),
-        })
-    }
-}
-
-impl<T: Serialize> Serialize for Patch<T> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let nested = match self {
-            Self::Absent => None,
-            Self::Null => Some(None),
-            Self::Value(v) => Some(Some(v)),
-        };
-        if s.is_human_readable() {
-            return nested.flatten().serialize(s);
-        }
-        nested.serialize(s)
     }
 }
 
@@ -360,7 +253,7 @@ pub struct RoomPatch {
 impl RoomPatch {
     /// The settings with this change made (opening is an action, not a
     /// setting: see `open_now`).
-    pub fn apply_to(&self, s: &mut RoomSettings) {
+    pub(crate) fn apply_to(&self, s: &mut RoomSettings) {
         if let Some(v) = self.capacity {
             s.capacity = v;
         }
@@ -431,29 +324,6 @@ impl RoomPatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn room_ids_follow_the_contract() {
-        for ok in ["a", "0", "sale", "big-sale-2026", &"a".repeat(64)] {
-            assert!(RoomId::new(ok).is_ok(), "{ok} should be valid");
-        }
-        for bad in [
-            "",
-            "-a",
-            "A",
-            "sale_1",
-            "säle",
-            "a b",
-            "a/b",
-            &"a".repeat(65),
-        ] {
-            assert_eq!(
-                RoomId::new(bad),
-                Err(InvalidRoomId),
-                "{bad} should be invalid"
-            );
-        }
-    }
 
     #[test]
     fn a_patch_field_has_three_states() {

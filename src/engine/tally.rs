@@ -34,7 +34,7 @@ pub struct RoomTally {
 
 impl Room {
     /// The figures to send a replica.
-    pub fn tally(&self) -> RoomTally {
+    pub(crate) fn tally(&self) -> RoomTally {
         let c = &self.counters;
         RoomTally {
             tray: self.tray.load(Ordering::Acquire),
@@ -53,7 +53,7 @@ impl Room {
     /// the permits, so the ledger balances whatever moved between the tally
     /// and the tickets it came with. The view is published again by the owner's rule, from the
     /// figures adopted.
-    pub fn adopt(&self, tally: &RoomTally) {
+    pub(crate) fn adopt(&self, tally: &RoomTally) {
         let c = &self.counters;
         let mut w = lock(&self.worker);
         let capacity = u64::from(self.hot.capacity.load(Ordering::Acquire));

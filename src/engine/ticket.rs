@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
 
 use super::image::TicketImage;
-pub use super::rules::TicketState;
+pub(crate) use super::rules::TicketState;
 
 /// A ticket's id within its room: the order in which tickets were issued.
 /// Not the same as the queue number when a lottery reorders the pre-queue.

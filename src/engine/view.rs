@@ -73,7 +73,7 @@ pub struct LaneView {
 impl RoomView {
     /// What a ticket's status needs of the room, with the line's length
     /// as of now (the view's own is as of its last publication).
-    pub fn facts(&self, waiting: u64) -> RoomFacts {
+    pub(crate) fn facts(&self, waiting: u64) -> RoomFacts {
         RoomFacts {
             open: self.open,
             paused: self.paused,
@@ -147,12 +147,12 @@ pub struct WaitSnapshot {
 }
 
 impl WaitSnapshot {
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.counts.iter().sum()
     }
 
     /// The bucket bound under which fraction `q` of waits fell.
-    pub fn quantile_ms(&self, q: f64) -> Option<u64> {
+    pub(crate) fn quantile_ms(&self, q: f64) -> Option<u64> {
         let total = self.total();
         if total == 0 {
             return None;

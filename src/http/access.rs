@@ -47,7 +47,7 @@ const RATE_WINDOW_MS: u64 = 10_000;
 /// for the queue page, its query).
 #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Proof {
+pub(crate) struct Proof {
     /// A challenge token this server issued, and the counter solving it.
     pub challenge: Option<String>,
     pub counter: Option<u64>,
@@ -58,7 +58,7 @@ pub struct Proof {
 /// What a join's checks found: who it is (an account from an enqueue
 /// token), its lane, and the solution whose nonce a new ticket spends.
 #[derive(Clone, Debug, Default)]
-pub struct Cleared {
+pub(crate) struct Cleared {
     pub identity: Option<Identity>,
     /// The lane a new ticket queues in: the token's, else the room's
     /// default.
@@ -80,7 +80,7 @@ impl Cleared {
 
 /// A room's compiled rules and the difficulty to ask now.
 #[derive(Clone, Debug)]
-pub struct Policy {
+pub(crate) struct Policy {
     pub access: Arc<RoomAccess>,
     pub difficulty: u8,
     /// The room's settings as last read (its lanes: which a token may
@@ -111,7 +111,7 @@ impl Entry {
 
 /// Every room's access rules on this instance.
 #[derive(Default)]
-pub struct AccessBook {
+pub(crate) struct AccessBook {
     rooms: RwLock<HashMap<RoomId, Entry>>,
 }
 
@@ -174,7 +174,7 @@ impl AccessBook {
     /// lanes. A room's lanes are fixed for its life, so this instance's
     /// copy of its settings answers, read from the backend only when
     /// this instance has none.
-    pub async fn lane_name(
+    pub(crate) async fn lane_name(
         &self,
         backend: &dyn Backend,
         room: &RoomId,
@@ -193,7 +193,7 @@ impl AccessBook {
     }
 
     /// A room's rules, from this instance's book or else the backend.
-    pub async fn policy(
+    pub(crate) async fn policy(
         &self,
         backend: &dyn Backend,
         room: &RoomId,
@@ -210,7 +210,7 @@ impl AccessBook {
 
     /// The difficulty a room asks now, for operators; `None` for a room
     /// without proof of work or not seen yet.
-    pub fn difficulty(&self, room: &RoomId) -> Option<u8> {
+    pub(crate) fn difficulty(&self, room: &RoomId) -> Option<u8> {
         let rooms = self.rooms.read().unwrap_or_else(|e| e.into_inner());
         rooms
             .get(room)
@@ -222,7 +222,7 @@ impl AccessBook {
 /// A challenge as JSON: what a solver needs (`docs/fair-access.md`, "Proof of work").
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = Challenge)]
-pub struct ChallengeBody {
+pub(crate) struct ChallengeBody {
     pub token: String,
     /// Leading zero bits SHA-256(token || decimal counter) must have.
     pub difficulty: u8,
@@ -245,7 +245,7 @@ impl From<&Challenge> for ChallengeBody {
 }
 
 /// A fresh challenge for `room`, counted.
-pub fn issue(state: &AppState, room: &RoomId, policy: &Policy) -> Challenge {
+pub(crate) fn issue(state: &AppState, room: &RoomId, policy: &Policy) -> Challenge {
     state.metrics.challenge_issued(room.as_str());
     state
         .challenges
@@ -254,7 +254,7 @@ pub fn issue(state: &AppState, room: &RoomId, policy: &Policy) -> Challenge {
 
 /// Why the access rules would refuse a new ticket.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// No proof of work (`None`), or one that failed.
     Pow(Option<PowError>),
     Enqueue(EnqueueError),
@@ -263,7 +263,12 @@ pub enum Refusal {
 /// The answer to a join the backend refused a new ticket, counted: `428`
 /// with a fresh challenge for the proof of work, `401`/`403` for the
 /// enqueue token.
-pub fn refuse(state: &AppState, room: &RoomId, policy: &Policy, refusal: Refusal) -> ApiError {
+pub(crate) fn refuse(
+    state: &AppState,
+    room: &RoomId,
+    policy: &Policy,
+    refusal: Refusal,
+) -> ApiError {
     match refusal {
         Refusal::Pow(why) => challenge_refusal(state, room, policy, why),
         Refusal::Enqueue(e) => enqueue_refusal(state, room, &e),
@@ -335,7 +340,7 @@ fn capitalize(s: &str) -> String {
 /// account and the verified solution, or what a new ticket would lack. A
 /// solution is only verified here: the backend spends its nonce with the
 /// new ticket, in one step.
-pub fn clear(
+pub(crate) fn clear(
     state: &AppState,
     room: &RoomId,
     policy: &Policy,
@@ -374,7 +379,7 @@ pub fn clear(
 }
 
 /// Counts what a join that made a new ticket showed.
-pub fn admitted(state: &AppState, room: &RoomId, cleared: &Cleared) {
+pub(crate) fn admitted(state: &AppState, room: &RoomId, cleared: &Cleared) {
     if cleared.solved.is_some() {
         state.metrics.challenge_solved(room.as_str());
     }
@@ -398,7 +403,7 @@ pub fn admitted(state: &AppState, room: &RoomId, cleared: &Cleared) {
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn challenge(
+pub(crate) async fn challenge(
     State(state): State<AppState>,
     client: ClientIp,
     Room(room): Room,
@@ -422,7 +427,7 @@ pub async fn challenge(
 }
 
 /// What the dashboard and the admin API show of a room's access rules.
-pub fn summary(book: &AccessBook, s: &RoomSnapshot) -> serde_json::Value {
+pub(crate) fn summary(book: &AccessBook, s: &RoomSnapshot) -> serde_json::Value {
     let a = &s.settings.access;
     json!({
         "challenge": a.challenge,

@@ -128,7 +128,7 @@ fn idempotency_identity(room: &RoomId, headers: &HeaderMap) -> Result<Option<Ide
 }
 
 /// The outcome of joining, shared by the JSON API and the queue page.
-pub struct Joined {
+pub(crate) struct Joined {
     pub ticket: TicketRef,
     pub token: String,
     pub status: TicketStatus,
@@ -169,6 +169,37 @@ impl JoinRefused {
             Self::Challenge(error)
         } else {
             Self::Invitation(error)
+        }
+    }
+}
+
+impl JoinRefused {
+    /// The store's refusal of a join: the access rules' own answer when it
+    /// refused a new ticket for what the join did not show (or a spent
+    /// proof of work), counted in the metrics otherwise.
+    fn by_store(
+        state: &AppState,
+        room: &RoomId,
+        policy: &access::Policy,
+        missing: Option<access::Refusal>,
+        e: BackendError,
+    ) -> Self {
+        match e {
+            BackendError::AccessDenied => {
+                let refusal = missing.unwrap_or(access::Refusal::Pow(None));
+                Self::access(state, room, policy, refusal)
+            }
+            BackendError::NonceSpent => {
+                let spent = access::Refusal::Pow(Some(PowError::Spent));
+                Self::access(state, room, policy, spent)
+            }
+            e => {
+                let refused = Self::from(e);
+                state
+                    .metrics
+                    .join_refused(room.as_str(), refused.error().code);
+                refused
+            }
         }
     }
 }
@@ -247,21 +278,7 @@ pub(crate) async fn join_room(
         .and_then(|rules| rules.judge(&RequestView::of_join(headers, client.0)));
     match verdict {
         Some(Action::Block) => return Err(super::gate::blocked().into()),
-        Some(Action::Shadow) => {
-            let held = held.and_then(|v| v.shadow);
-            if held.is_none()
-                && let Err(refusal) = access::clear(state, room, &policy, proof)
-            {
-                return Err(JoinRefused::access(state, room, &policy, refusal));
-            }
-            let (ticket, token, status, is_new) = shadow::join(state, room, held).await?;
-            return Ok(Joined {
-                ticket: ticket.shown(),
-                token,
-                status,
-                is_new,
-            });
-        }
+        Some(Action::Shadow) => return join_shadow(state, room, held, &policy, proof).await,
         _ => {}
     }
     // A shadow ticket no rule sends back to the shadow line (the rule was
@@ -287,24 +304,11 @@ pub(crate) async fn join_room(
         nonce: cleared.nonce(),
         lane: cleared.lane,
     };
-    let outcome = match state.backend.join(room, request).await {
-        Ok(outcome) => outcome,
-        Err(BackendError::AccessDenied) => {
-            let refusal = refusal.unwrap_or(access::Refusal::Pow(None));
-            return Err(JoinRefused::access(state, room, &policy, refusal));
-        }
-        Err(BackendError::NonceSpent) => {
-            let spent = access::Refusal::Pow(Some(PowError::Spent));
-            return Err(JoinRefused::access(state, room, &policy, spent));
-        }
-        Err(e) => {
-            let refused = JoinRefused::from(e);
-            state
-                .metrics
-                .join_refused(room.as_str(), refused.error().code);
-            return Err(refused);
-        }
-    };
+    let outcome = state
+        .backend
+        .join(room, request)
+        .await
+        .map_err(|e| JoinRefused::by_store(state, room, &policy, refusal, e))?;
     if outcome.is_new {
         access::admitted(state, room, &cleared);
     }
@@ -312,13 +316,7 @@ pub(crate) async fn join_room(
     // A key is a retry id, not a credential: whoever learns it must not get
     // the ticket it made. A client that holds the ticket needs no token.
     if !outcome.is_new && binding == Binding::WhileLive && identity.is_some() && !holds_it {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "idempotency_key_used",
-            "This Idempotency-Key already made a ticket that is still live; \
-             send that ticket (cookie or Bearer) to see it, or use a new key.",
-        )
-        .into());
+        return Err(ApiError::idempotency_key_used().into());
     }
     let token = match held {
         Some(v) if v.ticket == outcome.ticket => v.token,
@@ -329,6 +327,31 @@ pub(crate) async fn join_room(
         token,
         status: outcome.status,
         is_new: outcome.is_new,
+    })
+}
+
+/// A join a `shadow` rule sends to the shadow line: answered there, where
+/// the backend never hears of it. A new shadow ticket must clear the room's
+/// access rules like any other.
+async fn join_shadow(
+    state: &AppState,
+    room: &RoomId,
+    held: Option<VisitorTicket>,
+    policy: &access::Policy,
+    proof: &Proof,
+) -> Result<Joined, JoinRefused> {
+    let held = held.and_then(|v| v.shadow);
+    if held.is_none()
+        && let Err(refusal) = access::clear(state, room, policy, proof)
+    {
+        return Err(JoinRefused::access(state, room, policy, refusal));
+    }
+    let (ticket, token, status, is_new) = shadow::join(state, room, held).await?;
+    Ok(Joined {
+        ticket: ticket.shown(),
+        token,
+        status,
+        is_new,
     })
 }
 
@@ -384,7 +407,7 @@ pub(crate) fn set_cookie(
         (status = 503, description = "The room is full, or the store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn join(
+pub(crate) async fn join(
     State(state): State<AppState>,
     MaybeVisitor { room, ticket }: MaybeVisitor,
     provenance: Provenance,
@@ -444,7 +467,7 @@ pub async fn join(
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn status(
+pub(crate) async fn status(
     State(state): State<AppState>,
     Visitor { room, ticket }: Visitor,
 ) -> Result<Response, ApiError> {
@@ -476,7 +499,7 @@ pub(crate) async fn status_body(
 }
 
 /// What the room calls a lane; `None` in a room without lanes.
-pub async fn lane_name(state: &AppState, room: &RoomId, lane: u8) -> Option<String> {
+pub(crate) async fn lane_name(state: &AppState, room: &RoomId, lane: u8) -> Option<String> {
     state
         .access
         .lane_name(state.backend.as_ref(), room, lane, state.clock.now_ms())
@@ -505,7 +528,7 @@ pub async fn lane_name(state: &AppState, room: &RoomId, lane: u8) -> Option<Stri
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn leave(
+pub(crate) async fn leave(
     State(state): State<AppState>,
     Visitor { room, ticket }: Visitor,
     provenance: Provenance,
@@ -593,7 +616,7 @@ pub(crate) struct ReleaseRequest {
 /// `purchased`, and of the operators' purchase report.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = Purchase)]
-pub struct PurchaseBody {
+pub(crate) struct PurchaseBody {
     /// For a release: whether a permit was given back (false: the ticket
     /// held none; the purchase counts all the same).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -637,7 +660,7 @@ pub(crate) async fn record_purchase(
 }
 
 impl PurchaseBody {
-    pub fn new(purchased: u64, taken: Option<StockTaken>, mode: Mode) -> Self {
+    pub(crate) fn new(purchased: u64, taken: Option<StockTaken>, mode: Mode) -> Self {
         Self {
             released: None,
             purchased,
@@ -676,7 +699,7 @@ impl PurchaseBody {
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn release(
+pub(crate) async fn release(
     State(state): State<AppState>,
     _: ReleaseKey,
     Room(room): Room,

@@ -67,12 +67,12 @@ static TAGS: LazyLock<Vec<String>> = LazyLock::new(|| {
 });
 
 /// Where [`serve`] is routed: every embedded file; anything else is 404.
-pub const PATH: &str = "/static/{file}";
+pub(crate) const PATH: &str = "/static/{file}";
 
 /// The address pages use for an embedded file, with its content tag in the
 /// query so a new release is never served from a stale cache. An unknown
 /// name yields the bare path (and a 404 when fetched).
-pub fn url(name: &str) -> String {
+pub(crate) fn url(name: &str) -> String {
     match find(name) {
         Some(index) => format!("/static/{name}?v={}", TAGS[index]),
         None => format!("/static/{name}"),
@@ -98,7 +98,7 @@ fn find(name: &str) -> Option<usize> {
         (status = 404, description = "No such file."),
     ),
 )]
-pub async fn serve(Path(name): Path<String>, headers: HeaderMap) -> Response {
+pub(crate) async fn serve(Path(name): Path<String>, headers: HeaderMap) -> Response {
     let Some(index) = find(&name) else {
         return StatusCode::NOT_FOUND.into_response();
     };

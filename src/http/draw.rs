@@ -47,7 +47,7 @@ pub struct DrawBody {
 }
 
 impl DrawBody {
-    pub fn record(&self) -> DrawRecord {
+    pub(crate) fn record(&self) -> DrawRecord {
         DrawRecord {
             commitment: self.commitment.clone(),
             seed: self.seed.clone(),
@@ -57,7 +57,7 @@ impl DrawBody {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct DrawQuery {
+pub(crate) struct DrawQuery {
     ticket: Option<String>,
 }
 
@@ -78,7 +78,7 @@ pub struct DrawQuery {
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn draw(
+pub(crate) async fn draw(
     State(state): State<AppState>,
     MaybeVisitor { room, ticket }: MaybeVisitor,
     Query(query): Query<DrawQuery>,

@@ -58,7 +58,7 @@ impl Default for RequestIds {
 impl RequestIds {
     /// `{prefix:016x}-{n:016x}`: fixed width, written by hand since
     /// `core::fmt` showed up in the gate's profile.
-    pub fn next(&self) -> HeaderValue {
+    pub(crate) fn next(&self) -> HeaderValue {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let mut buf = [b'-'; 33];
         hex(self.prefix, &mut buf[..16]);
@@ -85,7 +85,7 @@ pub(crate) struct EdgeLayer {
 }
 
 impl EdgeLayer {
-    pub fn new(metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(metrics: Arc<Metrics>) -> Self {
         Self {
             metrics,
             ids: Arc::new(RequestIds::default()),

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::backend::BackendError;
 use crate::engine::InvalidRoomId;
+use crate::http::admin::{RevokeError, invalid_field};
 use crate::http::return_path::ReturnPathError;
 use crate::token::TokenError;
 
@@ -32,7 +33,7 @@ struct Body<'a> {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self {
             status,
             code,
@@ -43,7 +44,7 @@ impl ApiError {
     }
 
     /// Adds a field to the body (`error` and `message` cannot be replaced).
-    pub fn with(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
+    pub(crate) fn with(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
         if key != "error" && key != "message" {
             self.details
                 .get_or_insert_default()
@@ -52,12 +53,12 @@ impl ApiError {
         self
     }
 
-    pub fn retry_after(mut self, secs: u32) -> Self {
+    pub(crate) fn retry_after(mut self, secs: u32) -> Self {
         self.retry_after = Some(secs);
         self
     }
 
-    pub fn no_ticket() -> Self {
+    pub(crate) fn no_ticket() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,
             "no_ticket",
@@ -65,7 +66,7 @@ impl ApiError {
         )
     }
 
-    pub fn wrong_room() -> Self {
+    pub(crate) fn wrong_room() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,
             "wrong_room",
@@ -73,7 +74,18 @@ impl ApiError {
         )
     }
 
-    pub fn bad_body(message: impl Into<String>) -> Self {
+    /// A join repeated an `Idempotency-Key` whose live ticket it does not
+    /// carry.
+    pub(crate) fn idempotency_key_used() -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "idempotency_key_used",
+            "This Idempotency-Key already made a ticket that is still live; \
+             send that ticket (cookie or Bearer) to see it, or use a new key.",
+        )
+    }
+
+    pub(crate) fn bad_body(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "bad_body", message)
     }
 }
@@ -142,6 +154,20 @@ impl From<BackendError> for ApiError {
                 )
                 .retry_after(5)
             }
+        }
+    }
+}
+
+impl From<RevokeError> for ApiError {
+    fn from(e: RevokeError) -> Self {
+        match e {
+            RevokeError::NotATicket(why) => invalid_field("ticket", why),
+            RevokeError::UnknownTicket => Self::new(
+                StatusCode::NOT_FOUND,
+                "unknown_ticket",
+                "This ticket is not known in this room (the room may have been replaced).",
+            ),
+            RevokeError::Backend(e) => e.into(),
         }
     }
 }

@@ -19,7 +19,7 @@ use crate::engine::RoomId;
 
 /// The room of the path (`/…/{room}…`).
 #[derive(Debug, Clone)]
-pub struct Room(pub RoomId);
+pub(crate) struct Room(pub RoomId);
 
 impl FromRequestParts<AppState> for Room {
     type Rejection = ApiError;
@@ -35,7 +35,7 @@ impl FromRequestParts<AppState> for Room {
 /// The visitor's ticket for the room of the path (`Authorization: Bearer`,
 /// else the room cookie), verified. Without one: 401.
 #[derive(Debug, Clone)]
-pub struct Visitor {
+pub(crate) struct Visitor {
     pub room: RoomId,
     pub ticket: VisitorTicket,
 }
@@ -55,7 +55,7 @@ impl FromRequestParts<AppState> for Visitor {
 /// broken cookie never locks a visitor out (a join starts afresh, the gate
 /// sends them to the queue).
 #[derive(Debug, Clone)]
-pub struct MaybeVisitor {
+pub(crate) struct MaybeVisitor {
     pub room: RoomId,
     pub ticket: Option<VisitorTicket>,
 }
@@ -73,7 +73,7 @@ impl FromRequestParts<AppState> for MaybeVisitor {
 /// `?return=P` on an API route: where to send the visitor afterwards, a
 /// relative path on this site (anything else is 400, never followed).
 #[derive(Debug, Clone)]
-pub struct ReturnTo(pub Option<String>);
+pub(crate) struct ReturnTo(pub Option<String>);
 
 #[derive(Deserialize)]
 struct ReturnQuery {
@@ -98,7 +98,7 @@ impl FromRequestParts<AppState> for ReturnTo {
 /// An operator: the admin token in `Authorization: Bearer`. With no token
 /// configured the admin API does not exist (404).
 #[derive(Debug, Clone, Copy)]
-pub struct Admin;
+pub(crate) struct Admin;
 
 impl FromRequestParts<AppState> for Admin {
     type Rejection = ApiError;
@@ -111,7 +111,7 @@ impl FromRequestParts<AppState> for Admin {
 /// The origin's backend releasing a permit: the admin token or the
 /// release key.
 #[derive(Debug, Clone, Copy)]
-pub struct ReleaseKey;
+pub(crate) struct ReleaseKey;
 
 impl FromRequestParts<AppState> for ReleaseKey {
     type Rejection = ApiError;

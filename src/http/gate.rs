@@ -99,7 +99,7 @@ fn asks(request: &Parts) -> Asks {
 /// The queue page URL for a refused request: the original URI (from the
 /// proxy's `X-Original-URI` or `X-Forwarded-Uri`) becomes the return path
 /// when it is a safe relative path.
-pub fn queue_url(state: &AppState, room: &RoomId, headers: &HeaderMap) -> String {
+pub(crate) fn queue_url(state: &AppState, room: &RoomId, headers: &HeaderMap) -> String {
     let original = ["x-original-uri", "x-forwarded-uri"]
         .iter()
         .find_map(|h| headers.get(*h)?.to_str().ok());
@@ -162,7 +162,7 @@ fn refuse(state: &AppState, room: &RoomId, headers: &HeaderMap, redirect: bool) 
         (status = 404, description = "No such room.", body = ErrorBody),
     ),
 )]
-pub async fn gate(
+pub(crate) async fn gate(
     State(state): State<AppState>,
     room: Result<Room, ApiError>,
     // The request rather than a `HeaderMap`, which would be a copy of
@@ -273,7 +273,7 @@ fn apply_rules(
 }
 
 /// What a request a `block` rule matches is answered.
-pub fn blocked() -> ApiError {
+pub(crate) fn blocked() -> ApiError {
     ApiError::new(
         StatusCode::FORBIDDEN,
         "blocked",
@@ -438,14 +438,14 @@ const ROUTE_LABEL: &str = "/gate/:room";
 /// (the OpenAPI document walks it, and a room name that needs
 /// percent-decoding goes that way).
 #[derive(Clone)]
-pub struct GateFirst {
+pub(crate) struct GateFirst {
     state: AppState,
     app: Router,
     metrics: Arc<GateMetrics>,
 }
 
 impl GateFirst {
-    pub fn new(state: AppState, app: Router) -> Self {
+    pub(crate) fn new(state: AppState, app: Router) -> Self {
         let metrics = Arc::new(GateMetrics {
             metrics: state.metrics.clone(),
             slots: Default::default(),
@@ -523,7 +523,7 @@ impl GateFirst {
     /// What the service does with a request, for a connection that knows
     /// its peer without the request carrying it (an extension would be an
     /// allocation per check).
-    pub fn serve(
+    pub(crate) fn serve(
         &self,
         request: Request,
         peer: Option<IpAddr>,
@@ -541,7 +541,7 @@ impl GateFirst {
     /// Answer a gate check ([`is_gate_check`]): what
     /// [`GateFirst`]'s service does with one, and what the hyper-less
     /// connection path calls for the checks it reads itself.
-    pub fn answer(
+    pub(crate) fn answer(
         &self,
         request: Parts,
         peer: Option<IpAddr>,

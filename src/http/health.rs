@@ -8,7 +8,7 @@ use super::state::AppState;
 /// Liveness: the process answers
 #[utoipa::path(get, path = "/healthz", tag = "service",
     responses((status = 200, description = "`ok`.", content_type = "text/plain", body = String)))]
-pub async fn healthz() -> &'static str {
+pub(crate) async fn healthz() -> &'static str {
     "ok"
 }
 
@@ -18,7 +18,7 @@ pub async fn healthz() -> &'static str {
         (status = 200, description = "Ready.", content_type = "text/plain", body = String),
         (status = 503, description = "Not ready, and why.", content_type = "text/plain", body = String),
     ))]
-pub async fn readyz(State(state): State<AppState>) -> (StatusCode, String) {
+pub(crate) async fn readyz(State(state): State<AppState>) -> (StatusCode, String) {
     match state.backend.ready().await {
         Ok(()) => (StatusCode::OK, format!("ready ({})", state.backend.kind())),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}")),

@@ -47,7 +47,7 @@ const MAX_FILE_BYTES: u64 = 256 * 1024;
 
 /// One language the pages are written in.
 #[derive(Debug)]
-pub struct Language {
+pub(crate) struct Language {
     /// The file's name without `.toml`: what `?lang=` names.
     code: String,
     pub strings: Strings,
@@ -58,14 +58,14 @@ pub(crate) type Lang = Arc<Language>;
 
 impl Language {
     /// The short code used in `?lang=` and handed to scripts.
-    pub fn code(&self) -> &str {
+    pub(crate) fn code(&self) -> &str {
         &self.code
     }
 
     /// The value for `<html lang>`: the file's `html_lang`, else its code.
     /// Chinese says which script it is written in, because browsers pick
     /// Han glyph shapes (and fonts) from it.
-    pub fn html_lang(&self) -> &str {
+    pub(crate) fn html_lang(&self) -> &str {
         if self.strings.html_lang.is_empty() {
             &self.code
         } else {
@@ -87,7 +87,7 @@ impl Language {
 /// The languages one set of pages speaks: the built-in ones, replaced or
 /// joined by an operator's message files.
 #[derive(Debug)]
-pub struct Languages {
+pub(crate) struct Languages {
     /// The built-in languages first, then the added ones by code; the
     /// language switcher lists them in this order.
     all: Vec<Lang>,
@@ -107,14 +107,14 @@ static BUILTIN_LANGUAGES: LazyLock<Arc<Languages>> = LazyLock::new(|| {
 
 impl Languages {
     /// English, Japanese and Chinese as compiled in.
-    pub fn builtin() -> Arc<Languages> {
+    pub(crate) fn builtin() -> Arc<Languages> {
         BUILTIN_LANGUAGES.clone()
     }
 
     /// The built-in languages with the message files of `dirs` (`*.toml`,
     /// each named by its language tag); for the same language, a file in
     /// an earlier directory wins over a later one and over the built-in.
-    pub fn load(dirs: &[&Path]) -> Result<Languages, PageError> {
+    pub(crate) fn load(dirs: &[&Path]) -> Result<Languages, PageError> {
         let mut all: Vec<Lang> = Languages::builtin().all.clone();
         let mut added: Vec<Lang> = Vec::new();
         let mut seen: Vec<String> = Vec::new();
@@ -137,12 +137,12 @@ impl Languages {
     }
 
     /// Every language, in the order the language switcher lists them.
-    pub fn all(&self) -> &[Lang] {
+    pub(crate) fn all(&self) -> &[Lang] {
         &self.all
     }
 
     /// A language by its code (`ja`, `ko`, `pt-BR`), ignoring case.
-    pub fn get(&self, code: &str) -> Option<&Lang> {
+    pub(crate) fn get(&self, code: &str) -> Option<&Lang> {
         self.all.iter().find(|l| l.code.eq_ignore_ascii_case(code))
     }
 
@@ -410,7 +410,7 @@ fn parse_qvalue(value: &str) -> Option<u16> {
 /// single value, and for exactly one (English needs a singular).
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct EtaUnit {
+pub(crate) struct EtaUnit {
     /// `{low}` and `{high}` are replaced, e.g. "about {low}–{high} minutes".
     pub range: String,
     /// `{n}` is replaced, e.g. "about {n} minutes".
@@ -426,7 +426,7 @@ pub struct EtaUnit {
 /// attributes) in the browser.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Strings {
+pub(crate) struct Strings {
     /// The language's name in itself, for the language switcher.
     pub language_name: String,
     /// The value for `<html lang>` when it is not the file's code (the
@@ -529,7 +529,7 @@ pub struct Strings {
 /// Phrases of Web Push call-backs.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PushStrings {
+pub(crate) struct PushStrings {
     pub notify_me: String,
     pub notify_stop: String,
     pub notify_on: String,
@@ -565,7 +565,7 @@ impl Languages {
 /// the opening draw's commitment.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FairStrings {
+pub(crate) struct FairStrings {
     pub pow_title: String,
     pub pow_body: String,
     /// `{percent}`: how far the puzzle probably is.
@@ -619,7 +619,7 @@ impl Strings {
     }
 
     /// A count as shown on the page, or the placeholder when unknown.
-    pub fn count(&self, n: Option<u64>) -> String {
+    pub(crate) fn count(&self, n: Option<u64>) -> String {
         n.map_or_else(|| self.unknown_value.to_owned(), group_digits)
     }
 

@@ -30,11 +30,11 @@ use crate::engine::RoomId;
 
 /// The address a request is counted against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ClientIp(pub IpAddr);
+pub(crate) struct ClientIp(pub IpAddr);
 
 impl ClientIp {
     /// The connection's peer, or the client a trusted proxy names.
-    pub fn resolve(
+    pub(crate) fn resolve(
         peer: IpAddr,
         headers: &HeaderMap,
         trusted: &[IpNet],
@@ -56,7 +56,7 @@ impl ClientIp {
     }
 
     /// What the limits count: the address, or its /64 for IPv6.
-    pub fn key(self) -> IpAddr {
+    pub(crate) fn key(self) -> IpAddr {
         match self.0 {
             IpAddr::V4(v4) => IpAddr::V4(v4),
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -111,7 +111,7 @@ fn parse_ip(s: &str) -> Option<IpAddr> {
 }
 
 /// The address the connection comes from, where the server recorded it.
-pub fn peer(parts: &Parts) -> Option<IpAddr> {
+pub(crate) fn peer(parts: &Parts) -> Option<IpAddr> {
     parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
@@ -151,7 +151,7 @@ impl FromRequestParts<AppState> for ClientIp {
 /// instances each allow this many, which is still bounded, and nothing is
 /// written to the store for a request that makes no ticket.
 #[derive(Debug, Default)]
-pub struct ChallengeLimiter {
+pub(crate) struct ChallengeLimiter {
     log: JoinLog,
     swept_at: AtomicU64,
 }
@@ -164,7 +164,7 @@ impl ChallengeLimiter {
 
     /// Counts one fetch from `client`, or says how long until one more fits
     /// under a room's `join_limit` (0: no limit).
-    pub fn fetch(
+    pub(crate) fn fetch(
         &self,
         room: &RoomId,
         client: ClientIp,
@@ -206,21 +206,21 @@ impl ChallengeLimiter {
 
 /// Open event streams per client.
 #[derive(Debug)]
-pub struct StreamLimiter {
+pub(crate) struct StreamLimiter {
     open: DashMap<IpAddr, u32>,
     limit: u32,
 }
 
 /// One open stream; dropping it (the stream ended) frees the slot.
 #[derive(Debug)]
-pub struct StreamSlot {
+pub(crate) struct StreamSlot {
     limiter: Arc<StreamLimiter>,
     key: Option<IpAddr>,
 }
 
 impl StreamLimiter {
     /// `limit` 0 means no limit.
-    pub fn new(limit: u32) -> Arc<Self> {
+    pub(crate) fn new(limit: u32) -> Arc<Self> {
         Arc::new(Self {
             open: DashMap::new(),
             limit,
@@ -228,7 +228,7 @@ impl StreamLimiter {
     }
 
     /// A slot for one more stream from `client`, if it has one left.
-    pub fn acquire(self: &Arc<Self>, client: ClientIp) -> Result<StreamSlot, ApiError> {
+    pub(crate) fn acquire(self: &Arc<Self>, client: ClientIp) -> Result<StreamSlot, ApiError> {
         if self.limit == 0 {
             return Ok(StreamSlot {
                 limiter: self.clone(),
@@ -256,7 +256,8 @@ impl StreamLimiter {
     }
 
     /// Streams open from `client` now.
-    pub fn open(&self, client: ClientIp) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn open(&self, client: ClientIp) -> u32 {
         self.open.get(&client.key()).map_or(0, |n| *n)
     }
 }

@@ -18,7 +18,7 @@ use super::state::AppState;
         (status = 401, description = "A `metrics_token` is configured and this request does not carry it.", body = super::openapi::ErrorBody),
         (status = 503, description = "The store is briefly unavailable.", body = super::openapi::ErrorBody),
     ))]
-pub async fn metrics(
+pub(crate) async fn metrics(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {

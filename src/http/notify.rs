@@ -35,7 +35,7 @@ use crate::push::{Outcome, Push, PushMessage, Subscription, Urgency};
 /// What a page subscribes with.
 #[derive(Serialize, ToSchema)]
 #[schema(as = PushKey)]
-pub struct KeyBody {
+pub(crate) struct KeyBody {
     /// The VAPID public key (RFC 8292): the uncompressed P-256 point,
     /// base64url without padding, to pass to `pushManager.subscribe` as
     /// `applicationServerKey`.
@@ -43,7 +43,7 @@ pub struct KeyBody {
 }
 
 /// The answer when push is off on this service.
-pub fn push_off() -> ApiError {
+pub(crate) fn push_off() -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "push_off",
@@ -66,7 +66,7 @@ pub fn push_off() -> ApiError {
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn key(
+pub(crate) async fn key(
     State(state): State<AppState>,
     Room(room): Room,
 ) -> Result<Json<KeyBody>, ApiError> {
@@ -131,7 +131,7 @@ pub(crate) struct SubscribeBody {
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn subscribe(
+pub(crate) async fn subscribe(
     State(state): State<AppState>,
     Visitor { room, ticket }: Visitor,
     provenance: Provenance,

@@ -24,7 +24,9 @@ use utoipa::openapi::{RefOr, Schema};
 use utoipa::{IntoParams, Modify, OpenApi, PartialSchema, ToSchema};
 
 /// The room of the path: `[a-z0-9][a-z0-9-]{0,63}`; any other name is
-/// answered 404, as a room that does not exist.
+/// answered 404, as a room that does not exist. Public, with its module:
+/// only the derive reads its field, which in a crate-private type the
+/// compiler would call dead.
 #[derive(IntoParams)]
 #[into_params(names("room"), parameter_in = Path)]
 pub struct RoomParam(#[param(pattern = r"^[a-z0-9][a-z0-9-]{0,63}$", example = "sale")] pub String);
@@ -34,7 +36,7 @@ pub struct RoomParam(#[param(pattern = r"^[a-z0-9][a-z0-9-]{0,63}$", example = "
 /// refused), so clients should ignore keys they do not know.
 #[derive(Serialize, ToSchema)]
 #[schema(as = Error, example = json!({"error": "unknown_room", "message": "There is no room \"sale\"."}))]
-pub struct ErrorBody {
+pub(crate) struct ErrorBody {
     /// A stable, machine-readable code (`unknown_room`, `no_ticket`, …).
     pub error: String,
     /// A human sentence; its wording may change.
@@ -81,7 +83,7 @@ fn sse_event(
 /// `position` while waiting (its `id` the number ahead, which a
 /// reconnecting browser sends back as `Last-Event-ID`), then one event
 /// that ends the stream with `id: end`.
-pub struct VisitorEvent;
+pub(crate) struct VisitorEvent;
 
 impl PartialSchema for VisitorEvent {
     fn schema() -> RefOr<Schema> {
@@ -153,7 +155,7 @@ impl ToSchema for VisitorEvent {
 /// The events of the operators' stream (`GET /admin/events`): `history`
 /// once (each room's last minutes of figures), then `update` every second
 /// (every room's view).
-pub struct DashboardEvent;
+pub(crate) struct DashboardEvent;
 
 impl PartialSchema for DashboardEvent {
     fn schema() -> RefOr<Schema> {
@@ -275,7 +277,7 @@ impl Modify for Security {
         (name = "service", description = "Health, metrics and this document."),
     ),
 )]
-pub struct ApiDoc;
+pub(crate) struct ApiDoc;
 
 /// The document, serialized once.
 static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
@@ -285,7 +287,8 @@ static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// The OpenAPI document, as a value (for tests and tools).
-pub fn document() -> utoipa::openapi::OpenApi {
+#[cfg(test)]
+pub(crate) fn document() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
 }
 
@@ -299,7 +302,7 @@ pub fn document() -> utoipa::openapi::OpenApi {
          content_type = "application/json", body = Object),
     ),
 )]
-pub async fn openapi_json() -> Response {
+pub(crate) async fn openapi_json() -> Response {
     (
         [(
             header::CONTENT_TYPE,

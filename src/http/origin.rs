@@ -21,7 +21,7 @@ use super::state::AppState;
 
 /// Where a request says it comes from, read once from its headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Provenance {
+pub(crate) struct Provenance {
     same_origin: bool,
 }
 

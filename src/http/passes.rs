@@ -33,7 +33,7 @@ const KEYS_CACHE: &str = "public, max-age=300";
          content_type = "application/json", body = Object),
     ),
 )]
-pub async fn jwks(State(state): State<AppState>) -> Response {
+pub(crate) async fn jwks(State(state): State<AppState>) -> Response {
     (
         [
             (
@@ -60,7 +60,7 @@ pub async fn jwks(State(state): State<AppState>) -> Response {
         (status = 404, description = "`?previous=1` and no previous key."),
     ),
 )]
-pub async fn pem(
+pub(crate) async fn pem(
     State(state): State<AppState>,
     uri: axum::http::Uri,
 ) -> Result<Response, super::error::ApiError> {
@@ -97,7 +97,7 @@ pub(crate) fn cookie_name(state: &AppState, room: &RoomId) -> String {
 }
 
 /// A minted pass and its lifetime in whole seconds, for the cookie.
-pub struct Minted {
+pub(crate) struct Minted {
     pub token: String,
     pub max_age_secs: u64,
 }
@@ -140,7 +140,7 @@ pub(crate) async fn mint(
 
 /// The pass's cookie: HttpOnly and SameSite=Lax like the room cookie; it
 /// goes away with the pass.
-pub fn cookie(state: &AppState, room: &RoomId, minted: &Minted) -> Cookie<'static> {
+pub(crate) fn cookie(state: &AppState, room: &RoomId, minted: &Minted) -> Cookie<'static> {
     Cookie::build((cookie_name(state, room), minted.token.clone()))
         .path("/")
         .http_only(true)

@@ -121,7 +121,8 @@ impl Presence {
     }
 
     /// Streams open here for a ticket.
-    pub fn streams(&self, room: &RoomId, ticket: TicketRef) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn streams(&self, room: &RoomId, ticket: TicketRef) -> u32 {
         lock(&self.rooms)
             .get(room)
             .and_then(|r| r.open.get(&ticket).copied())
@@ -129,7 +130,8 @@ impl Presence {
     }
 
     /// Tickets whose presence this instance holds now.
-    pub fn held(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
         lock(&self.rooms).values().map(|r| r.open.len()).sum()
     }
 

@@ -18,7 +18,7 @@ use crate::receipt::{ReceiptClaims, audience};
 
 /// A receipt for `ticket` as it stands (`status`), in lane `lane` (its
 /// name, in a room with lanes).
-pub fn sign(
+pub(crate) fn sign(
     state: &AppState,
     room: &RoomId,
     ticket: TicketRef,
@@ -46,7 +46,7 @@ pub fn sign(
 /// A visitor's receipt and what it says.
 #[derive(Serialize, ToSchema)]
 #[schema(as = Receipt)]
-pub struct ReceiptBody {
+pub(crate) struct ReceiptBody {
     /// The receipt: a JWT (header `typ` `narabu-receipt+jwt`, `aud`
     /// `receipt:{room}`) signed with the keys at `/.well-known/jwks.json`.
     pub receipt: String,
@@ -77,7 +77,7 @@ pub struct ReceiptBody {
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn receipt(
+pub(crate) async fn receipt(
     State(state): State<AppState>,
     Visitor { room, ticket }: Visitor,
 ) -> Result<Json<ReceiptBody>, ApiError> {

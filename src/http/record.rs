@@ -25,7 +25,7 @@ pub(crate) const PAGE_MAX: usize = 1000;
 /// What a status answer says of the record.
 #[derive(Clone, Debug, Serialize, ToSchema)]
 #[schema(as = RecordHead)]
-pub struct HeadBody {
+pub(crate) struct HeadBody {
     /// Entries in the room's admission record.
     pub entries: u64,
     /// The hash of its last entry (hex): keep it to show later that the
@@ -44,7 +44,7 @@ impl From<&Page> for HeadBody {
 
 /// The record's head, for a status answer; `None` when it cannot be read
 /// now (the answer goes out without it).
-pub async fn head(state: &AppState, room: &RoomId) -> Option<HeadBody> {
+pub(crate) async fn head(state: &AppState, room: &RoomId) -> Option<HeadBody> {
     let page = state.backend.record(room, u64::MAX, 0).await.ok()?;
     Some(HeadBody::from(&page))
 }
@@ -94,7 +94,7 @@ fn whole(
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn record(
+pub(crate) async fn record(
     State(state): State<AppState>,
     Room(room): Room,
     uri: axum::http::Uri,

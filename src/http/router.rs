@@ -25,7 +25,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The service: gate checks answered first ([`gate::GateFirst`]), then
 /// [`routes`] with the layers every other request passes through.
-pub fn router(state: AppState) -> gate::GateFirst {
+pub(crate) fn router(state: AppState) -> gate::GateFirst {
     let app = routes()
         // The request id, its log span, the metrics, the header limit and
         // nosniff; then the body limit. One `layer` call, so one boxed
@@ -46,7 +46,7 @@ fn no_store() -> SetResponseHeaderLayer<HeaderValue> {
 /// Every route, each with its own layers. Every one is described in the
 /// OpenAPI document ([`openapi::ApiDoc`]), which a test checks against
 /// [`paths`].
-pub fn routes() -> Router<AppState> {
+pub(crate) fn routes() -> Router<AppState> {
     routes_and_paths().0
 }
 

@@ -110,7 +110,7 @@ pub(crate) fn watch_files(book: Arc<RuleBook>, stop: tokio_util::sync::Cancellat
 /// A rule and how often it has matched on this instance, for the admin
 /// room view.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct RuleCount {
+pub(crate) struct RuleCount {
     /// The rule's name, or its index.
     pub rule: String,
     pub action: Action,
@@ -119,7 +119,7 @@ pub struct RuleCount {
 }
 
 #[derive(Debug)]
-pub struct RuleBook {
+pub(crate) struct RuleBook {
     metrics: Arc<Metrics>,
     rooms: RwLock<HashMap<RoomId, Arc<RoomRules>>>,
     /// Rooms with rules; while 0 the map is never read.
@@ -131,7 +131,7 @@ pub struct RuleBook {
 }
 
 impl RuleBook {
-    pub fn new(metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(metrics: Arc<Metrics>) -> Self {
         Self {
             metrics,
             rooms: RwLock::default(),
@@ -325,7 +325,7 @@ impl RuleBook {
     }
 
     /// A room's rules with their counts, in order.
-    pub fn counts(&self, room: &RoomId) -> Vec<RuleCount> {
+    pub(crate) fn counts(&self, room: &RoomId) -> Vec<RuleCount> {
         let Some(rules) = self.for_room(room) else {
             return Vec::new();
         };
@@ -347,7 +347,7 @@ impl RuleBook {
 /// without a room goes to. Rebuilt whole from every room's settings, at
 /// start, on each monitor sample and on an operator's change.
 #[derive(Debug, Default)]
-pub struct RouteBook {
+pub(crate) struct RouteBook {
     table: RwLock<Arc<RouteTable<RoomId>>>,
 }
 
@@ -366,7 +366,7 @@ impl RouteBook {
 
     /// The room for a check at `GET /gate`, by what the proxy says the
     /// visitor asked for.
-    pub fn pick(&self, headers: &axum::http::HeaderMap) -> Option<RoomId> {
+    pub(crate) fn pick(&self, headers: &axum::http::HeaderMap) -> Option<RoomId> {
         let table = self.table.read().unwrap_or_else(|e| e.into_inner());
         if table.is_empty() {
             return None;

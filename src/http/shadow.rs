@@ -50,7 +50,7 @@ pub(crate) const NOWHERE: TicketRef = TicketRef {
 
 /// A shadow ticket, as its token says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ShadowTicket {
+pub(crate) struct ShadowTicket {
     pub epoch: u64,
     /// The real line's next queue index when it joined: its place.
     pub id: u64,
@@ -58,7 +58,7 @@ pub struct ShadowTicket {
 
 impl ShadowTicket {
     /// The ticket as its holder may see it (a receipt names it).
-    pub fn shown(self) -> TicketRef {
+    pub(crate) fn shown(self) -> TicketRef {
         TicketRef {
             epoch: self.epoch,
             id: self.id,
@@ -85,7 +85,7 @@ struct Placed {
 /// What this instance remembers of the shadow line's joins: per room, at
 /// most [`KEPT`] of them.
 #[derive(Debug, Default)]
-pub struct ShadowBook {
+pub(crate) struct ShadowBook {
     rooms: Mutex<HashMap<RoomId, BTreeMap<ShadowKey, Placed>>>,
     /// Per room, the last place handed out, in its incarnation.
     last: Mutex<HashMap<RoomId, ShadowKey>>,
@@ -118,7 +118,7 @@ impl ShadowBook {
 
     /// Its holder left: its status says so from now on (on this
     /// instance, while the book remembers it).
-    pub fn leave(&self, room: &RoomId, ticket: ShadowTicket, now: u64) {
+    pub(crate) fn leave(&self, room: &RoomId, ticket: ShadowTicket, now: u64) {
         let mut rooms = lock(&self.rooms);
         let joins = rooms.entry(room.clone()).or_default();
         joins
@@ -263,7 +263,7 @@ async fn see(state: &AppState, room: &RoomId, ticket: ShadowTicket) -> Result<Se
 }
 
 /// A shadow ticket's status now.
-pub async fn status(
+pub(crate) async fn status(
     state: &AppState,
     room: &RoomId,
     ticket: ShadowTicket,
@@ -279,7 +279,7 @@ pub async fn status(
 /// What an event stream of a shadow ticket follows: its own view of the
 /// room's feed, and a signal that never fires (it is never admitted, and
 /// never ends but with its room).
-pub async fn follow(
+pub(crate) async fn follow(
     state: &AppState,
     room: &RoomId,
     ticket: ShadowTicket,
@@ -301,7 +301,7 @@ pub async fn follow(
 /// A join the rules sent to the shadow line: the holder's shadow ticket
 /// again, or a new one at the real line's tail. The room's refusals (no
 /// such room, closed, sold out) are the real line's.
-pub async fn join(
+pub(crate) async fn join(
     state: &AppState,
     room: &RoomId,
     held: Option<ShadowTicket>,

@@ -14,10 +14,10 @@ use crate::token::Keyring;
 /// The handlers' state: one reference count to clone per request (axum
 /// clones a route's state for each), whatever it holds.
 #[derive(Clone)]
-pub struct AppState(Arc<Shared>);
+pub(crate) struct AppState(Arc<Shared>);
 
 impl AppState {
-    pub fn new(shared: Shared) -> Self {
+    pub(crate) fn new(shared: Shared) -> Self {
         Self(Arc::new(shared))
     }
 }
@@ -30,7 +30,7 @@ impl Deref for AppState {
     }
 }
 
-pub struct Shared {
+pub(crate) struct Shared {
     pub backend: Arc<dyn Backend>,
     /// The backend's clock: every time the HTTP layer shows or compares is
     /// read from it, so tests on virtual time see one time everywhere.
@@ -77,7 +77,7 @@ pub struct Shared {
 
 /// The parts of the configuration the HTTP layer reads.
 #[derive(Debug)]
-pub struct HttpSettings {
+pub(crate) struct HttpSettings {
     pub cookie_secure: bool,
     /// Base for absolute queue URLs (e.g. `https://shop.example`); empty
     /// for relative URLs.
@@ -102,7 +102,7 @@ pub struct HttpSettings {
 }
 
 impl HttpSettings {
-    pub fn from_config(config: &Config) -> Self {
+    pub(crate) fn from_config(config: &Config) -> Self {
         Self {
             cookie_secure: config.cookie_secure,
             public_url: config

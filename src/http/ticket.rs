@@ -13,7 +13,7 @@ use crate::token::{Line, MAX_TOKEN_LEN, PassClaim, TicketClaim};
 
 /// A verified ticket of the room being asked about.
 #[derive(Debug, Clone)]
-pub struct VisitorTicket {
+pub(crate) struct VisitorTicket {
     pub token: String,
     pub ticket: TicketRef,
     /// It came in the room cookie, which the browser sends by itself: a
@@ -86,7 +86,7 @@ pub const FAIL_OPEN_PASS_MS: u64 = 30_000;
 /// by us, for this room, ticket and incarnation, not yet expired, and
 /// renewed within [`FAIL_OPEN_PASS_MS`] (a pass claiming a longer life is
 /// not one this version issued).
-pub fn live_pass(
+pub(crate) fn live_pass(
     state: &AppState,
     room: &RoomId,
     ticket: TicketRef,
@@ -121,7 +121,7 @@ pub(crate) fn clear_pass_cookie(state: &AppState, room: &RoomId) -> Cookie<'stat
 /// The pass cookie the gate sets (for the proxy to hand on) when it fails
 /// open: it lives as long as its claim, at most [`FAIL_OPEN_PASS_MS`],
 /// renewed with every check the store answers.
-pub fn pass_cookie(state: &AppState, pass: &PassClaim, now_ms: u64) -> Cookie<'static> {
+pub(crate) fn pass_cookie(state: &AppState, pass: &PassClaim, now_ms: u64) -> Cookie<'static> {
     let secs = pass.expires_at_ms.saturating_sub(now_ms) / 1000;
     Cookie::build((
         pass_cookie_name(state, &pass.room),
@@ -139,7 +139,7 @@ pub fn pass_cookie(state: &AppState, pass: &PassClaim, now_ms: u64) -> Cookie<'s
 
 /// The token of `Authorization: Bearer`; the scheme's name is
 /// case-insensitive (RFC 9110), so `bearer` is as good.
-pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
     let auth = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = auth.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
@@ -177,7 +177,7 @@ fn check(
 /// the first that verifies.
 /// A ticket that is present but forged, damaged or for another room is an
 /// error, not an absence: the caller decides whether to start over.
-pub fn find(
+pub(crate) fn find(
     state: &AppState,
     room: &RoomId,
     headers: &HeaderMap,
@@ -210,16 +210,7 @@ pub fn find(
     refused.map_or(Ok(None), Err)
 }
 
-/// Like [`find`], but a ticket is required.
-pub fn require(
-    state: &AppState,
-    room: &RoomId,
-    headers: &HeaderMap,
-) -> Result<VisitorTicket, ApiError> {
-    find(state, room, headers)?.ok_or_else(ApiError::no_ticket)
-}
-
-pub fn sign(state: &AppState, room: &RoomId, ticket: TicketRef) -> String {
+pub(crate) fn sign(state: &AppState, room: &RoomId, ticket: TicketRef) -> String {
     state.keys.sign(&TicketClaim {
         room: room.clone(),
         epoch: ticket.epoch,
@@ -230,7 +221,7 @@ pub fn sign(state: &AppState, room: &RoomId, ticket: TicketRef) -> String {
 /// The room cookie: HttpOnly (scripts never need it), SameSite=Lax (sent
 /// when a visitor follows a link to the site, not on cross-site posts),
 /// Secure when the site is served over HTTPS.
-pub fn cookie(state: &AppState, room: &RoomId, token: String) -> Cookie<'static> {
+pub(crate) fn cookie(state: &AppState, room: &RoomId, token: String) -> Cookie<'static> {
     Cookie::build((cookie_name(state, room), token))
         .path("/")
         .http_only(true)

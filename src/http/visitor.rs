@@ -22,13 +22,15 @@ use super::openapi::RoomParam;
 use super::pages::{
     self, ClosedPage, ClosedReason, DrawLink, ErrorPage, Page, PowForm, QueuePage, QueueUrls, Visit,
 };
+use super::passes::Minted;
 use super::return_path::validate_return_path;
 use super::state::AppState;
+use super::ticket::VisitorTicket;
 use crate::engine::rules::Mode;
 use crate::engine::{RoomId, TicketState, TicketStatus};
 
 #[derive(Debug, Default, Deserialize)]
-pub struct QueueQuery {
+pub(crate) struct QueueQuery {
     #[serde(rename = "return")]
     return_path: Option<String>,
     lang: Option<String>,
@@ -94,29 +96,15 @@ fn page_for_error(state: &AppState, visit: &Visit, e: &ApiError) -> Response {
         (status = 503, description = "The room is full, or the store is briefly unavailable.", content_type = "text/html", body = String),
     ),
 )]
-pub async fn queue(
+pub(crate) async fn queue(
     State(state): State<AppState>,
     visitor: Result<MaybeVisitor, ApiError>,
     Query(query): Query<QueueQuery>,
     client: ClientIp,
     headers: HeaderMap,
 ) -> Response {
-    let accept = headers
-        .get(header::ACCEPT_LANGUAGE)
-        .and_then(|v| v.to_str().ok());
-    // The room's languages, which its templates directory may add to.
-    let room_name = visitor.as_ref().map(|v| v.room.to_string());
-    let languages = state
-        .pages
-        .for_room(room_name.as_deref().unwrap_or_default())
-        .languages
-        .clone();
-    let lang = languages.negotiate(query.lang.as_deref(), accept);
-    let mut visit = Visit {
-        lang,
-        room: String::new(),
-        return_path: "/".into(),
-    };
+    let room = visitor.as_ref().ok().map(|v| &v.room);
+    let mut visit = visit_of(&state, room, &query, &headers);
     let MaybeVisitor { room, ticket } = match visitor {
         Ok(v) => v,
         Err(e) => return page_for_error(&state, &visit, &e),
@@ -125,34 +113,134 @@ pub async fn queue(
     let Ok(return_path) = validate_return_path(query.return_path.as_deref()) else {
         return error_page(&state, &visit, StatusCode::BAD_REQUEST);
     };
-    visit.return_path.clone_from(&return_path);
-    let rejoin_url = format!(
-        "/queue/{room}?{}",
-        query_string(&[
-            ("return", &return_path),
-            ("lang", visit.lang.code()),
-            ("rejoin", "1")
-        ])
-    );
-
-    // An ended ticket in the cookie is shown as ended, not silently
-    // replaced: the visitor should know they lost their place and why.
-    // `?rejoin=1` really starts a new one.
-    let rejoin = query.rejoin.is_some();
+    visit.return_path = return_path;
     let proof = Proof {
         enqueue_token: query.enqueue_token.clone(),
         ..Proof::default()
     };
-    let joined = match api::join_room(&state, &room, ticket, &headers, client, rejoin, &proof).await
-    {
-        Ok(joined) => joined,
-        Err(JoinRefused::Closed(_)) => return closed_page(&state, &visit, ClosedReason::Closed),
-        Err(JoinRefused::SoldOut(_)) => return closed_page(&state, &visit, ClosedReason::SoldOut),
+    let entered = enter(&state, &room, ticket, &headers, client, &query, &proof).await;
+    answer(&state, &visit, &room, proof.enqueue_token, entered)
+}
+
+/// The language and room a page is shown in, before anything is decided.
+fn visit_of(
+    state: &AppState,
+    room: Option<&RoomId>,
+    query: &QueueQuery,
+    headers: &HeaderMap,
+) -> Visit {
+    let accept = headers
+        .get(header::ACCEPT_LANGUAGE)
+        .and_then(|v| v.to_str().ok());
+    // The room's languages, which its templates directory may add to.
+    let room_name = room.map(RoomId::to_string);
+    let languages = state
+        .pages
+        .for_room(room_name.as_deref().unwrap_or_default())
+        .languages
+        .clone();
+    Visit {
+        lang: languages.negotiate(query.lang.as_deref(), accept),
+        room: String::new(),
+        return_path: "/".into(),
+    }
+}
+
+/// What the queue page has to show once the visitor has joined (or kept
+/// their ticket); a refused join is a [`JoinRefused`].
+enum Entered {
+    /// The ticket in the cookie has ended, or its room closed.
+    Ended(TicketStatus),
+    /// Admitted: on to the return path, with a signed pass where the room
+    /// gives them.
+    Admitted { token: String, pass: Option<Minted> },
+    /// An invitation made the ticket: back to the page without it.
+    Invited { token: String },
+    /// Waiting in line.
+    Waiting {
+        token: String,
+        status: TicketStatus,
+        lane: Option<String>,
+        /// The opening draw's commitment, for a ticket that has no number
+        /// yet.
+        draw: Option<String>,
+    },
+}
+
+/// Joins for the queue page and gathers what it shows. An ended ticket in
+/// the cookie is shown as ended, not silently replaced: the visitor should
+/// know they lost their place and why; `?rejoin=1` really starts a new one.
+async fn enter(
+    state: &AppState,
+    room: &RoomId,
+    ticket: Option<VisitorTicket>,
+    headers: &HeaderMap,
+    client: ClientIp,
+    query: &QueueQuery,
+    proof: &Proof,
+) -> Result<Entered, JoinRefused> {
+    let rejoin = query.rejoin.is_some();
+    let joined = api::join_room(state, room, ticket, headers, client, rejoin, proof).await?;
+    if !joined.status.state.is_live() || joined.status.closed {
+        return Ok(Entered::Ended(joined.status));
+    }
+    if joined.status.state == TicketState::Admitted {
+        // With a signed pass, a verifying proxy lets the visitor through
+        // to the return path without asking the gate.
+        let pass = super::passes::mint(state, room, joined.ticket, &joined.status).await;
+        return Ok(Entered::Admitted {
+            token: joined.token,
+            pass,
+        });
+    }
+    if proof.enqueue_token.is_some() {
+        // The invitation did its work: the cookie holds the ticket now, and
+        // the address (history, a shared screenshot) should not keep it.
+        return Ok(Entered::Invited {
+            token: joined.token,
+        });
+    }
+    let before_draw = joined.status.number.is_none();
+    let lane = api::lane_name(state, room, joined.status.lane).await;
+    let mut draw = None;
+    if before_draw && let Ok(snapshot) = state.backend.room(room).await {
+        draw = snapshot.view.lottery_commitment;
+    }
+    Ok(Entered::Waiting {
+        token: joined.token,
+        status: joined.status,
+        lane,
+        draw,
+    })
+}
+
+/// The queue page's answer to each outcome: every status, page and cookie
+/// it sends after a join is chosen here.
+fn answer(
+    state: &AppState,
+    visit: &Visit,
+    room: &RoomId,
+    enqueue_token: Option<String>,
+    entered: Result<Entered, JoinRefused>,
+) -> Response {
+    let return_path = &visit.return_path;
+    let rejoin_url = format!(
+        "/queue/{room}?{}",
+        query_string(&[
+            ("return", return_path),
+            ("lang", visit.lang.code()),
+            ("rejoin", "1")
+        ])
+    );
+    let entered = match entered {
+        Ok(entered) => entered,
+        Err(JoinRefused::Closed(_)) => return closed_page(state, visit, ClosedReason::Closed),
+        Err(JoinRefused::SoldOut(_)) => return closed_page(state, visit, ClosedReason::SoldOut),
         Err(JoinRefused::Challenge(e)) => {
-            let page_url = page_url(&room, &return_path, &visit.lang);
-            return pow_page(&state, &visit, &room, &e, page_url, proof.enqueue_token);
+            let page_url = page_url(room, return_path, &visit.lang);
+            return pow_page(state, visit, room, &e, page_url, enqueue_token);
         }
-        Err(JoinRefused::Invitation(e)) => return invite_page(&state, &visit, &e),
+        Err(JoinRefused::Invitation(e)) => return invite_page(state, visit, &e),
         // The cookie's ticket names a line that was reset: said so, with
         // a way to join the new one.
         Err(JoinRefused::LineReset(_)) => {
@@ -160,45 +248,45 @@ pub async fn queue(
                 reason: ClosedReason::Reset,
                 rejoin_url: Some(rejoin_url),
             });
-            return state.pages.render(StatusCode::OK, &visit, &page);
+            return state.pages.render(StatusCode::OK, visit, &page);
         }
-        Err(JoinRefused::Other(e)) => return page_for_error(&state, &visit, &e),
+        Err(JoinRefused::Other(e)) => return page_for_error(state, visit, &e),
     };
-    if !joined.status.state.is_live() || joined.status.closed {
-        return ended_page(&state, &visit, &joined.status, rejoin_url);
-    }
-    let cookie = api::set_cookie(&state, &room, joined.token);
-    if joined.status.state == TicketState::Admitted {
-        // With a signed pass, a verifying proxy lets the visitor through
-        // to the return path without asking the gate.
-        let minted = super::passes::mint(&state, &room, joined.ticket, &joined.status).await;
-        let mut response = ([cookie], Redirect::to(&return_path)).into_response();
-        if let Some(minted) = &minted {
-            super::passes::set_cookie(&state, &room, minted, &mut response);
+    match entered {
+        Entered::Ended(status) => ended_page(state, visit, &status, rejoin_url),
+        Entered::Admitted { token, pass } => {
+            let cookie = api::set_cookie(state, room, token);
+            let mut response = ([cookie], Redirect::to(return_path)).into_response();
+            if let Some(minted) = &pass {
+                super::passes::set_cookie(state, room, minted, &mut response);
+            }
+            response
         }
-        return response;
+        Entered::Invited { token } => {
+            let cookie = api::set_cookie(state, room, token);
+            let clean = page_url(room, return_path, &visit.lang);
+            ([cookie], Redirect::to(&clean)).into_response()
+        }
+        Entered::Waiting {
+            token,
+            status,
+            lane,
+            draw,
+        } => {
+            let cookie = api::set_cookie(state, room, token);
+            let mut page = queue_page(room, status, return_path);
+            page.lane = lane;
+            if state.push.is_some() && page.status.status() == crate::engine::Status::Waiting {
+                page.urls.notify = Some(format!("/api/rooms/{room}/notify"));
+            }
+            page.draw = draw.map(|commitment| DrawLink {
+                commitment,
+                url: format!("/api/rooms/{room}/draw"),
+            });
+            let page = Page::Queue(Box::new(page));
+            ([cookie], state.pages.render(StatusCode::OK, visit, &page)).into_response()
+        }
     }
-    if proof.enqueue_token.is_some() {
-        // The invitation did its work: the cookie holds the ticket now, and
-        // the address (history, a shared screenshot) should not keep it.
-        let clean = page_url(&room, &return_path, &visit.lang);
-        return ([cookie], Redirect::to(&clean)).into_response();
-    }
-    let before_draw = joined.status.number.is_none();
-    let lane = super::api::lane_name(&state, &room, joined.status.lane).await;
-    let mut page = queue_page(&room, joined.status, &return_path);
-    page.lane = lane;
-    if state.push.is_some() && page.status.status() == crate::engine::Status::Waiting {
-        page.urls.notify = Some(format!("/api/rooms/{room}/notify"));
-    }
-    if before_draw && let Ok(snapshot) = state.backend.room(&room).await {
-        page.draw = snapshot.view.lottery_commitment.map(|commitment| DrawLink {
-            commitment,
-            url: format!("/api/rooms/{room}/draw"),
-        });
-    }
-    let page = Page::Queue(Box::new(page));
-    ([cookie], state.pages.render(StatusCode::OK, &visit, &page)).into_response()
 }
 
 /// The page of a room that takes no one any more.

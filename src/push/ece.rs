@@ -24,7 +24,7 @@ const LAST_RECORD_DELIMITER: u8 = 2;
 const TAG_LEN: usize = 16;
 const KEY_LEN: usize = 65;
 /// Bytes before the record: salt, record size, key id length, key id.
-pub const HEADER_LEN: usize = 16 + 4 + 1 + KEY_LEN;
+pub(crate) const HEADER_LEN: usize = 16 + 4 + 1 + KEY_LEN;
 /// The longest plaintext: push services must accept 4096-byte bodies
 /// (RFC 8030 §7.2), and header, delimiter and tag take the rest.
 pub const MAX_PLAINTEXT: usize = 4096 - HEADER_LEN - 1 - TAG_LEN;

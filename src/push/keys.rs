@@ -156,7 +156,7 @@ impl VapidKey {
     /// `vapid t=<ES256 JWT>,k=<public key>`, the JWT addressed to the push
     /// service's origin. No space after the comma: RFC 8292 allows one,
     /// but py_vapid, the reference, splits on the bare comma.
-    pub fn authorization(
+    pub(crate) fn authorization(
         &self,
         endpoint: &url::Url,
         now: SystemTime,

@@ -24,14 +24,15 @@
 //! each room's outcomes for operators).
 
 pub mod ece;
-pub mod keys;
-pub mod resolve;
-pub mod sender;
-pub mod subscription;
+pub(crate) mod keys;
+pub(crate) mod resolve;
+pub(crate) mod sender;
+pub(crate) mod subscription;
 
-pub use keys::{VapidError, VapidKey};
-pub use sender::{Outcome, PushMessage, PushSender, Receipt, SenderConfig, Urgency};
-pub use subscription::{Subscription, SubscriptionError};
+pub(crate) use keys::VapidError;
+pub use keys::VapidKey;
+pub use sender::{Outcome, PushMessage, PushSender, SenderConfig, Urgency};
+pub use subscription::Subscription;
 
 use std::sync::Arc;
 
@@ -46,7 +47,7 @@ const VAPID_PURPOSE: &str = "web push vapid key";
 
 /// Why push could not start. Names the file, never its contents.
 #[derive(Debug, thiserror::Error)]
-pub enum PushStartError {
+pub(crate) enum PushStartError {
     #[error("push.vapid_key_file {path}: {source}")]
     KeyFile {
         path: std::path::PathBuf,
@@ -61,16 +62,16 @@ pub enum PushStartError {
 /// Messages by outcome, per room, as this instance sent them (the rooms'
 /// owners send): what operators see beside each room.
 #[derive(Debug, Default)]
-pub struct Sends(dashmap::DashMap<String, [u64; 4]>);
+pub(crate) struct Sends(dashmap::DashMap<String, [u64; 4]>);
 
 impl Sends {
-    pub fn count(&self, room: &str, outcome: Outcome) {
+    pub(crate) fn count(&self, room: &str, outcome: Outcome) {
         let i = Self::slot(outcome);
         self.0.entry(room.to_owned()).or_default()[i] += 1;
     }
 
     /// (sent, failed, gone, dropped) for `room`.
-    pub fn of(&self, room: &str) -> (u64, u64, u64, u64) {
+    pub(crate) fn of(&self, room: &str) -> (u64, u64, u64, u64) {
         let c = self.0.get(room).map(|c| *c).unwrap_or_default();
         (c[0], c[1], c[2], c[3])
     }
@@ -88,7 +89,7 @@ impl Sends {
 /// Push as the service runs it: the key pages subscribe with and the
 /// sender that delivers. Built once at start when `[push]` is on.
 #[derive(Debug)]
-pub struct Push {
+pub(crate) struct Push {
     pub key: Arc<VapidKey>,
     pub sender: PushSender,
     pub sends: Sends,
@@ -99,7 +100,7 @@ pub struct Push {
 impl Push {
     /// `None` when push is off. The key comes from the configured PEM
     /// file, or is derived from the ticket key.
-    pub fn start(
+    pub(crate) fn start(
         config: &PushConfig,
         keyring: &Keyring,
         metrics: Arc<Metrics>,

@@ -20,7 +20,7 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 /// Every address the name resolved to lies in a private network.
 #[derive(Debug, thiserror::Error)]
 #[error("the push endpoint's host resolves only to internal addresses")]
-pub struct Refused;
+pub(crate) struct Refused;
 
 /// The system resolver, less the internal addresses.
 #[derive(Debug, Clone, Copy, Default)]
@@ -41,7 +41,7 @@ impl Resolve for PublicOnly {
 }
 
 /// Whether `error`, or an error it came from, is a [`Refused`].
-pub fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
+pub(crate) fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut e = Some(error);
     while let Some(now) = e {
         if now.is::<Refused>() {

@@ -79,7 +79,7 @@ pub enum Urgency {
 }
 
 impl Urgency {
-    pub fn header(self) -> &'static str {
+    pub(crate) fn header(self) -> &'static str {
         match self {
             Urgency::VeryLow => "very-low",
             Urgency::Low => "low",
@@ -121,7 +121,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// The `result` label in `/metrics`.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Outcome::Sent => "sent",
             Outcome::Gone => "gone",

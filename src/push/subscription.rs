@@ -160,13 +160,13 @@ impl Subscription {
         }
     }
 
-    pub fn endpoint(&self) -> &Url {
+    pub(crate) fn endpoint(&self) -> &Url {
         &self.endpoint
     }
 
     /// The push service's origin (`https://fcm.googleapis.com`), the one
     /// part of the endpoint fit for logs and metrics.
-    pub fn push_service(&self) -> String {
+    pub(crate) fn push_service(&self) -> String {
         self.endpoint.origin().ascii_serialization()
     }
 

@@ -314,18 +314,14 @@ fn an_unusable_data_dir_is_an_io_error() {
 }
 
 #[test]
-fn from_config_prefers_the_configured_secret() {
+fn a_configured_secret_comes_before_the_key_file() {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let mut config = Config {
-        data_dir: dir.path().to_path_buf(),
-        ..Config::default()
-    };
-    let from_file = Keyring::from_config(&config).expect("creates a key file");
+    let from_file = Keyring::configured(None, None, dir.path()).expect("creates a key file");
     assert!(dir.path().join(KEY_FILE).exists());
 
-    config.secret = Some(Secret::new(KEY_B));
-    config.previous_secret = Some(Secret::new(KEY_A));
-    let configured = Keyring::from_config(&config).expect("configured");
+    let (current, previous) = (Secret::new(KEY_B), Secret::new(KEY_A));
+    let configured =
+        Keyring::configured(Some(&current), Some(&previous), dir.path()).expect("configured");
     let c = claim("default", 1, 1);
     assert_eq!(
         configured.verify(&ring(KEY_A, None).sign(&c)),

@@ -83,10 +83,10 @@ macro_rules! event_types {
 
         impl EventType {
             /// Every event type, in the order docs/operating.md lists them.
-            pub const ALL: &[EventType] = &[$(EventType::$variant,)*];
+            pub(crate) const ALL: &[EventType] = &[$(EventType::$variant,)*];
 
             /// The `type` receivers see, such as `room.paused`.
-            pub fn name(self) -> &'static str {
+            pub(crate) fn name(self) -> &'static str {
                 match self {
                     $(EventType::$variant => $name,)*
                 }
@@ -132,7 +132,7 @@ impl EventType {
     }
 
     /// Every wire name, comma-separated, for error messages.
-    pub fn names() -> String {
+    pub(crate) fn names() -> String {
         Self::ALL
             .iter()
             .map(|e| e.name())
@@ -143,7 +143,7 @@ impl EventType {
 
 /// One room event, the same for every receiver and every retry.
 #[derive(Clone, Debug)]
-pub struct WebhookEvent {
+pub(crate) struct WebhookEvent {
     /// Unique per event: the `webhook-id` receivers deduplicate by.
     pub id: String,
     pub kind: EventType,
@@ -176,7 +176,7 @@ struct Body<'a> {
 
 impl WebhookEvent {
     /// The exact bytes sent and signed.
-    pub fn body(&self, legacy: bool) -> Bytes {
+    pub(crate) fn body(&self, legacy: bool) -> Bytes {
         let body = Body {
             kind: self.kind.name(),
             timestamp: &self.timestamp,
@@ -199,7 +199,7 @@ struct Delivery {
 }
 
 /// The sending side; cheap to share.
-pub struct Webhooks {
+pub(crate) struct Webhooks {
     targets: Arc<Vec<WebhookConfig>>,
     tx: Option<mpsc::Sender<Delivery>>,
     metrics: Arc<Metrics>,
@@ -224,7 +224,7 @@ fn redacted(url: &str) -> String {
 impl Webhooks {
     /// Starts the delivery task (when any receiver is configured). It ends
     /// on `shutdown`; deliveries still retrying then are abandoned.
-    pub fn start(
+    pub(crate) fn start(
         targets: Vec<WebhookConfig>,
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
@@ -283,7 +283,7 @@ impl Webhooks {
 
     /// Queue an event for every receiver that wants it (`only`: just that
     /// receiver). Never waits.
-    pub fn send(&self, event: &WebhookEvent, only: Option<usize>) {
+    pub(crate) fn send(&self, event: &WebhookEvent, only: Option<usize>) {
         let Some(tx) = &self.tx else { return };
         // Serialized once per body form, however many receivers.
         let mut bodies: [Option<Bytes>; 2] = [None, None];

@@ -22,15 +22,15 @@
 use super::status::TicketStatus;
 
 /// At most one update a second to any one visitor.
-pub const MIN_GAP_MS: u64 = 1_000;
+pub(crate) const MIN_GAP_MS: u64 = 1_000;
 /// A change too small to notice is still sent after this long.
-pub const REFRESH_MS: u64 = 20_000;
+pub(crate) const REFRESH_MS: u64 = 20_000;
 /// The share of the place last shown that is worth an update.
 const NOTICEABLE: u64 = 100;
 
 /// When to send a changed status, given what was sent last and when.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Due {
+pub(crate) enum Due {
     /// Nothing the visitor sees changed.
     Never,
     /// Send at this moment (Unix ms; now or earlier: send now).
@@ -39,14 +39,15 @@ pub enum Due {
 
 impl Due {
     /// Whether it is due by `now`.
-    pub fn by(self, now: u64) -> bool {
+    #[cfg(test)]
+    pub(crate) fn by(self, now: u64) -> bool {
         matches!(self, Due::At(at) if at <= now)
     }
 }
 
 /// When `now`'s status should reach a visitor who was last sent `shown`
 /// at `sent_at` (Unix ms).
-pub fn due(shown: &TicketStatus, sent_at: u64, now: &TicketStatus) -> Due {
+pub(crate) fn due(shown: &TicketStatus, sent_at: u64, now: &TicketStatus) -> Due {
     if shown.shows_same_as(now) {
         return Due::Never;
     }
@@ -60,7 +61,7 @@ pub fn due(shown: &TicketStatus, sent_at: u64, now: &TicketStatus) -> Due {
 /// How many more moves of the line (departures ahead, at most one place
 /// each) a visitor shown place `shown` and now at `now` needs before their
 /// place can have changed noticeably: at least one.
-pub fn moves_needed(shown: u64, now: u64) -> u64 {
+pub(crate) fn moves_needed(shown: u64, now: u64) -> u64 {
     (now + shown.div_ceil(NOTICEABLE))
         .saturating_sub(shown)
         .max(1)
@@ -85,7 +86,7 @@ fn noticeable(shown: &TicketStatus, now: &TicketStatus) -> bool {
 
 /// The unit a wait is shown in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WaitUnit {
+pub(crate) enum WaitUnit {
     Seconds,
     Minutes,
     Hours,
@@ -93,7 +94,7 @@ pub enum WaitUnit {
 
 /// A wait as a page shows it: a range in one unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WaitShown {
+pub(crate) struct WaitShown {
     pub unit: WaitUnit,
     /// 0 only for "now" (the high end is 0).
     pub low: u64,
@@ -111,7 +112,7 @@ const MINUTES_UP_TO: u64 = 90 * MINUTE;
 /// beyond. The low end rounds to nearest and the high end rounds up, and
 /// neither shows as zero, so the range never promises less than the
 /// estimate. The page's script rounds the same way.
-pub fn wait_shown(low_secs: u64, high_secs: u64) -> WaitShown {
+pub(crate) fn wait_shown(low_secs: u64, high_secs: u64) -> WaitShown {
     let (low, high) = (low_secs.min(high_secs), low_secs.max(high_secs));
     if high == 0 {
         return WaitShown {

@@ -4,16 +4,16 @@
 //! enough to pick up a phone and come back before the head arrives.
 
 /// Seconds of admissions ahead the default distance covers.
-pub const AHEAD_SECS: f64 = 120.0;
+pub(crate) const AHEAD_SECS: f64 = 120.0;
 
 /// The least default distance: a room admitting slowly, or not yet known
 /// to admit at all, still warns a few places ahead.
-pub const MIN_AHEAD: u32 = 3;
+pub(crate) const MIN_AHEAD: u32 = 3;
 
 /// How many people ahead of a subscribed visitor, at most, when the
 /// "N ahead" call is made. `setting` is the room's `notify_ahead`;
 /// `rate` its smoothed admissions per second.
-pub fn ahead_distance(setting: Option<u32>, rate: f64) -> u32 {
+pub(crate) fn ahead_distance(setting: Option<u32>, rate: f64) -> u32 {
     match setting {
         Some(n) => n,
         None => {

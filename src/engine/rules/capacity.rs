@@ -13,7 +13,7 @@
 
 /// The permit counters a room keeps besides its admitted visitors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Counter {
+pub(crate) enum Counter {
     /// Permits in the worker's hand.
     Hand,
     /// Permits given back while nobody waited.
@@ -22,46 +22,37 @@ pub enum Counter {
     Debt,
 }
 
-impl Counter {
-    /// The field a store keeps the counter in.
-    pub const fn field(self) -> &'static str {
-        match self {
-            Self::Hand => "hand",
-            Self::Tray => "tray",
-            Self::Debt => "debt",
-        }
-    }
-}
+impl Counter {}
 
 /// Where permits come from and go to: take from each of `take_from` in
 /// turn, add what could not be taken to `rest_to`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub take_from: &'static [Counter],
     pub rest_to: Counter,
 }
 
 /// Raising capacity by some amount.
-pub const GROW: Plan = Plan {
+pub(crate) const GROW: Plan = Plan {
     take_from: &[Counter::Debt],
     rest_to: Counter::Hand,
 };
 
 /// Lowering capacity by some amount.
-pub const SHRINK: Plan = Plan {
+pub(crate) const SHRINK: Plan = Plan {
     take_from: &[Counter::Hand, Counter::Tray],
     rest_to: Counter::Debt,
 };
 
 /// A plan and how many permits it moves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Transfer {
+pub(crate) struct Transfer {
     pub amount: u64,
     pub plan: Plan,
 }
 
 /// The transfer that moves a room from capacity `old` to `new`.
-pub fn resize(old: u32, new: u32) -> Transfer {
+pub(crate) fn resize(old: u32, new: u32) -> Transfer {
     if new >= old {
         Transfer {
             amount: u64::from(new - old),
@@ -78,7 +69,8 @@ pub fn resize(old: u32, new: u32) -> Transfer {
 impl Transfer {
     /// The transfer on plain numbers (`hand`, `tray`, `debt`), for tests and
     /// for stores that hold all three under one lock.
-    pub fn apply(&self, counters: &mut [u64; 3]) {
+    #[cfg(test)]
+    pub(crate) fn apply(&self, counters: &mut [u64; 3]) {
         let mut left = self.amount;
         for c in self.plan.take_from {
             let have = &mut counters[*c as usize];

@@ -11,17 +11,17 @@
 use std::time::Duration;
 
 /// The sliding window.
-pub const JOIN_WINDOW_MS: u64 = 60_000;
+pub(crate) const JOIN_WINDOW_MS: u64 = 60_000;
 
 /// Entries at or before this moment have left the window ending at `now`.
-pub fn join_window_start(now: u64) -> u64 {
+pub(crate) fn join_window_start(now: u64) -> u64 {
     now.saturating_sub(JOIN_WINDOW_MS)
 }
 
 /// Whether one more join fits under `limit` (0: no limit), given `in_window`
 /// joins in the window and the oldest of them at `oldest`; if not, how long
 /// until it would fit were nobody else to join meanwhile.
-pub fn join_allowance(
+pub(crate) fn join_allowance(
     limit: u32,
     in_window: u64,
     oldest: Option<u64>,

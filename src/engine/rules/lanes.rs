@@ -18,7 +18,7 @@
 
 /// One lane as the rule sees it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LaneLoad {
+pub(crate) struct LaneLoad {
     pub weight: u32,
     /// Permits the lane's visitors hold now.
     pub admitted: u64,
@@ -36,7 +36,7 @@ fn before(a: &LaneLoad, b: &LaneLoad) -> bool {
 
 /// The lane the next free permit goes to, or `None` when nobody waits in
 /// any lane. With one lane this is always that lane when it has waiters.
-pub fn next_lane(lanes: &[LaneLoad]) -> Option<usize> {
+pub(crate) fn next_lane(lanes: &[LaneLoad]) -> Option<usize> {
     let mut best: Option<usize> = None;
     for (i, lane) in lanes.iter().enumerate() {
         if !lane.waiting {
@@ -52,7 +52,7 @@ pub fn next_lane(lanes: &[LaneLoad]) -> Option<usize> {
 /// The lanes in the order the next permit would try them: `next_lane`
 /// first, then, should its head turn out to hold nobody admissible (every
 /// ticket left or went quiet), the next best, and so on.
-pub fn lane_order(lanes: &[LaneLoad]) -> Vec<usize> {
+pub(crate) fn lane_order(lanes: &[LaneLoad]) -> Vec<usize> {
     let mut loads = lanes.to_vec();
     let mut order = Vec::with_capacity(lanes.len());
     while let Some(i) = next_lane(&loads) {
@@ -66,7 +66,8 @@ pub fn lane_order(lanes: &[LaneLoad]) -> Vec<usize> {
 /// the weights of the lanes with someone waiting (itself included), so a
 /// lane whose neighbours are empty expects them all. What a lane's
 /// estimated wait scales the room's admission rate by.
-pub fn lane_share(lanes: &[LaneLoad], lane: usize) -> f64 {
+#[cfg(test)]
+pub(crate) fn lane_share(lanes: &[LaneLoad], lane: usize) -> f64 {
     let Some(own) = lanes.get(lane) else {
         return 1.0;
     };
@@ -81,7 +82,8 @@ pub fn lane_share(lanes: &[LaneLoad], lane: usize) -> f64 {
 
 /// Each lane's share of `capacity` when every lane has people waiting: the
 /// admitted counts the rule settles at.
-pub fn shares(weights: &[u32], capacity: u64) -> Vec<u64> {
+#[cfg(test)]
+pub(crate) fn shares(weights: &[u32], capacity: u64) -> Vec<u64> {
     let mut loads: Vec<LaneLoad> = weights
         .iter()
         .map(|&weight| LaneLoad {
@@ -110,12 +112,12 @@ pub struct LaneLoads {
 }
 
 /// The most lanes a room may have.
-pub const MAX_LANES: usize = 16;
+pub(crate) const MAX_LANES: usize = 16;
 
 impl LaneLoads {
     /// From each lane's weight and whether anyone waits in it, in lane
     /// order; lanes past [`MAX_LANES`] are not counted.
-    pub fn new(lanes: impl IntoIterator<Item = (u32, bool)>) -> Self {
+    pub(crate) fn new(lanes: impl IntoIterator<Item = (u32, bool)>) -> Self {
         let mut loads = Self::default();
         for (i, (weight, waiting)) in lanes.into_iter().take(MAX_LANES).enumerate() {
             loads.weight[i] = weight;
@@ -127,7 +129,7 @@ impl LaneLoads {
 
     /// The part of the room's admissions `lane` can expect now
     /// ([`lane_share`]); 1 for a room without lanes.
-    pub fn share(&self, lane: u8) -> f64 {
+    pub(crate) fn share(&self, lane: u8) -> f64 {
         let (len, lane) = (usize::from(self.len), usize::from(lane));
         if len <= 1 || lane >= len {
             return 1.0;

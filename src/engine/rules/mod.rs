@@ -36,32 +36,38 @@ mod state;
 mod status;
 mod waits;
 
-pub use autotune::{Controller, Current, Decision, Signal, Verdict, decide};
-pub use cadence::{
-    Due, MIN_GAP_MS, REFRESH_MS, WaitShown, WaitUnit, due, moves_needed, wait_shown,
+// What the other crates of the workspace use.
+pub use mode::Mode;
+pub use state::TicketState;
+pub use status::TicketStatus;
+
+pub(crate) use autotune::{Controller, Current, Decision, Signal, Verdict, decide};
+pub(crate) use cadence::{Due, MIN_GAP_MS, REFRESH_MS, WaitUnit, due, moves_needed, wait_shown};
+pub(crate) use callback::ahead_distance;
+pub(crate) use capacity::{Counter, Transfer, resize};
+pub(crate) use join_limit::{join_allowance, join_window_start};
+pub(crate) use lanes::{LaneLoad, LaneLoads, MAX_LANES, lane_order};
+pub(crate) use mode::{STOCK_MAX, StockTaken, mode_with_stock, take_stock};
+pub(crate) use presence::{AtHead, PresenceTimeouts, renew_every};
+pub(crate) use publish::worth_publishing;
+pub(crate) use rate::{AdmissionRate, AdmitCap};
+pub(crate) use state::Status;
+pub(crate) use status::{
+    Eta, PassTimeouts, RoomFacts, StatusBody, TicketFacts, quiet_cutoff, ticket_status,
 };
-pub use callback::{AHEAD_SECS, MIN_AHEAD, ahead_distance};
-pub use capacity::{Counter, GROW, Plan, SHRINK, Transfer, resize};
-pub use join_limit::{JOIN_WINDOW_MS, join_allowance, join_window_start};
-pub use lanes::{LaneLoad, LaneLoads, MAX_LANES, lane_order, lane_share, next_lane, shares};
-pub use mode::{Mode, STOCK_MAX, StockTaken, mode_with_stock, take_stock};
-pub use presence::{AtHead, PresenceTimeouts, RENEWALS_PER_GRACE, away_cutoff, renew_every};
-pub use publish::{Visible, worth_publishing};
-pub use rate::{AdmissionRate, AdmitCap};
-pub use state::{Status, TicketState};
-pub use status::{
-    Eta, PassCutoffs, PassTimeouts, RoomFacts, StatusBody, TicketFacts, TicketStatus, eta,
-    progress, quiet_cutoff, ticket_status,
-};
-pub use waits::{WAIT_BUCKETS_MS, wait_bucket};
+pub(crate) use waits::{WAIT_BUCKETS_MS, wait_bucket};
+
+// The backends' tests age a join window by hand.
+#[cfg(test)]
+pub(crate) use join_limit::JOIN_WINDOW_MS;
 
 /// The most tickets one room may issue: what the position index holds,
 /// less a margin because the check and the append race.
-pub const MAX_TICKETS: u64 = (crate::engine::departures::MAX_QUEUE - 4096) as u64;
+pub(crate) const MAX_TICKETS: u64 = (crate::engine::departures::MAX_QUEUE - 4096) as u64;
 
 /// How many waiting tickets one tick checks for quietness. Bounded so a
 /// tick stays short with a million waiting; the sweep resumes where it
 /// stopped, so the whole line is covered every `waiting / SWEEP_BUDGET`
 /// ticks (100 s for a million at one tick a second), well inside the
 /// default five-minute `queue_idle`.
-pub const SWEEP_BUDGET: u32 = 10_000;
+pub(crate) const SWEEP_BUDGET: u32 = 10_000;

@@ -50,7 +50,7 @@ impl Mode {
     ];
 
     /// The name in the config, the admin API, the status JSON and stores.
-    pub const fn name(self) -> &'static str {
+    pub(crate) const fn name(self) -> &'static str {
         match self {
             Self::Queue => "queue",
             Self::Passthrough => "passthrough",
@@ -59,17 +59,18 @@ impl Mode {
         }
     }
 
-    pub fn from_name(name: &str) -> Option<Self> {
+    #[cfg(test)]
+    pub(crate) fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|m| m.name() == name)
     }
 
     /// The number a store keeps the mode as (the engine's atomic, the
     /// metrics gauge).
-    pub const fn code(self) -> u8 {
+    pub(crate) const fn code(self) -> u8 {
         self as u8
     }
 
-    pub fn from_code(code: u8) -> Option<Self> {
+    pub(crate) fn from_code(code: u8) -> Option<Self> {
         Self::ALL.get(usize::from(code)).copied()
     }
 
@@ -98,7 +99,7 @@ impl std::fmt::Display for Mode {
 
 /// The most units a room may have for sale (a typo's guard, and far from
 /// any overflow in a store's arithmetic).
-pub const STOCK_MAX: u64 = 1_000_000_000_000;
+pub(crate) const STOCK_MAX: u64 = 1_000_000_000_000;
 
 /// What a reported purchase did to a room's stock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,7 +116,7 @@ pub struct StockTaken {
 /// Take `purchased` units off `stock` in a room in `mode`: what is left
 /// never goes below zero, and with none left the room is sold out; the
 /// report that makes it so is the one that ends the sale.
-pub fn take_stock(stock: u64, mode: Mode, purchased: u64) -> StockTaken {
+pub(crate) fn take_stock(stock: u64, mode: Mode, purchased: u64) -> StockTaken {
     let left = stock.saturating_sub(purchased);
     let after = mode_with_stock(mode, Some(left));
     StockTaken {
@@ -129,7 +130,7 @@ pub fn take_stock(stock: u64, mode: Mode, purchased: u64) -> StockTaken {
 /// The mode a room is in once its stock is `stock`: none left means sold
 /// out, whatever it was; otherwise unchanged (restocking does not reopen a
 /// room by itself: the operator chooses the mode to reopen in).
-pub fn mode_with_stock(mode: Mode, stock: Option<u64>) -> Mode {
+pub(crate) fn mode_with_stock(mode: Mode, stock: Option<u64>) -> Mode {
     if stock == Some(0) {
         Mode::SoldOut
     } else {

@@ -18,7 +18,7 @@ use super::status::quiet_cutoff;
 
 /// What the head does with a waiting ticket it reaches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AtHead {
+pub(crate) enum AtHead {
     /// Its visitor is here: it takes the permit.
     Admit,
     /// Its visitor is not here: skip it, keeping its number.
@@ -29,14 +29,14 @@ pub enum AtHead {
 
 /// The room's presence timeouts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PresenceTimeouts {
+pub(crate) struct PresenceTimeouts {
     pub away_grace_ms: u64,
     pub queue_idle_ms: u64,
 }
 
 impl PresenceTimeouts {
     /// The head's decision for a ticket last seen at `last_seen`.
-    pub fn at_head(&self, last_seen: u64, now: u64) -> AtHead {
+    pub(crate) fn at_head(&self, last_seen: u64, now: u64) -> AtHead {
         if last_seen < quiet_cutoff(now, self.queue_idle_ms) {
             AtHead::Abandon
         } else if last_seen < away_cutoff(now, self.away_grace_ms) {
@@ -48,19 +48,19 @@ impl PresenceTimeouts {
 }
 
 /// A ticket last seen before this moment is away.
-pub fn away_cutoff(now: u64, away_grace_ms: u64) -> u64 {
+pub(crate) fn away_cutoff(now: u64, away_grace_ms: u64) -> u64 {
     now.saturating_sub(away_grace_ms)
 }
 
 /// How often an instance renews the presence of the streams it holds: a
 /// third of the grace, so that a renewal delayed by one period still lands
 /// well inside it.
-pub fn renew_every(away_grace: Duration) -> Duration {
+pub(crate) fn renew_every(away_grace: Duration) -> Duration {
     (away_grace / RENEWALS_PER_GRACE).max(Duration::from_millis(100))
 }
 
 /// Renewals per `away_grace`.
-pub const RENEWALS_PER_GRACE: u32 = 3;
+pub(crate) const RENEWALS_PER_GRACE: u32 = 3;
 
 #[cfg(test)]
 mod tests {

@@ -12,7 +12,7 @@ use crate::engine::view::RoomView;
 /// drifts a little on every tick even in a quiet room. Of the rate only
 /// its band and whether it is known count.
 #[derive(Debug, PartialEq, Serialize)]
-pub struct Visible<'a> {
+pub(crate) struct Visible<'a> {
     capacity: u32,
     waiting: u64,
     admitted: u64,
@@ -39,7 +39,7 @@ pub struct Visible<'a> {
 }
 
 impl<'a> Visible<'a> {
-    pub fn of(v: &'a RoomView) -> Self {
+    pub(crate) fn of(v: &'a RoomView) -> Self {
         Self {
             capacity: v.capacity,
             waiting: v.waiting,
@@ -74,20 +74,21 @@ impl<'a> Visible<'a> {
 
     /// The visible part as text, for stores that compare it with the one
     /// they published last.
-    pub fn signature(&self) -> String {
+    #[cfg(test)]
+    pub(crate) fn signature(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
     }
 }
 
 /// Whether `next` shows anything `published` did not.
-pub fn worth_publishing(published: &RoomView, next: &RoomView) -> bool {
+pub(crate) fn worth_publishing(published: &RoomView, next: &RoomView) -> bool {
     Visible::of(published) != Visible::of(next)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::AdmissionRate;
+    use crate::engine::rules::AdmissionRate;
 
     fn at_rate(mean: f64) -> RoomView {
         RoomView {

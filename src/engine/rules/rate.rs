@@ -22,14 +22,14 @@ impl AdmissionRate {
 
     /// After a tick: its admissions count only while the room was
     /// admitting (open and not paused), else the estimate stays as it was.
-    pub fn after_tick(&mut self, admitting: bool, admissions: u64, elapsed_ms: u64) {
+    pub(crate) fn after_tick(&mut self, admitting: bool, admissions: u64, elapsed_ms: u64) {
         if admitting {
             self.observe(admissions, elapsed_ms);
         }
     }
 
     /// Take one tick's admissions into the estimate.
-    pub fn observe(&mut self, admissions: u64, elapsed_ms: u64) {
+    pub(crate) fn observe(&mut self, admissions: u64, elapsed_ms: u64) {
         if elapsed_ms == 0 {
             return;
         }
@@ -51,7 +51,7 @@ impl AdmissionRate {
 
     /// Seconds until `position` is admitted: (low, expected, high), or None
     /// when nothing has been admitted lately and there is no basis to guess.
-    pub fn eta(&self, position: u64) -> Option<(u64, u64, u64)> {
+    pub(crate) fn eta(&self, position: u64) -> Option<(u64, u64, u64)> {
         if !self.primed || self.mean < 1e-6 {
             return None;
         }
@@ -67,7 +67,7 @@ impl AdmissionRate {
     /// one admission a minute all share one band. The rate drifts a little
     /// on every tick, even in a quiet room; only a move to another band is
     /// worth telling every waiting visitor about.
-    pub fn band(&self) -> i64 {
+    pub(crate) fn band(&self) -> i64 {
         let per_second = self.mean;
         if per_second.is_nan() || per_second < 1.0 / 60.0 {
             return i64::MIN;
@@ -82,7 +82,7 @@ impl AdmissionRate {
 /// once, then one every 100 ms). The state it works on is one "theoretical
 /// arrival time" (TAT) in microseconds, kept by the store.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AdmitCap {
+pub(crate) struct AdmitCap {
     /// Microseconds between admissions; 0 means no cap.
     pub interval_us: u64,
     /// How far ahead of now the TAT may run (the burst, less one).
@@ -91,12 +91,12 @@ pub struct AdmitCap {
 
 impl AdmitCap {
     /// No cap.
-    pub const NONE: AdmitCap = AdmitCap {
+    pub(crate) const NONE: AdmitCap = AdmitCap {
         interval_us: 0,
         tolerance_us: 0,
     };
 
-    pub fn per_minute(per_minute: Option<u32>) -> Self {
+    pub(crate) fn per_minute(per_minute: Option<u32>) -> Self {
         let Some(per_minute) = per_minute.filter(|&p| p > 0) else {
             return Self::NONE;
         };
@@ -108,13 +108,13 @@ impl AdmitCap {
         }
     }
 
-    pub fn is_none(&self) -> bool {
+    pub(crate) fn is_none(&self) -> bool {
         self.interval_us == 0
     }
 
     /// One admission at `now_us` against the stored `tat_us`: the new TAT
     /// if the cap allows it, `None` if it must wait.
-    pub fn take(&self, tat_us: u64, now_us: u64) -> Option<u64> {
+    pub(crate) fn take(&self, tat_us: u64, now_us: u64) -> Option<u64> {
         if self.is_none() {
             return Some(tat_us);
         }

@@ -35,7 +35,7 @@ pub enum TicketState {
 
 impl TicketState {
     /// Every state, in code order.
-    pub const ALL: [TicketState; 8] = [
+    pub(crate) const ALL: [TicketState; 8] = [
         Self::Waiting,
         Self::Admitted,
         Self::Released,
@@ -47,16 +47,16 @@ impl TicketState {
     ];
 
     /// The number a store keeps this state as.
-    pub const fn code(self) -> u8 {
+    pub(crate) const fn code(self) -> u8 {
         self as u8
     }
 
-    pub fn from_code(code: u8) -> Option<Self> {
+    pub(crate) fn from_code(code: u8) -> Option<Self> {
         Self::ALL.get(usize::from(code)).copied()
     }
 
     /// The operator's name for the state (logs, the admin API).
-    pub const fn name(self) -> &'static str {
+    pub(crate) const fn name(self) -> &'static str {
         match self {
             Self::Waiting => "waiting",
             Self::Admitted => "admitted",
@@ -75,21 +75,8 @@ impl TicketState {
     }
 
     /// Waiting for a permit, in the line or skipped while away.
-    pub fn is_queued(self) -> bool {
+    pub(crate) fn is_queued(self) -> bool {
         matches!(self, Self::Waiting | Self::Away)
-    }
-
-    /// The room counter an end in this state counts in (`RoomStats`'s
-    /// field); `None` for the live states.
-    pub const fn ended_counter(self) -> Option<&'static str> {
-        match self {
-            Self::Waiting | Self::Admitted | Self::Away => None,
-            Self::Released => Some("releases"),
-            Self::Revoked => Some("revocations"),
-            Self::Expired => Some("expirations"),
-            Self::Left => Some("leaves"),
-            Self::Abandoned => Some("abandonments"),
-        }
     }
 }
 
@@ -111,7 +98,7 @@ pub enum Status {
 
 impl Status {
     /// A ticket's status; a closed room overrides a live state.
-    pub fn of(state: TicketState, room_closed: bool) -> Self {
+    pub(crate) fn of(state: TicketState, room_closed: bool) -> Self {
         if room_closed && state.is_live() {
             return Self::Closed;
         }

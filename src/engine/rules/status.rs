@@ -74,7 +74,8 @@ pub struct PassTimeouts {
 /// the reaper's side of [`PassTimeouts::deadline`], for stores that index
 /// passes by their admission time and their last activity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PassCutoffs {
+#[cfg(test)]
+pub(crate) struct PassCutoffs {
     /// A pass admitted before this and never used has lapsed.
     pub unarrived_before: u64,
     /// A used pass last seen before this has lapsed.
@@ -83,7 +84,7 @@ pub struct PassCutoffs {
 
 impl PassTimeouts {
     /// When an admitted ticket's pass lapses if nothing more is heard.
-    pub fn deadline(&self, arrived: bool, admitted_at: u64, last_seen: u64) -> u64 {
+    pub(crate) fn deadline(&self, arrived: bool, admitted_at: u64, last_seen: u64) -> u64 {
         if arrived {
             last_seen.saturating_add(self.pass_idle_ms)
         } else {
@@ -94,7 +95,8 @@ impl PassTimeouts {
     /// The same rule seen from `now`: a pass has lapsed when the moment
     /// that renewed it last is before its cutoff (its deadline is then
     /// before `now`).
-    pub fn cutoffs(&self, now: u64) -> PassCutoffs {
+    #[cfg(test)]
+    pub(crate) fn cutoffs(&self, now: u64) -> PassCutoffs {
         PassCutoffs {
             unarrived_before: now.saturating_sub(self.arrival_grace_ms),
             idle_before: now.saturating_sub(self.pass_idle_ms),
@@ -104,7 +106,7 @@ impl PassTimeouts {
 
 /// A waiting ticket quiet for longer than `queue_idle` is abandoned: the
 /// moment before which its last sign of life must fall.
-pub fn quiet_cutoff(now: u64, queue_idle_ms: u64) -> u64 {
+pub(crate) fn quiet_cutoff(now: u64, queue_idle_ms: u64) -> u64 {
     now.saturating_sub(queue_idle_ms)
 }
 
@@ -156,7 +158,7 @@ impl TicketStatus {
 
     /// Whether a waiting visitor would see anything different: a stream
     /// sends a `position` event only then.
-    pub fn shows_same_as(&self, other: &TicketStatus) -> bool {
+    pub(crate) fn shows_same_as(&self, other: &TicketStatus) -> bool {
         let eta_range = |s: &TicketStatus| s.eta.map(|e| (e.low_secs, e.high_secs));
         self.position == other.position
             && eta_range(self) == eta_range(other)
@@ -177,7 +179,7 @@ impl TicketStatus {
     }
 
     /// Progress as a whole percentage, 0 to 100.
-    pub fn percent(&self) -> u8 {
+    pub(crate) fn percent(&self) -> u8 {
         (self.progress * 100.0).round().clamp(0.0, 100.0) as u8
     }
 }
@@ -187,7 +189,7 @@ impl TicketStatus {
 /// this one struct, so they cannot disagree.
 #[derive(Serialize, ToSchema)]
 #[schema(as = TicketStatus)]
-pub struct StatusBody {
+pub(crate) struct StatusBody {
     pub status: Status,
     /// The priority lane the ticket queues in, for a room with lanes:
     /// `number`, `position` and `ahead` count in that lane's line.
@@ -248,7 +250,7 @@ impl From<&TicketStatus> for StatusBody {
 impl StatusBody {
     /// The wire form, naming the ticket's lane (`None` for a room without
     /// lanes).
-    pub fn named(t: &TicketStatus, lane: Option<&str>) -> Self {
+    pub(crate) fn named(t: &TicketStatus, lane: Option<&str>) -> Self {
         Self {
             lane: lane.map(str::to_owned),
             ..Self::from(t)
@@ -265,7 +267,7 @@ impl Serialize for TicketStatus {
 /// A ticket's status at `now`. `ahead` is the count of tickets still
 /// waiting ahead of it (meaningful only while it waits and is placed),
 /// already kept from going up by whoever counted it.
-pub fn ticket_status(
+pub(crate) fn ticket_status(
     t: &TicketFacts,
     ahead: Option<u64>,
     room: &RoomFacts,
@@ -321,7 +323,7 @@ pub fn ticket_status(
 
 /// How far along the line a ticket is: the share of those ahead at its
 /// placement who are gone.
-pub fn progress(ahead: u64, initial_ahead: u64) -> f64 {
+pub(crate) fn progress(ahead: u64, initial_ahead: u64) -> f64 {
     if initial_ahead == 0 {
         1.0
     } else {
@@ -332,7 +334,7 @@ pub fn progress(ahead: u64, initial_ahead: u64) -> f64 {
 /// The wait for the ticket at `position`, or `None` while nobody is being
 /// admitted (closed, paused, not open yet, a mode that admits nobody) or nothing was admitted lately
 /// to estimate from.
-pub fn eta(position: u64, room: &RoomFacts) -> Option<Eta> {
+pub(crate) fn eta(position: u64, room: &RoomFacts) -> Option<Eta> {
     if !room.open || room.paused || room.closed || !room.mode.admits() {
         return None;
     }

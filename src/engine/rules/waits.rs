@@ -2,7 +2,7 @@
 //! Prometheus wants.
 
 /// Upper bounds (ms) of the buckets; the last catches everything longer.
-pub const WAIT_BUCKETS_MS: [u64; 14] = [
+pub(crate) const WAIT_BUCKETS_MS: [u64; 14] = [
     100,
     500,
     1_000,
@@ -20,7 +20,7 @@ pub const WAIT_BUCKETS_MS: [u64; 14] = [
 ];
 
 /// The bucket a wait falls in: the first whose bound it does not pass.
-pub fn wait_bucket(wait_ms: u64) -> usize {
+pub(crate) fn wait_bucket(wait_ms: u64) -> usize {
     WAIT_BUCKETS_MS
         .iter()
         .position(|&b| wait_ms <= b)

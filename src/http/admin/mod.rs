@@ -15,7 +15,7 @@
 //! (`patch`); both answer 422 naming the field.
 
 pub(crate) mod patch;
-pub mod report;
+pub(crate) mod report;
 
 use std::convert::Infallible;
 
@@ -51,7 +51,7 @@ use crate::token::MAX_TOKEN_LEN;
 /// counts, figures over the last minute and totals since creation.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = Room)]
-pub struct RoomBody {
+pub(crate) struct RoomBody {
     pub id: RoomId,
     /// The room's incarnation: bumped by every `PUT`, voiding old tickets.
     pub epoch: u64,
@@ -127,7 +127,7 @@ pub struct RoomBody {
 }
 
 impl RoomBody {
-    pub fn new(
+    pub(crate) fn new(
         s: &RoomSnapshot,
         recent: &Sample,
         now: Timestamp,
@@ -190,7 +190,7 @@ impl RoomBody {
     }
 
     /// With this instance's push sends for the room.
-    pub fn with_sends(mut self, push: Option<&crate::push::Push>) -> Self {
+    pub(crate) fn with_sends(mut self, push: Option<&crate::push::Push>) -> Self {
         if let Some(push) = push {
             (
                 self.push_sent,
@@ -203,7 +203,7 @@ impl RoomBody {
     }
 
     /// With what this instance's tuner read and chose for the room.
-    pub fn with_tuning(mut self, tunes: &crate::autotune::tuner::TuneBook) -> Self {
+    pub(crate) fn with_tuning(mut self, tunes: &crate::autotune::tuner::TuneBook) -> Self {
         self.autotune = tunes.view(&self.id);
         self
     }
@@ -269,7 +269,7 @@ async fn prepare_pages(
         .map_err(|e| invalid_pages(&e))
 }
 
-fn invalid_field(field: &str, message: impl Into<String>) -> ApiError {
+pub(crate) fn invalid_field(field: &str, message: impl Into<String>) -> ApiError {
     invalid(&ConfigError::new(field, message))
 }
 
@@ -312,7 +312,7 @@ fn table(id: &RoomId, mut map: Map<String, Value>) -> Result<RoomTable, ApiError
 /// Every room.
 #[derive(Serialize, ToSchema)]
 #[schema(as = RoomList)]
-pub struct RoomList {
+pub(crate) struct RoomList {
     pub rooms: Vec<RoomBody>,
 }
 
@@ -329,7 +329,10 @@ pub struct RoomList {
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn list(State(state): State<AppState>, _: Admin) -> Result<Json<RoomList>, ApiError> {
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    _: Admin,
+) -> Result<Json<RoomList>, ApiError> {
     let rooms: Vec<RoomBody> = state
         .backend
         .list_rooms()
@@ -354,7 +357,7 @@ pub async fn list(State(state): State<AppState>, _: Admin) -> Result<Json<RoomLi
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn get_room(
+pub(crate) async fn get_room(
     State(state): State<AppState>,
     _: Admin,
     Room(room): Room,
@@ -386,7 +389,7 @@ pub async fn get_room(
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn put_room(
+pub(crate) async fn put_room(
     State(state): State<AppState>,
     _: Admin,
     Room(id): Room,
@@ -467,7 +470,7 @@ pub async fn put_room(
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn patch_room(
+pub(crate) async fn patch_room(
     State(state): State<AppState>,
     _: Admin,
     Room(id): Room,
@@ -542,7 +545,7 @@ pub async fn patch_room(
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn delete_room(
+pub(crate) async fn delete_room(
     State(state): State<AppState>,
     _: Admin,
     Room(id): Room,
@@ -559,7 +562,7 @@ pub async fn delete_room(
 /// What a revocation did.
 #[derive(Serialize, ToSchema)]
 #[schema(as = Revoked)]
-pub struct RevokeBody {
+pub(crate) struct RevokeBody {
     /// Whether this call ended the ticket (false: it had already ended).
     pub revoked: bool,
     /// What the ticket was: `waiting`, `admitted`, or how it had ended.
@@ -593,7 +596,7 @@ pub struct RevokeBody {
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn revoke(
+pub(crate) async fn revoke(
     State(state): State<AppState>,
     _: Admin,
     Room(id): Room,
@@ -601,61 +604,95 @@ pub async fn revoke(
 ) -> Result<Json<RevokeBody>, ApiError> {
     let super::api::TicketBody { ticket: token } =
         super::extract::json_value(Value::Object(object(&bytes)?))?;
+    let (ticket, departure) = revoke_ticket(&state, &id, &token).await?;
+    let body = RevokeBody::from(departure);
+    tracing::info!(
+        room = %id,
+        ticket = ticket.id,
+        revoked = body.revoked,
+        was = body.was,
+        "admin: ticket revoked"
+    );
+    Ok(Json(body))
+}
+
+/// Why an operator's revocation was refused ([`ApiError`] says it over
+/// HTTP).
+#[derive(Debug)]
+pub(crate) enum RevokeError {
+    /// The token is no ticket of this room: why, for the `ticket` field.
+    NotATicket(String),
+    /// The room does not know the ticket; a ticket of a replaced room's
+    /// earlier line is, to an operator, simply not in this room (visitors
+    /// are told `line_reset`).
+    UnknownTicket,
+    /// The store could not answer.
+    Backend(BackendError),
+}
+
+impl From<BackendError> for RevokeError {
+    fn from(e: BackendError) -> Self {
+        match e {
+            BackendError::NoSuchTicket | BackendError::LineReset => Self::UnknownTicket,
+            e => Self::Backend(e),
+        }
+    }
+}
+
+/// Revokes the ticket `token` names in `room`: which ticket, and what its
+/// departure did.
+async fn revoke_ticket(
+    state: &AppState,
+    room: &RoomId,
+    token: &str,
+) -> Result<(TicketRef, Departure), RevokeError> {
     if token.is_empty() || token.len() > MAX_TOKEN_LEN {
-        return Err(invalid_field("ticket", "is not a ticket token"));
+        return Err(RevokeError::NotATicket("is not a ticket token".into()));
     }
     let claim = state
         .keys
-        .verify(&token)
-        .map_err(|e| invalid_field("ticket", e.to_string()))?;
-    if claim.room != id {
-        return Err(invalid_field(
-            "ticket",
-            format!("belongs to the room \"{}\"", claim.room),
-        ));
+        .verify(token)
+        .map_err(|e| RevokeError::NotATicket(e.to_string()))?;
+    if claim.room != *room {
+        return Err(RevokeError::NotATicket(format!(
+            "belongs to the room \"{}\"",
+            claim.room
+        )));
     }
     let ticket = TicketRef {
         epoch: claim.epoch,
         id: claim.ticket,
     };
-    let departure = match state.backend.revoke(&id, ticket).await {
-        Ok(d) => d,
-        // A ticket of a replaced room's earlier line is, to an operator,
-        // simply not in this room (visitors are told `line_reset`).
-        Err(BackendError::NoSuchTicket | BackendError::LineReset) => {
-            return Err(ApiError::new(
-                StatusCode::NOT_FOUND,
-                "unknown_ticket",
-                "This ticket is not known in this room (the room may have been replaced).",
-            ));
+    Ok((ticket, state.backend.revoke(room, ticket).await?))
+}
+
+impl From<Departure> for RevokeBody {
+    fn from(departure: Departure) -> Self {
+        let (revoked, was, permit) = match departure {
+            Departure::LeftQueue => (true, "waiting", None),
+            Departure::GaveBack(h) => (
+                true,
+                "admitted",
+                Some(match h {
+                    Handoff::To(_) => "handed_to_next",
+                    Handoff::Tray => "tray",
+                    Handoff::Retired => "retired",
+                }),
+            ),
+            Departure::Nothing(s) => (false, s.name(), None),
+        };
+        Self {
+            revoked,
+            was,
+            permit,
         }
-        Err(e) => return Err(e.into()),
-    };
-    let (revoked, was, permit) = match departure {
-        Departure::LeftQueue => (true, "waiting", None),
-        Departure::GaveBack(h) => (
-            true,
-            "admitted",
-            Some(match h {
-                Handoff::To(_) => "handed_to_next",
-                Handoff::Tray => "tray",
-                Handoff::Retired => "retired",
-            }),
-        ),
-        Departure::Nothing(s) => (false, s.name(), None),
-    };
-    tracing::info!(room = %id, ticket = claim.ticket, revoked, was, "admin: ticket revoked");
-    Ok(Json(RevokeBody {
-        revoked,
-        was,
-        permit,
-    }))
+    }
 }
 
 /// The body of `POST /admin/rooms/{room}/purchases`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PurchaseReport {
+pub(crate) struct PurchaseReport {
     /// Units sold.
     #[schema(minimum = 1)]
     pub purchased: u64,
@@ -684,7 +721,7 @@ pub struct PurchaseReport {
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn purchases(
+pub(crate) async fn purchases(
     State(state): State<AppState>,
     _: Admin,
     Room(id): Room,
@@ -724,7 +761,7 @@ pub async fn purchases(
         (status = 404, description = "The admin API is off.", body = ErrorBody),
     ),
 )]
-pub async fn events(
+pub(crate) async fn events(
     State(state): State<AppState>,
     _: Admin,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
@@ -776,7 +813,7 @@ struct Dashboard;
         (status = 404, description = "The admin API is off.", body = ErrorBody),
     ),
 )]
-pub async fn dashboard(State(state): State<AppState>) -> Response {
+pub(crate) async fn dashboard(State(state): State<AppState>) -> Response {
     if state.settings.admin_token.is_none() {
         return require_admin(&state, &HeaderMap::new())
             .err()

@@ -19,7 +19,7 @@ use crate::engine::{Patch, RoomPatch, RoomSettings};
 
 /// The keys `PATCH` accepts: a room's running settings. `id`, `order` and
 /// `opens_at` shape a room's line and need a `PUT`.
-pub const PATCHABLE: [&str; 27] = [
+pub(crate) const PATCHABLE: [&str; 27] = [
     "capacity",
     "paused",
     "mode",
@@ -51,14 +51,14 @@ pub const PATCHABLE: [&str; 27] = [
 
 /// Keys of a room that a running room cannot change (its lanes: nobody's
 /// place changes under them).
-pub const FIXED: [&str; 6] = ["id", "order", "opens_at", "lanes", "default_lane", "routes"];
+pub(crate) const FIXED: [&str; 6] = ["id", "order", "opens_at", "lanes", "default_lane", "routes"];
 
 /// Each key left out keeps its value; `null` clears the optional ones
 /// (`admit_per_minute`, the enqueue keys) and is refused for the others.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[schema(as = RoomPatch)]
 #[serde(deny_unknown_fields)]
-pub struct PatchBody {
+pub(crate) struct PatchBody {
     #[serde(default)]
     #[schema(value_type = u32, required = false, minimum = 1, maximum = 1_000_000)]
     capacity: Patch<u32>,
@@ -178,12 +178,12 @@ fn required<T>(field: &str, value: Patch<T>) -> Result<Option<T>, ConfigError> {
 impl PatchBody {
     /// The lanes' new weights by name, to check against the room's lanes
     /// ([`lane_weights`]); taken out before [`Self::into_patch`].
-    pub fn take_lane_weights(&mut self) -> Patch<std::collections::BTreeMap<String, u32>> {
+    pub(crate) fn take_lane_weights(&mut self) -> Patch<std::collections::BTreeMap<String, u32>> {
         std::mem::take(&mut self.lane_weights)
     }
 
     /// The change, every field checked.
-    pub fn into_patch(self) -> Result<RoomPatch, ConfigError> {
+    pub(crate) fn into_patch(self) -> Result<RoomPatch, ConfigError> {
         let capacity = required("capacity", self.capacity)?;
         if let Some(c) = capacity {
             check_capacity("capacity", c)?;
@@ -283,7 +283,7 @@ impl PatchBody {
 /// New lane weights by name, checked against the room's lanes: each name
 /// one of them, each weight 1 to 1000. Lanes themselves are set when a
 /// room is made; their weights may change while it runs.
-pub fn lane_weights(
+pub(crate) fn lane_weights(
     weights: Patch<std::collections::BTreeMap<String, u32>>,
     current: &RoomSettings,
 ) -> Result<Vec<(u8, u32)>, ConfigError> {
@@ -341,7 +341,10 @@ fn check_presence(patch: &RoomPatch, current: &RoomSettings) -> Result<(), Confi
 /// current one), checked against the room as it is. A new difficulty
 /// without a maximum keeps a fixed difficulty fixed (the maximum follows
 /// it) and a rising one rising.
-pub fn check_access(patch: &mut RoomPatch, current: &RoomSettings) -> Result<(), ConfigError> {
+pub(crate) fn check_access(
+    patch: &mut RoomPatch,
+    current: &RoomSettings,
+) -> Result<(), ConfigError> {
     check_presence(patch, current)?;
     let a = &mut patch.access;
     if a.is_empty() {
@@ -365,7 +368,7 @@ pub fn check_access(patch: &mut RoomPatch, current: &RoomSettings) -> Result<(),
 
 /// A room out of stock stays sold out: another mode needs more stock with
 /// it (checked against the room as it is, like the access rules).
-pub fn check_mode(patch: &RoomPatch, current: &RoomSettings) -> Result<(), ConfigError> {
+pub(crate) fn check_mode(patch: &RoomPatch, current: &RoomSettings) -> Result<(), ConfigError> {
     let stock = match patch.stock {
         Patch::Absent => current.stock,
         Patch::Null => None,

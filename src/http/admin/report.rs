@@ -48,7 +48,7 @@ use crate::report::{Refusals, Report};
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn report(
+pub(crate) async fn report(
     State(state): State<AppState>,
     _: Admin,
     Room(room): Room,
@@ -123,7 +123,7 @@ pub async fn report(
 
 /// A kept report, as listed.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct KeptReportInfo {
+pub(crate) struct KeptReportInfo {
     /// The line's epoch: ask `GET /admin/rooms/{room}/report?epoch=` for it.
     pub epoch: u64,
     /// When an operator replaced the line (Unix ms).
@@ -152,7 +152,7 @@ pub struct KeptReportInfo {
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn reports(
+pub(crate) async fn reports(
     State(state): State<AppState>,
     _: Admin,
     Room(room): Room,

@@ -22,7 +22,7 @@ pub(crate) const KEEP_ALIVE: &[u8] = b":keep-alive\n\n";
 /// The fields every waiting ticket of a room shows alike at one moment,
 /// encoded once: the end of a `position` event's data.
 #[derive(Default)]
-pub struct Tail {
+pub(crate) struct Tail {
     key: Option<TailKey>,
     bytes: Vec<u8>,
 }
@@ -79,7 +79,7 @@ pub(crate) fn lane_field(lane: Option<&str>) -> Option<Box<[u8]>> {
 }
 
 /// A `position` event for a waiting ticket, its `id:` the count ahead.
-pub fn position(out: &mut Vec<u8>, s: &TicketStatus, lane: Option<&[u8]>, tail: &mut Tail) {
+pub(crate) fn position(out: &mut Vec<u8>, s: &TicketStatus, lane: Option<&[u8]>, tail: &mut Tail) {
     out.extend_from_slice(b"event: position\n");
     if let Some(ahead) = s.ahead {
         out.extend_from_slice(b"id: ");
@@ -143,7 +143,7 @@ fn progress(out: &mut Vec<u8>, p: f64) {
 
 /// The first event of a stream also tells the browser how long to wait
 /// before reconnecting.
-pub fn retry(out: &mut Vec<u8>) {
+pub(crate) fn retry(out: &mut Vec<u8>) {
     out.extend_from_slice(b"retry: ");
     number(out, Some(RETRY_MS));
     out.push(b'\n');
@@ -161,7 +161,7 @@ fn ending_event(out: &mut Vec<u8>, name: &str, data: &str) {
 }
 
 /// `{"status": ...}`: `expired` or `left`.
-pub fn ending(out: &mut Vec<u8>, status: Status) {
+pub(crate) fn ending(out: &mut Vec<u8>, status: Status) {
     ending_event(
         out,
         status.name(),
@@ -171,7 +171,7 @@ pub fn ending(out: &mut Vec<u8>, status: Status) {
 
 /// `{"status": "closed", "reason": ...}`: `sold_out`, or `closed` for a
 /// room an operator closed or replaced.
-pub fn closed(out: &mut Vec<u8>, reason: &str) {
+pub(crate) fn closed(out: &mut Vec<u8>, reason: &str) {
     ending_event(
         out,
         Status::Closed.name(),
@@ -180,7 +180,7 @@ pub fn closed(out: &mut Vec<u8>, reason: &str) {
 }
 
 /// The line this ticket stood in was reset (its room started again).
-pub fn reset(out: &mut Vec<u8>) {
+pub(crate) fn reset(out: &mut Vec<u8>) {
     ending_event(out, "reset", r#"{"status":"reset"}"#);
 }
 
@@ -192,7 +192,11 @@ struct Admitted<'a> {
     pass_expires_at: Option<Timestamp>,
 }
 
-pub fn admitted(out: &mut Vec<u8>, redirect: Option<&str>, pass_expires_at: Option<Timestamp>) {
+pub(crate) fn admitted(
+    out: &mut Vec<u8>,
+    redirect: Option<&str>,
+    pass_expires_at: Option<Timestamp>,
+) {
     let data = Admitted {
         status: Status::Admitted,
         redirect,

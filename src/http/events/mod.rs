@@ -43,14 +43,17 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 
-pub use sink::Sink;
-pub use writers::{Start, Writers};
+pub(crate) use sink::Sink;
+pub(crate) use writers::{Start, Writers};
 
 use super::error::ApiError;
 use super::extract::{ReturnTo, Visitor};
 use super::limits::ClientIp;
 use super::openapi::{ErrorBody, RoomParam, VisitorEvent};
 use super::state::AppState;
+use super::ticket::VisitorTicket;
+use crate::backend::feed::Follow;
+use crate::engine::RoomId;
 use crate::locks::lock;
 
 /// The count ahead a reconnecting client last saw, from `Last-Event-ID`.
@@ -68,10 +71,10 @@ fn last_seen(headers: &HeaderMap) -> Option<u64> {
 /// connection that takes it first writes it (`connections` with the socket, or
 /// the response body when hyper sends it).
 #[derive(Clone)]
-pub struct Handoff(Arc<Mutex<Option<Start>>>);
+pub(crate) struct Handoff(Arc<Mutex<Option<Start>>>);
 
 impl Handoff {
-    pub fn take(&self) -> Option<Start> {
+    pub(crate) fn take(&self) -> Option<Start> {
         lock(&self.0).take()
     }
 }
@@ -109,28 +112,14 @@ impl Handoff {
         (status = 503, description = "The store is briefly unavailable.", body = ErrorBody),
     ),
 )]
-pub async fn events(
+pub(crate) async fn events(
     State(state): State<AppState>,
     ReturnTo(redirect): ReturnTo,
     client: ClientIp,
     headers: HeaderMap,
     Visitor { room, ticket }: Visitor,
 ) -> Result<Response, ApiError> {
-    // Fail before the stream starts, with a proper status, for a ticket or
-    // room that does not exist; the stream starts from what this read.
-    let (follow, held): (_, Box<dyn Send + Sync>) = match ticket.shadow {
-        // Nothing to hold: the backend knows no such ticket.
-        Some(t) => (
-            super::shadow::follow(&state, &room, t).await?,
-            Box::new(state.streams.acquire(client)?),
-        ),
-        None => {
-            let follow = state.backend.follow(&room, ticket.ticket).await?;
-            let hold = state.presence.hold(&room, ticket.ticket)?;
-            let slot = state.streams.acquire(client)?;
-            (follow, Box::new((slot, hold)))
-        }
-    };
+    let (follow, held) = open(&state, &room, &ticket, client).await?;
     // A ticket's lane is its own for life: named once.
     let lane = super::api::lane_name(&state, &room, follow.ticket.facts.lane).await;
     let stream = stream::Stream::new(
@@ -141,11 +130,44 @@ pub async fn events(
         redirect,
         last_seen(&headers),
     );
-    let handoff = Handoff(Arc::new(Mutex::new(Some(Start {
+    Ok(stream_response(Start {
         stream,
         held,
         writers: state.writers.clone(),
-    }))));
+    }))
+}
+
+/// Reads what a stream starts from and takes what it holds while open
+/// (its place among the client's streams and, for a real ticket, its
+/// presence), so that a ticket or room that does not exist, or a client
+/// over its limits, is refused with a proper status before the stream
+/// starts.
+async fn open(
+    state: &AppState,
+    room: &RoomId,
+    ticket: &VisitorTicket,
+    client: ClientIp,
+) -> Result<(Follow, Box<dyn Send + Sync>), ApiError> {
+    Ok(match ticket.shadow {
+        // Nothing to hold: the backend knows no such ticket.
+        Some(t) => (
+            super::shadow::follow(state, room, t).await?,
+            Box::new(state.streams.acquire(client)?),
+        ),
+        None => {
+            let follow = state.backend.follow(room, ticket.ticket).await?;
+            let hold = state.presence.hold(room, ticket.ticket)?;
+            let slot = state.streams.acquire(client)?;
+            (follow, Box::new((slot, hold)))
+        }
+    })
+}
+
+/// The stream's response: its headers, and the stream handed on to
+/// whichever writes it first (`connections` with the socket, or the
+/// response body when hyper sends it).
+fn stream_response(start: Start) -> Response {
+    let handoff = Handoff(Arc::new(Mutex::new(Some(start))));
     let mut response =
         axum::body::Body::new(sink::StreamBody::new(handoff.clone())).into_response();
     let h = response.headers_mut();
@@ -158,5 +180,5 @@ pub async fn events(
     // stream would hold a visitor's admission back.
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response.extensions_mut().insert(handoff);
-    Ok(response)
+    response
 }

@@ -26,14 +26,14 @@ const MOST_PENDING: usize = 64 * 1024;
 
 /// The client is gone (or stopped reading): drop the stream.
 #[derive(Debug)]
-pub struct Gone;
+pub(crate) struct Gone;
 
-pub enum Sink {
+pub(crate) enum Sink {
     Socket(SocketSink),
     Body(Arc<BodyShared>),
 }
 
-pub struct SocketSink {
+pub(crate) struct SocketSink {
     socket: TcpStream,
     /// HTTP/1.1 chunks; HTTP/1.0's body ends where the connection does.
     chunked: bool,
@@ -42,7 +42,7 @@ pub struct SocketSink {
 }
 
 impl Sink {
-    pub fn socket(socket: TcpStream, chunked: bool) -> Self {
+    pub(crate) fn socket(socket: TcpStream, chunked: bool) -> Self {
         Self::Socket(SocketSink {
             socket,
             chunked,
@@ -52,7 +52,7 @@ impl Sink {
 
     /// Send one piece of the stream: one write to the socket, framed as a
     /// chunk, in `frame` (a buffer the shard reuses).
-    pub fn send(
+    pub(crate) fn send(
         &mut self,
         data: &[u8],
         frame: &mut Vec<u8>,
@@ -95,7 +95,7 @@ impl Sink {
 
     /// After a wake: whether the client went away; a blocked socket's
     /// bytes go on. Registers the stream's waker for the next change.
-    pub fn poll(&mut self, cx: &mut Context<'_>) -> Result<(), Gone> {
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Result<(), Gone> {
         match self {
             Self::Socket(s) => {
                 s.flush(cx)?;
@@ -113,7 +113,7 @@ impl Sink {
     }
 
     /// Whether everything sent has reached the socket (or the body).
-    pub fn flushed(&self) -> bool {
+    pub(crate) fn flushed(&self) -> bool {
         match self {
             Self::Socket(s) => s.pending.is_empty(),
             Self::Body(_) => true,
@@ -122,7 +122,7 @@ impl Sink {
 
     /// End the response: the last chunk, and the connection's write side
     /// closed (best effort: the peer may be gone).
-    pub fn close(self) {
+    pub(crate) fn close(self) {
         match self {
             Self::Socket(mut s) => {
                 if s.chunked && s.pending.is_empty() {
@@ -189,7 +189,7 @@ impl SocketSink {
 
 /// A stream's bytes on their way through hyper.
 #[derive(Default)]
-pub struct BodyShared {
+pub(crate) struct BodyShared {
     queue: Mutex<Queue>,
     /// hyper's connection task, waiting for bytes.
     reader: AtomicWaker,
@@ -231,7 +231,7 @@ pub(crate) struct StreamBody {
 }
 
 impl StreamBody {
-    pub fn new(handoff: Handoff) -> Self {
+    pub(crate) fn new(handoff: Handoff) -> Self {
         Self {
             shared: Arc::default(),
             handoff: Some(handoff),

@@ -23,7 +23,7 @@ pub(crate) const NEVER: u64 = u64::MAX;
 
 type Pending<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
-pub struct Stream {
+pub(crate) struct Stream {
     pub room: RoomId,
     ticket: TicketRef,
     pub feed: Arc<dyn RoomFeed>,
@@ -50,7 +50,7 @@ pub struct Stream {
 
 /// What a look or a piece of news came to.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Look {
+pub(crate) enum Look {
     /// Go on waiting (any bytes to send are in the buffer).
     Wait,
     /// The stream is over once the buffer is sent.
@@ -58,7 +58,7 @@ pub enum Look {
 }
 
 impl Stream {
-    pub fn new(
+    pub(crate) fn new(
         room: RoomId,
         ticket: TicketRef,
         follow: Follow,
@@ -158,7 +158,7 @@ impl Stream {
     }
 
     /// Whether a touching read to bring the ticket back is under way.
-    pub fn recovering(&self) -> bool {
+    pub(crate) fn recovering(&self) -> bool {
         self.recovering.is_some()
     }
 
@@ -181,7 +181,7 @@ impl Stream {
     /// is due into `out`; then note what to wait for. `recover`: bring
     /// back a ticket skipped while its stream was open (not again right
     /// after a try that did not).
-    pub fn look(
+    pub(crate) fn look(
         &mut self,
         now: u64,
         out: &mut Vec<u8>,

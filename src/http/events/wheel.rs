@@ -8,7 +8,7 @@
 /// When an entry was asked for, and which stream it is for: its slot in
 /// the shard and that slot's era, so an entry outliving its stream
 /// (or the time it was for) wakes nobody.
-pub type Entry = (u64, u32, u32);
+pub(crate) type Entry = (u64, u32, u32);
 
 #[derive(Debug)]
 pub(crate) struct Wheel {
@@ -22,7 +22,7 @@ impl Wheel {
     /// `slots` slots of `slot_ms` each: entries further out than the
     /// wheel's span go in its last slot and are looked at (and put back)
     /// then.
-    pub fn new(slot_ms: u64, slots: usize, now: u64) -> Self {
+    pub(crate) fn new(slot_ms: u64, slots: usize, now: u64) -> Self {
         Self {
             slot_ms,
             slots: vec![Vec::new(); slots],
@@ -35,7 +35,7 @@ impl Wheel {
     }
 
     /// Look at `entry` at about `at` (never before; up to a slot later).
-    pub fn insert(&mut self, entry: Entry) {
+    pub(crate) fn insert(&mut self, entry: Entry) {
         let at = entry
             .0
             .clamp(self.done_to, self.done_to + self.span() - self.slot_ms);

@@ -48,14 +48,14 @@ const TICK: Duration = Duration::from_millis(250);
 const CADENCE_SLOTS: usize = 128;
 
 /// The shards, and what each stream needs from outside.
-pub struct Writers {
+pub(crate) struct Writers {
     shards: Vec<Arc<Inbox>>,
     next: AtomicUsize,
     tasks: TaskTracker,
 }
 
 /// A stream ready to be written, with where to write it.
-pub struct Start {
+pub(crate) struct Start {
     pub stream: Stream,
     /// Held for as long as the stream lives: its address's stream slot
     /// and its ticket's presence.
@@ -76,7 +76,7 @@ impl Start {
 
 impl Writers {
     /// One shard per runtime worker.
-    pub fn start(
+    pub(crate) fn start(
         backend: Arc<dyn Backend>,
         clock: Arc<dyn Clock>,
         keep_alive: Duration,
@@ -128,7 +128,7 @@ impl Writers {
     }
 
     /// Once every shard has ended its streams (after shutdown).
-    pub async fn closed(&self) {
+    pub(crate) async fn closed(&self) {
         self.tasks.wait().await;
     }
 }

@@ -32,7 +32,7 @@ use crate::http::i18n::Languages;
 /// The pages of one template directory (or of the instance): its
 /// templates and the languages it speaks.
 #[derive(Debug)]
-pub struct PageSet {
+pub(crate) struct PageSet {
     pub templates: Arc<PageTemplates>,
     pub languages: Arc<Languages>,
 }
@@ -47,7 +47,7 @@ impl PageSet {
 
     /// Loads a set: template directories first one first, message
     /// directories likewise; everything is checked before it is returned.
-    pub fn load(templates: &[&Path], messages: &[&Path]) -> Result<PageSet, PageError> {
+    pub(crate) fn load(templates: &[&Path], messages: &[&Path]) -> Result<PageSet, PageError> {
         let languages = Arc::new(Languages::load(messages)?);
         let templates = Arc::new(PageTemplates::load(templates, &languages)?);
         Ok(PageSet {
@@ -58,7 +58,7 @@ impl PageSet {
 
     /// Renders a page; a template that fails anyway (a check cannot
     /// foresee every value) is logged and the built-in page is shown.
-    pub fn render(&self, status: StatusCode, visit: &Visit, page: &Page) -> Response {
+    pub(crate) fn render(&self, status: StatusCode, visit: &Visit, page: &Page) -> Response {
         let ctx = context(visit, page, &self.languages);
         let kind = page.kind();
         match self.templates.render(kind, &ctx) {
@@ -179,7 +179,7 @@ impl PageBook {
     }
 
     /// Puts a prepared set in use for a room.
-    pub fn install(&self, room: &RoomId, dir: Option<&str>, set: Arc<PageSet>) {
+    pub(crate) fn install(&self, room: &RoomId, dir: Option<&str>, set: Arc<PageSet>) {
         let mut rooms = self.rooms.write().unwrap_or_else(|e| e.into_inner());
         rooms.insert(
             room.clone(),
@@ -223,7 +223,7 @@ impl PageBook {
     }
 
     /// Renders a page of the visit's room.
-    pub fn render(&self, status: StatusCode, visit: &Visit, page: &Page) -> Response {
+    pub(crate) fn render(&self, status: StatusCode, visit: &Visit, page: &Page) -> Response {
         self.for_room(&visit.room).render(status, visit, page)
     }
 }

@@ -25,10 +25,10 @@
 //! with a 303 once the visitor is admitted), leaving is a plain form post,
 //! and the admitted page links to the return path.
 
-pub mod book;
+pub(crate) mod book;
 mod check;
 pub(crate) mod files;
-pub mod templates;
+pub(crate) mod templates;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -38,7 +38,7 @@ use super::i18n::{Lang, Languages, Strings};
 use crate::engine::TicketStatus;
 
 pub use book::PageBook;
-pub use templates::{PageError, PageTemplates};
+pub(crate) use templates::PageError;
 
 /// The shortest meta refresh the queue page asks for: a zero would have
 /// every visitor without JavaScript reload as fast as their browser can.
@@ -46,7 +46,7 @@ pub(crate) const MIN_REFRESH_SECONDS: u32 = 5;
 
 /// The pages a template directory may provide, each a file of that name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PageKind {
+pub(crate) enum PageKind {
     Queue,
     Admitted,
     Closed,
@@ -54,7 +54,7 @@ pub enum PageKind {
 }
 
 impl PageKind {
-    pub const ALL: [PageKind; 4] = [
+    pub(crate) const ALL: [PageKind; 4] = [
         PageKind::Queue,
         PageKind::Admitted,
         PageKind::Closed,
@@ -62,7 +62,7 @@ impl PageKind {
     ];
 
     /// The value of the `page` variable.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             PageKind::Queue => "queue",
             PageKind::Admitted => "admitted",
@@ -71,7 +71,7 @@ impl PageKind {
         }
     }
 
-    pub fn file(self) -> &'static str {
+    pub(crate) fn file(self) -> &'static str {
         match self {
             PageKind::Queue => "queue.html",
             PageKind::Admitted => "admitted.html",
@@ -83,7 +83,7 @@ impl PageKind {
 
 /// Who is looking and from where: what every page shows whatever it is.
 #[derive(Clone, Debug)]
-pub struct Visit {
+pub(crate) struct Visit {
     pub lang: Lang,
     /// The room's id; empty for an error before the room is known.
     pub room: String,
@@ -94,7 +94,7 @@ pub struct Visit {
 
 /// One page, with what only it shows.
 #[derive(Clone, Debug)]
-pub enum Page {
+pub(crate) enum Page {
     Queue(Box<QueuePage>),
     Admitted,
     Closed(ClosedPage),
@@ -102,7 +102,7 @@ pub enum Page {
 }
 
 impl Page {
-    pub fn kind(&self) -> PageKind {
+    pub(crate) fn kind(&self) -> PageKind {
         match self {
             Page::Queue(_) => PageKind::Queue,
             Page::Admitted => PageKind::Admitted,
@@ -115,7 +115,7 @@ impl Page {
 /// The waiting page at `/queue/{room}`: the ticket's status as the API
 /// returns it, in the visitor's language.
 #[derive(Clone, Debug)]
-pub struct QueuePage {
+pub(crate) struct QueuePage {
     pub status: TicketStatus,
     /// The visitor's lane, in a room with lanes.
     pub lane: Option<String>,
@@ -132,7 +132,7 @@ pub struct QueuePage {
 
 /// Where the queue page's script and form talk to.
 #[derive(Clone, Debug, Serialize)]
-pub struct QueueUrls {
+pub(crate) struct QueueUrls {
     pub events: String,
     pub status: String,
     pub leave: String,
@@ -145,7 +145,7 @@ pub struct QueueUrls {
 
 /// What the page's script needs to solve a challenge and join.
 #[derive(Clone, Debug, Serialize)]
-pub struct PowForm {
+pub(crate) struct PowForm {
     pub token: String,
     pub difficulty: u8,
     pub join_url: String,
@@ -155,14 +155,14 @@ pub struct PowForm {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct DrawLink {
+pub(crate) struct DrawLink {
     pub commitment: String,
     pub url: String,
 }
 
 /// Why a visitor's wait ended without admission.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClosedReason {
+pub(crate) enum ClosedReason {
     /// The operator closed the room.
     Closed,
     /// The room sold out (`rules::Mode::SoldOut`).
@@ -177,7 +177,7 @@ pub enum ClosedReason {
 
 impl ClosedReason {
     /// The value of the closed page's `reason` variable.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ClosedReason::Closed => "closed",
             ClosedReason::SoldOut => "sold_out",
@@ -191,7 +191,7 @@ impl ClosedReason {
 /// The end of a wait that did not lead to the site: the room closed, the
 /// place expired, or the visitor left.
 #[derive(Clone, Debug)]
-pub struct ClosedPage {
+pub(crate) struct ClosedPage {
     pub reason: ClosedReason,
     /// Where "Join the line again" goes; no button when `None` (a closed
     /// room cannot be joined). It must start a fresh join, not show this
@@ -202,7 +202,7 @@ pub struct ClosedPage {
 /// An error page for visitors, in their language. It never shows internal
 /// details: those belong in the log.
 #[derive(Clone, Debug)]
-pub struct ErrorPage {
+pub(crate) struct ErrorPage {
     pub status: StatusCode,
     /// A title and message other than the status's own (an invitation
     /// page); `None` for the status's localized wording.
@@ -495,7 +495,7 @@ pub(crate) fn context(visit: &Visit, page: &Page, languages: &Languages) -> mini
 
 /// An HTML response. Pages are about one visitor's place in line, so no
 /// cache may keep them.
-pub fn html(status: StatusCode, body: String) -> Response {
+pub(crate) fn html(status: StatusCode, body: String) -> Response {
     (
         status,
         [

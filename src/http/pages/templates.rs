@@ -70,7 +70,11 @@ pub struct PageError {
 }
 
 impl PageError {
-    pub fn new(file: impl Into<String>, line: Option<usize>, reason: impl Into<String>) -> Self {
+    pub(crate) fn new(
+        file: impl Into<String>,
+        line: Option<usize>,
+        reason: impl Into<String>,
+    ) -> Self {
         Self {
             file: file.into(),
             line,
@@ -102,7 +106,7 @@ pub(super) struct Source {
 
 impl Source {
     /// How errors name this template.
-    pub fn shown(&self) -> String {
+    pub(crate) fn shown(&self) -> String {
         match &self.path {
             Some(p) => p.clone(),
             None => format!("built-in {}", self.name),
@@ -111,7 +115,7 @@ impl Source {
 }
 
 /// Parsed, checked templates, ready to render.
-pub struct PageTemplates {
+pub(crate) struct PageTemplates {
     env: Environment<'static>,
     sources: Vec<Source>,
 }
@@ -143,14 +147,17 @@ fn builtin_sources() -> Vec<Source> {
 
 impl PageTemplates {
     /// The compiled-in pages.
-    pub fn builtin() -> Arc<PageTemplates> {
+    pub(crate) fn builtin() -> Arc<PageTemplates> {
         BUILTIN_SET.clone()
     }
 
     /// Loads the layers, first one first (a room's directory, then the
     /// instance's), over the built-in pages, and checks the result in
     /// every language of `languages`.
-    pub fn load(layers: &[&Path], languages: &Languages) -> Result<PageTemplates, PageError> {
+    pub(crate) fn load(
+        layers: &[&Path],
+        languages: &Languages,
+    ) -> Result<PageTemplates, PageError> {
         let mut sources: Vec<Source> = Vec::new();
         for dir in layers {
             for source in read_dir(dir)? {
@@ -189,7 +196,11 @@ impl PageTemplates {
     }
 
     /// Renders one page with its context.
-    pub fn render(&self, kind: PageKind, context: &Value) -> Result<String, minijinja::Error> {
+    pub(crate) fn render(
+        &self,
+        kind: PageKind,
+        context: &Value,
+    ) -> Result<String, minijinja::Error> {
         self.env.get_template(kind.file())?.render(context)
     }
 

@@ -1,5 +1,6 @@
 use std::path::Path;
 
+use super::templates::PageTemplates;
 use super::*;
 use crate::engine::rules::Mode;
 use crate::engine::{Eta, TicketState, Timestamp};
