@@ -35,6 +35,7 @@ pub(crate) use crate::pass::PassAlgorithm;
 use crate::webhooks::EventType;
 use crate::webhooks::signing::SigningKey;
 
+pub use crate::backend::embedded::Durability;
 pub use crate::secret::Secret;
 pub use crate::webhooks::WebhookConfig;
 use redis::RedisKeys;
@@ -154,20 +155,6 @@ pub enum ClientIpHeader {
     /// RFC 7239 `Forwarded: for=…`.
     #[serde(rename = "forwarded")]
     Forwarded,
-}
-
-/// When the embedded backend acknowledges a join.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Durability {
-    /// Only after the join's journal record is on disk (fsync, shared by
-    /// every join that arrived meanwhile): survives a crash or power cut.
-    #[default]
-    Fsync,
-    /// At once; the journal is written in the background without fsync.
-    /// Survives a process crash, but a power cut may lose the last
-    /// moments. For measuring what durability costs.
-    Off,
 }
 
 /// What the gate answers when the backend cannot be reached.

@@ -28,13 +28,26 @@ use super::{
     Backend, BackendError, Ending, JoinOutcome, JoinRequest, KeptReport, RoomPatch, RoomSnapshot,
     StreamsHeard, StreamsReport, TicketRef, TicketSignal,
 };
-use crate::config::Durability;
 use crate::engine::rules::StockTaken;
 use crate::engine::{
     AdmissionRecord, Callback, Clock, Departure, DrawRecord, EventSink, Room, RoomEvent, RoomId,
     RoomImage, RoomSettings, TickReport, TicketId, TicketState, TicketStatus,
 };
 use crate::locks::{read, write};
+
+/// When the embedded backend acknowledges a join.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// Only after the join's journal record is on disk (fsync, shared by
+    /// every join that arrived meanwhile): survives a crash or power cut.
+    #[default]
+    Fsync,
+    /// At once; the journal is written in the background without fsync.
+    /// Survives a process crash, but a power cut may lose the last
+    /// moments. For measuring what durability costs.
+    Off,
+}
 
 pub struct EmbeddedBackend {
     rooms: RwLock<HashMap<RoomId, RoomSlot>>,

@@ -45,7 +45,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::config::Durability;
+use super::embedded::Durability;
 use crate::engine::{AdmissionRecord, EventRecord, RoomId, RoomImage};
 use format::{Damage, FILE_HEADER, SEGMENT_MAGIC, SNAPSHOT_MAGIC};
 

@@ -19,8 +19,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 
 use super::primary::Primary;
+use super::target::RedisTarget;
 use crate::backend::BackendError;
-use crate::config::RedisTarget;
 
 #[derive(Clone)]
 pub enum Conn {

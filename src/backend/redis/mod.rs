@@ -13,14 +13,15 @@
 mod conn;
 mod primary;
 pub mod store;
+pub mod target;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::owned::{OwnedBackend, OwnedOptions};
 use super::owner::OwnerOptions;
-use crate::config::{RedisTarget, RedisWait};
 use crate::engine::{Clock, RoomSettings};
+use target::{RedisTarget, RedisWait};
 
 /// How an instance serves its rooms on Redis.
 #[derive(Clone)]

@@ -35,7 +35,7 @@ use redis::{RedisResult, ServerErrorKind};
 use tokio_util::sync::CancellationToken;
 
 use super::conn::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
-use crate::config::SentinelTarget;
+use super::target::SentinelTarget;
 
 /// How long finding and opening the primary may take (the sentinels, the
 /// node they name, the handshake).

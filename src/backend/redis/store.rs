@@ -94,8 +94,8 @@ impl RedisStore<super::conn::Conn, super::conn::Blocking> {
     /// of the moment, or a Cluster), schema checked; failing with a message
     /// fit for an operator (never a URL, which may hold a password).
     pub async fn connect(
-        target: &crate::config::RedisTarget,
-        wait: crate::config::RedisWait,
+        target: &super::target::RedisTarget,
+        wait: super::target::RedisWait,
     ) -> anyhow::Result<Self> {
         let conn = super::conn::Conn::connect(target).await?;
         if wait.is_on() {
@@ -118,7 +118,7 @@ impl RedisStore<super::conn::Conn, super::conn::Blocking> {
 /// At start: say plainly when the primary has fewer replicas than every
 /// change will wait for (a replica may still be on its way, so this is not
 /// fatal; until it comes, changes fail with 503).
-async fn check_replicas(conn: &super::conn::Conn, wait: crate::config::RedisWait) {
+async fn check_replicas(conn: &super::conn::Conn, wait: super::target::RedisWait) {
     let info: redis::RedisResult<String> = redis::cmd("INFO")
         .arg("replication")
         .query_async(&mut conn.clone())
@@ -185,7 +185,7 @@ pub struct RedisStore<C, B = C> {
     pool: std::sync::Mutex<Vec<B>>,
     connector: Option<Connector<B>>,
     /// Appends are acknowledged once this many replicas have them.
-    wait: crate::config::RedisWait,
+    wait: super::target::RedisWait,
     acquire: Script,
     write: Script,
     extend: Script,
@@ -205,7 +205,7 @@ where
             blocking: Mutex::new(blocking),
             pool: std::sync::Mutex::new(Vec::new()),
             connector: None,
-            wait: crate::config::RedisWait::OFF,
+            wait: super::target::RedisWait::OFF,
             acquire: Script::new(include_str!("store_acquire.lua")),
             write: Script::new(include_str!("store_image.lua")),
             extend: Script::new(include_str!("lease_extend.lua")),
@@ -225,7 +225,7 @@ where
     /// Acknowledge an append only once `wait.replicas` replicas confirm it
     /// (`WAIT`), on a connection of the append's own so the wait holds up
     /// no other command.
-    pub fn waiting(mut self, wait: crate::config::RedisWait) -> Self {
+    pub fn waiting(mut self, wait: super::target::RedisWait) -> Self {
         self.wait = wait;
         self
     }
