@@ -40,7 +40,10 @@
 //!   ceiling), and past it by doubling the distance (the ceiling is old
 //!   news once the origin copes above it), or by the whole step while no
 //!   ceiling is known (TCP's slow start). A rise is never more than the
-//!   step, nor less than one;
+//!   step, nor less than one, and shrinks as latency nears the band: in
+//!   full while latency is under half the band's lower edge, to nothing
+//!   at the edge, since an origin past its knee shows it first as latency
+//!   climbing towards the band;
 //! - otherwise (steady inside the band, or nobody is held back by the
 //!   rate, when a higher rate would show nothing and only wind up) it
 //!   holds.
@@ -287,7 +290,11 @@ pub fn decide(c: &Controller, now: &Current, signal: &Signal) -> Decision {
                 }
                 (None, None) => r * c.step,
             };
-            let up = additive.min(r * c.step).max(1.0);
+            // Latency climbs towards the band before it enters it: the
+            // nearer it is, the smaller the rise, so the late readings of
+            // a rise cannot carry the rate far past the origin's knee.
+            let approach = (2.0 * (edge - l) / edge).min(1.0);
+            let up = (additive.min(r * c.step) * approach).max(1.0);
             let next = c.clamp_rate(r + up);
             return Decision {
                 verdict: Verdict::Headroom,
@@ -510,6 +517,10 @@ mod tests {
         // Never more than the step.
         now.rate = Some(100);
         assert_eq!(decide(&c, &now, &latency(100.0)).rate, 125);
+        // Latency nearing the band (640 ms) slows the rise: at 480 ms, half.
+        now.rate = Some(1000);
+        assert_eq!(decide(&c, &now, &latency(480.0)).rate, 1050);
+        assert_eq!(decide(&c, &now, &latency(639.0)).rate, 1001);
     }
 
     #[test]
