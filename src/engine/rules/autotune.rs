@@ -482,13 +482,16 @@ mod tests {
         }
     }
 
-    /// The rate the controller reaches after `rounds` intervals.
-    fn run(c: &Controller, start: u32, rounds: usize) -> Vec<u32> {
+    /// The rates the controller sets over `rounds` intervals, each
+    /// reading showing the rate of `lag` intervals before (the visitors a
+    /// rate let in keep loading pages after it changed).
+    fn run(c: &Controller, start: u32, rounds: usize, lag: usize) -> Vec<u32> {
         let mut now = current(start);
         let mut rates = Vec::new();
-        for _ in 0..rounds {
+        for round in 0..rounds {
             let rate = now.rate.unwrap();
-            let reading = origin(rate);
+            let shown = round.checked_sub(lag + 1).map_or(start, |i| rates[i]);
+            let reading = origin(if lag == 0 { rate } else { shown });
             let d = decide(c, &now, &latency(reading));
             now.last_judged_ms = Some(now.now_ms);
             now.previous_latency_ms = Some(reading);
@@ -581,7 +584,7 @@ mod tests {
         // The best fixed rate keeps latency at 800 ms: 1500 a minute.
         for (increase, start) in [(Some(120), 6000), (Some(120), 60), (None, 6000), (None, 60)] {
             c.increase = increase;
-            let rates = run(&c, start, 60);
+            let rates = run(&c, start, 60, 0);
             let settled = &rates[40..];
             for &r in settled {
                 assert!(
@@ -593,6 +596,28 @@ mod tests {
                     "from {start}, {increase:?}, too far under: {rates:?}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn readings_that_lag_neither_slide_it_to_the_floor_nor_keep_it_past_the_knee() {
+        let mut c = controller();
+        c.increase = None;
+        // Each reading shows the rate of two judgements before: the sawtooth
+        // this makes must damp out around the best fixed rate (1500).
+        for start in [6000, 60] {
+            let rates = run(&c, start, 80, 2);
+            let settled = &rates[50..];
+            let low = settled.iter().min().copied().unwrap_or(0);
+            assert!(low >= 800, "from {start}, slid to {low}: {rates:?}");
+            let mean = settled.iter().map(|&r| f64::from(r)).sum::<f64>() / settled.len() as f64;
+            assert!(mean >= 1275.0, "from {start}, mean {mean}: {rates:?}");
+            let end = &rates[70..];
+            let latency = end.iter().map(|&r| origin(r)).sum::<f64>() / end.len() as f64;
+            assert!(
+                latency <= c.target_ms,
+                "from {start}, {latency} ms at the end: {rates:?}"
+            );
         }
     }
 
