@@ -146,10 +146,10 @@ pub enum Verdict {
     /// Latency inside the band of rest and rising: eased off before it
     /// crosses the target (held at the floor).
     Rising,
-    /// Latency well under the target with people waiting: increased (held
-    /// at the ceiling).
+    /// Latency under the band of rest with people waiting: increased
+    /// (held at `max_rate`).
     Headroom,
-    /// Inside the band: held.
+    /// Inside the band and not rising: held.
     Hold,
     /// Nobody waiting: held, since a higher rate would go unmeasured.
     Idle,
