@@ -282,15 +282,12 @@ async fn joins_on_redis_report_redis_cost_per_join() {
     assert_eq!(f["joins"]["ok"], 1_000, "{}", report.table());
     let per = &f["redis_per_request"];
     // The room's owner appends joins to the room's log in batches, each
-    // one fenced script call: at most about one per join (a few more for
-    // the lease's renewals), and more commands than scripts (the log's
-    // readers, the lease).
-    let scripts = per["evalsha"].as_f64().unwrap();
-    assert!(scripts > 0.0 && scripts < 1.5, "{per}");
-    assert!(
-        per["calls"].as_f64().unwrap() > per["evalsha"].as_f64().unwrap(),
-        "{per}"
-    );
+    // one `XADD` (fenced by its id, no script): at most about one per join
+    // (a few more for the ticks), and the appends are among the commands
+    // counted.
+    let appends = per["xadd"].as_f64().unwrap();
+    assert!(appends > 0.0 && appends < 1.5, "{per}");
+    assert!(per["calls"].as_f64().unwrap() >= appends, "{per}");
     assert!(per["time_us"].as_f64().unwrap() > 0.0, "{per}");
     assert!(f["server_cpu_us_per_request"].as_f64().unwrap() > 0.0);
     assert!(report.table().contains("Redis per request"));
@@ -332,7 +329,7 @@ async fn streams_in_process_time_fan_out_and_hand_offs() {
 }
 
 /// On Redis, the wave is also measured on Redis's side: its CPU and the
-/// commands run, among them the instance's read of the room's log.
+/// commands run, among them the owner's append to the room's log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_on_redis_report_redis_cost_per_change() {
     let redis = narabu_testkit::redis_server::RedisServer::start().await;
@@ -362,13 +359,11 @@ async fn streams_on_redis_report_redis_cost_per_change() {
     assert!(report.invariants_held, "{}", report.table());
     assert_eq!(f["fanout_delivered"], 30, "{}", report.table());
     let wave = &f["redis_wave"];
+    // The owner appends the pause to the room's log; its own copy takes
+    // it from the writer, so no read of the log need follow.
     assert!(
-        wave["evalsha"].as_u64().unwrap() >= 1,
+        wave["xadd"].as_u64().unwrap() >= 1,
         "the pause's append: {wave}"
-    );
-    assert!(
-        wave["xread"].as_u64().unwrap() >= 1,
-        "the follower's read: {wave}"
     );
     assert!(wave["cpu_ms"].as_f64().unwrap() >= 0.0, "{wave}");
     assert!(wave["time_us"].as_u64().unwrap() > 0, "{wave}");

@@ -217,10 +217,11 @@ pub async fn run(args: &HammerArgs, kind: Kind) -> anyhow::Result<Report> {
         r.row(
             "Redis per request",
             format!(
-                "{:.1} µs Redis time (scripts), {:.1} commands ({:.2} scripts); Redis CPU {:.1} µs{}",
+                "{:.1} µs Redis time (scripts, log appends and reads), {:.1} commands ({:.2} scripts, {:.2} appends); Redis CPU {:.1} µs{}",
                 p.time_us,
                 p.calls,
                 p.evalsha,
+                p.xadd,
                 p.cpu_us,
                 p.main_cpu_us
                     .map_or(String::new(), |m| format!(" (main thread {m:.1} µs)"))

@@ -945,10 +945,11 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<Report> {
 /// One change's net Redis cost, in a line.
 fn per_change_row(p: &PerUnit) -> String {
     format!(
-        "{:.0} µs Redis time (scripts and log reads), {:.1} commands ({:.1} scripts, {:.1} log reads); Redis CPU {:.0} µs{}",
+        "{:.0} µs Redis time (scripts, log appends and reads), {:.1} commands ({:.1} scripts, {:.1} appends, {:.1} log reads); Redis CPU {:.0} µs{}",
         p.time_us,
         p.calls,
         p.evalsha,
+        p.xadd,
         p.xread,
         p.cpu_us,
         p.main_cpu_us
@@ -964,11 +965,12 @@ fn redis_row(cost: &RedisCost) -> String {
         .map(|(name, calls)| format!("{name} {calls}"))
         .collect();
     format!(
-        "{:.2} ms time (scripts and log reads), {:.2} ms CPU, {} commands ({} scripts, {} log reads): {}",
+        "{:.2} ms time (scripts, log appends and reads), {:.2} ms CPU, {} commands ({} scripts, {} appends, {} log reads): {}",
         cost.time_us as f64 / 1000.0,
         cost.cpu_ms,
         cost.calls,
         cost.evalsha,
+        cost.xadd,
         cost.xread,
         top.join(", ")
     )
