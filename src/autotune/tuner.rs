@@ -40,13 +40,13 @@ pub struct TuneView {
     /// The requests the reading stands on.
     pub samples: u32,
     /// Why the last decision was what it was (`errors`, `slow`,
-    /// `recovering`, `rising`, `headroom`, `hold`, `idle`, `too_soon`,
-    /// `no_signal`, `bounds`).
+    /// `recovering`, `headroom`, `hold`, `idle`, `too_soon`, `no_signal`,
+    /// `bounds`).
     pub verdict: Option<&'static str>,
     /// The admission rate a minute the tuner keeps.
     pub rate: Option<u32>,
-    /// The rate the latest run of cuts (for latency or errors) began at:
-    /// where the tuner found the origin's limit, and searches towards.
+    /// The last rate at which the origin was too slow or failed: where
+    /// the tuner found the origin's limit, and creeps up towards.
     pub ceiling: Option<u32>,
     /// When the tuner last changed the room.
     pub changed_at: Option<Timestamp>,
@@ -81,10 +81,8 @@ struct Tuned {
     judged_ms: Option<u64>,
     /// What that judgement read.
     judged_latency_ms: Option<f64>,
-    /// What the controller remembers: where the latest run of cuts began,
-    /// and whether it goes on.
+    /// The last rate a cut was judged at.
     ceiling: Option<u32>,
-    cutting: bool,
     changed_ms: Option<u64>,
 }
 
@@ -182,7 +180,6 @@ impl Tuner {
                     judged_ms: None,
                     judged_latency_ms: None,
                     ceiling: None,
-                    cutting: false,
                     changed_ms: None,
                 },
             );
@@ -199,7 +196,6 @@ impl Tuner {
             last_judged_ms: t.judged_ms,
             previous_latency_ms: t.judged_latency_ms,
             ceiling: t.ceiling,
-            cutting: t.cutting,
             now_ms,
         };
         let controller = section.controller();
@@ -210,8 +206,6 @@ impl Tuner {
                 verdict: Verdict::Idle,
                 rate: current.rate.unwrap_or(controller.max_rate),
                 capacity: current.capacity,
-                ceiling: current.ceiling,
-                cutting: current.cutting,
             }
         };
         // A judgement read a signal and decided on it: the next one reads
@@ -221,7 +215,9 @@ impl Tuner {
             t.judged_latency_ms = signal.latency_ms;
             t.since_ms = now_ms;
         }
-        (t.ceiling, t.cutting) = (decision.ceiling, decision.cutting);
+        if matches!(decision.verdict, Verdict::Slow | Verdict::Errors) {
+            t.ceiling = current.rate;
+        }
         let changes = current.rate != Some(decision.rate) || current.capacity != decision.capacity;
         let mut applied = false;
         if changes {
