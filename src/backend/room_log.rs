@@ -19,12 +19,9 @@
 //! engine from an up-to-date replica ([`crate::engine::Room::restore`])
 //! and goes on from the log's end.
 //!
-//! A batch is `(first record's number, count, confirmed)` followed by that
-//! many records (postcard, one after another); the numbers let a replica
-//! see a gap or a repeat. `confirmed`, when the owner waits for the store's
-//! replicas, is the place of the last batch they took: a copy applies a
-//! batch only once a later one says it is confirmed, so it never shows
-//! what a failover could take back. A record is the engine's change, in the journal's
+//! A batch is `(first record's number, count)` followed by that many
+//! records (postcard, one after another); the numbers let a replica see a
+//! gap or a repeat. A record is the engine's change, in the journal's
 //! encoding, or the note that a command from another instance was applied,
 //! with its answer: commands carry ids, and a new owner that finds a
 //! command's id among the recent ones in its replica answers it again
@@ -394,13 +391,6 @@ async fn run(
     fence: Fence,
 ) {
     let mut backoff = Duration::from_millis(10);
-    // With replicas to wait for, each batch says how far the log is
-    // confirmed (the last batch the replicas took), so copies show nothing
-    // a failover could still take back; after a batch of records with
-    // nothing behind it, a batch of no records says so at once.
-    let confirms = store.appends_wait_for_replicas();
-    let mut confirmed: Option<LogPos> = None;
-    let mut confirm_due = false;
     loop {
         let Some(w) = writer.upgrade() else { return };
         let tallied = w
@@ -441,7 +431,7 @@ async fn run(
                 p.last,
             )
         };
-        if count == 0 && !confirm_due {
+        if count == 0 {
             drop(w);
             // `notify_one` keeps a permit when nobody waits, so a record
             // buffered since the check above is not missed.
@@ -450,10 +440,8 @@ async fn run(
             continue;
         }
         let first = last + 1 - count;
-        let mut batch = postcard::to_allocvec(&(first, count, confirmed.filter(|_| confirms)))
-            .expect("numbers serialize");
+        let mut batch = postcard::to_allocvec(&(first, count)).expect("numbers serialize");
         batch.extend_from_slice(&bytes);
-        confirm_due = confirms && count > 0;
         loop {
             match store.append(&room, &fence, &batch).await {
                 Ok(at) => {
@@ -470,17 +458,12 @@ async fn run(
                             batch: std::mem::take(&mut batch),
                         }));
                     }
-                    // A batch of no records moves nothing a request waits
-                    // for: its place is not where any change is.
                     w.progress.send_modify(|p| {
-                        if count > 0 {
-                            p.durable = last;
-                            p.at = at;
-                        }
+                        p.durable = last;
+                        p.at = at;
                         p.unconfirmed = false;
                         p.unreachable = false;
                     });
-                    confirmed = Some(at);
                     backoff = Duration::from_millis(10);
                     break;
                 }
@@ -524,19 +507,12 @@ const TALLY_TRIES: usize = 8;
 
 /// A batch's records, with the number of the first.
 pub fn decode(entry: &Entry) -> Result<(u64, Vec<LogRecord>), StoreError> {
-    decode_batch(entry).map(|(first, records, _)| (first, records))
-}
-
-/// [`decode`], with how far the log was confirmed by the store's replicas
-/// when the batch was written (`None` when the owner does not wait for
-/// them).
-fn decode_batch(entry: &Entry) -> Result<(u64, Vec<LogRecord>, Option<LogPos>), StoreError> {
     let damaged = |what: &str| StoreError::Damaged(format!("log entry {}: {what}", entry.pos));
     // A new owner's mark in the log, which fences the owners before it.
     if entry.batch.is_empty() {
-        return Ok((0, Vec::new(), None));
+        return Ok((0, Vec::new()));
     }
-    let ((first, count, confirmed), mut rest): ((u64, u64, Option<LogPos>), _) =
+    let ((first, count), mut rest): ((u64, u64), _) =
         postcard::take_from_bytes(&entry.batch).map_err(|_| damaged("no batch header"))?;
     let mut records = Vec::new();
     for _ in 0..count {
@@ -548,7 +524,7 @@ fn decode_batch(entry: &Entry) -> Result<(u64, Vec<LogRecord>, Option<LogPos>), 
     if !rest.is_empty() {
         return Err(damaged("bytes after the last record"));
     }
-    Ok((first, records, confirmed))
+    Ok((first, records))
 }
 
 /// An instance's copy of a room: its image and how far into the log it is.
@@ -627,21 +603,21 @@ impl Replica {
     /// replica (a trimmed log), which only a newer image can mend.
     pub fn apply(&mut self, entry: &Entry) -> Result<(), StoreError> {
         let (first, records) = decode(entry)?;
-        self.apply_decoded(entry.pos, first, &records).map(|_| ())
+        self.apply_decoded(entry, first, &records).map(|_| ())
     }
 
     /// [`Self::apply`] of a decoded batch; how many of its first records
     /// were applied before.
     fn apply_decoded(
         &mut self,
-        pos: LogPos,
+        entry: &Entry,
         first: u64,
         records: &[LogRecord],
     ) -> Result<usize, StoreError> {
         if first > self.last + 1 {
             return Err(StoreError::Damaged(format!(
                 "log entry {}: records {} to {} are missing",
-                pos,
+                entry.pos,
                 self.last + 1,
                 first - 1
             )));
@@ -657,7 +633,7 @@ impl Replica {
         if restarted {
             return Err(StoreError::Damaged(format!(
                 "log entry {}: the room's log started again",
-                pos
+                entry.pos
             )));
         }
         let seen = usize::try_from((self.last + 1).saturating_sub(first))
@@ -682,7 +658,7 @@ impl Replica {
                 self.last = n;
             }
         }
-        self.at = self.at.max(pos);
+        self.at = self.at.max(entry.pos);
         Ok(seen)
     }
 
@@ -717,22 +693,6 @@ pub struct Follower {
     /// Whether the last read of the store succeeded: while it does not,
     /// the replica may be missing what others have written.
     in_touch: watch::Sender<bool>,
-    /// Whether the owner waits for the store's replicas: batches are then
-    /// held until a later one says the replicas have them.
-    holds: bool,
-    held: Mutex<Held>,
-}
-
-/// Batches read but not applied yet: the store's replicas may not have
-/// them, so a failover could still take them back, and a copy that showed
-/// them would have shown what never happened.
-#[derive(Default)]
-struct Held {
-    batches: VecDeque<(LogPos, u64, Vec<LogRecord>)>,
-    /// The last place read (the next read starts after it).
-    read: Option<LogPos>,
-    /// Every batch up to here is confirmed.
-    confirmed: LogPos,
 }
 
 /// What a [`Follower`] calls each time its replica moves.
@@ -779,8 +739,6 @@ impl Follower {
             reached: watch::channel(LogPos::START).0,
             observe: Box::new(observe),
             in_touch: watch::channel(true).0,
-            holds: store.appends_wait_for_replicas(),
-            held: Mutex::default(),
         });
         let me = Arc::downgrade(&follower);
         tokio::spawn(async move {
@@ -790,7 +748,7 @@ impl Follower {
                     return;
                 }
                 let Some(follower) = me.upgrade() else { return };
-                let at = follower.read_from();
+                let at = follower.read(|r| r.map(|r| r.at));
                 // Reads go to the store without the lock; a batch read is
                 // applied under it, briefly, in place.
                 let step = match (at, at.and_then(|_| local())) {
@@ -857,7 +815,7 @@ impl Follower {
     ) -> Result<(), StoreError> {
         let catch_up = || async {
             loop {
-                let Some(at) = me.upgrade().and_then(|f| f.read_from()) else {
+                let Some(at) = me.upgrade().and_then(|f| f.read(|r| r.map(|r| r.at))) else {
                     return Ok(());
                 };
                 let entries = store.read(room, at, 1_000, Duration::ZERO).await?;
@@ -898,7 +856,7 @@ impl Follower {
                         // A batch past a gap (one this replica missed,
                         // which cannot happen while the feed is whole) is
                         // read from the store, with what it missed.
-                        if follower.take(std::slice::from_ref(&*entry), true).is_err() {
+                        if follower.apply(std::slice::from_ref(&*entry)).is_err() {
                             drop(follower);
                             catch_up().await?;
                         }
@@ -910,26 +868,11 @@ impl Follower {
         }
     }
 
-    /// Where the next read of the store starts: after what the replica
-    /// holds and what is held for it.
-    fn read_from(&self) -> Option<LogPos> {
-        let at = self.read(|r| r.map(|r| r.at))?;
-        let held = self
-            .held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Some(held.read.map_or(at, |read| read.max(at)))
-    }
-
     fn replace(&self, replica: Option<Replica>) {
         let mut guard = self
             .replica
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *self
-            .held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Held::default();
         *guard = replica;
         let at = guard.as_ref().map(|r| {
             (self.observe)(r, Moved::Loaded);
@@ -942,13 +885,6 @@ impl Follower {
     }
 
     fn apply(&self, entries: &[Entry]) -> Result<(), StoreError> {
-        self.take(entries, false)
-    }
-
-    /// Apply `entries`, or hold them until the store's replicas confirm
-    /// them; `confirmed`: they are known to be (the owner's own feed, which
-    /// hands over only what its replicas took), and so is all before them.
-    fn take(&self, entries: &[Entry], confirmed: bool) -> Result<(), StoreError> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -959,33 +895,11 @@ impl Follower {
         let Some(replica) = guard.as_mut() else {
             return Ok(());
         };
-        let mut held = self
-            .held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for entry in entries {
-            let (first, records, confirms) = decode_batch(entry)?;
-            if !self.holds {
-                let seen = replica.apply_decoded(entry.pos, first, &records)?;
-                (self.observe)(replica, Moved::Applied(&records[seen..]));
-                continue;
-            }
-            if held.read.is_some_and(|read| entry.pos <= read) || entry.pos <= replica.at {
-                continue;
-            }
-            held.read = Some(entry.pos);
-            let upto = if confirmed { Some(entry.pos) } else { confirms };
-            held.confirmed = held.confirmed.max(upto.unwrap_or(LogPos::START));
-            held.batches.push_back((entry.pos, first, records));
-        }
-        while let Some((pos, _, _)) = held.batches.front()
-            && *pos <= held.confirmed
-        {
-            let (pos, first, records) = held.batches.pop_front().expect("a front");
-            let seen = replica.apply_decoded(pos, first, &records)?;
+            let (first, records) = decode(entry)?;
+            let seen = replica.apply_decoded(entry, first, &records)?;
             (self.observe)(replica, Moved::Applied(&records[seen..]));
         }
-        drop(held);
         let at = replica.at;
         drop(guard);
         self.reached.send_replace(at);
