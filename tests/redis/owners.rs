@@ -617,8 +617,8 @@ async fn an_owner_takes_its_own_appends_into_its_copy_without_reading_them_back(
     println!("{appends} appends, {reads} reads");
     assert!(appends >= 100, "{appends} appends");
     // Reading each batch back would take a read per append; what is left
-    // is the owner's wait on its command stream and a look at the log
-    // when nothing came for a while.
+    // is the owner's wait on its command stream and its copy's wait after
+    // the log's end (which shows a lost Redis at once).
     assert!(reads * 4 < appends, "{reads} reads for {appends} appends");
     app.stop().await;
 }
