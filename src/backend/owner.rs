@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::room_log::{LogWriter, Replica, encode_image};
+use super::room_log::{self, LogWriter, Replica, encode_image};
 use super::store::{Fence, LogPos, RoomStore, StoreError};
 use crate::engine::{AdmissionRecord, Callouts, Clock, EventSink, Room, RoomId, RoomSettings};
 
@@ -317,10 +317,10 @@ async fn take_over(
     // wrote before it belongs to a line the store no longer holds (it lost
     // the image), which no replica of the new one may read.
     let (last, at) = replica.as_ref().map_or((0, fence.mark), |r| (r.last, r.at));
-    let applied = replica
-        .as_ref()
-        .map(|r| r.applied.clone())
-        .unwrap_or_default();
+    let applied = match &replica {
+        Some(r) => r.applied.clone(),
+        None => room_log::applied_before(store.as_ref(), room, fence.mark).await?,
+    };
     let writer = LogWriter::start_with(
         store.clone(),
         room.clone(),

@@ -391,6 +391,9 @@ async fn run(
     fence: Fence,
 ) {
     let mut backoff = Duration::from_millis(10);
+    // The last position this writer tried: the next try lands above it,
+    // whether that try landed or not.
+    let mut tried = fence.mark;
     loop {
         let Some(w) = writer.upgrade() else { return };
         let tallied = w
@@ -443,7 +446,12 @@ async fn run(
         let mut batch = postcard::to_allocvec(&(first, count)).expect("numbers serialize");
         batch.extend_from_slice(&bytes);
         loop {
-            match store.append(&room, &fence, &batch).await {
+            let result = store.append(&room, &fence, tried, &batch).await;
+            tried = match &result {
+                Ok(at) => *at,
+                Err(_) => tried.next_for(fence.token),
+            };
+            match result {
                 Ok(at) => {
                     // The feed first: a request told its change is durable
                     // waits for this instance's copy to hold it.
@@ -559,6 +567,35 @@ pub fn encode_image(
         at,
         bytes: postcard::to_allocvec(&(last, image, applied, tally, record))
             .expect("images serialize"),
+    }
+}
+
+/// The commands an earlier line of the room applied in what is left of
+/// its log before `mark`, with their answers: a store that lost the room's
+/// image may still hold batches its owner appended afterwards, and a new
+/// line must answer those commands as they were answered, not apply them
+/// again (they would join tickets nobody holds).
+pub async fn applied_before(
+    store: &dyn RoomStore,
+    room: &RoomId,
+    mark: LogPos,
+) -> Result<Applied, StoreError> {
+    let mut applied = Applied::default();
+    let mut at = LogPos::START;
+    loop {
+        let entries = store.read(room, at, 1_000, Duration::ZERO).await?;
+        for entry in entries.iter().take_while(|e| e.pos < mark) {
+            // A batch this version cannot read holds nothing to answer.
+            for record in decode(entry).map(|(_, r)| r).unwrap_or_default() {
+                if let LogRecord::Applied { id, reply } = record {
+                    applied.insert(id, reply);
+                }
+            }
+        }
+        match entries.last() {
+            Some(last) if last.pos < mark => at = last.pos,
+            _ => return Ok(applied),
+        }
     }
 }
 

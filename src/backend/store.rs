@@ -92,6 +92,23 @@ impl LogPos {
     };
 }
 
+impl LogPos {
+    /// The first position after this one that belongs to the holder of
+    /// fencing token `token`: each holder's positions begin with its token
+    /// (its mark, [`Fence::mark`], is `<token>-0`), so a later holder's
+    /// are all above an earlier one's.
+    pub fn next_for(self, token: u64) -> LogPos {
+        if self.ms == token {
+            LogPos {
+                ms: token,
+                seq: self.seq + 1,
+            }
+        } else {
+            LogPos { ms: token, seq: 1 }
+        }
+    }
+}
+
 impl fmt::Display for LogPos {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}-{}", self.ms, self.seq)
@@ -206,12 +223,20 @@ pub trait RoomStore: Send + Sync + 'static {
 
     // ----- log --------------------------------------------------------------
 
-    /// Append one batch to the room's log, atomically and only while
+    /// Append one batch to the room's log at `fence`'s first position
+    /// after `after` ([`LogPos::next_for`]), atomically and only while
     /// `fence` is the room's newest ([`StoreError::Fenced`] otherwise).
+    ///
+    /// The writer names the position, and gives each try a new one: a
+    /// batch whose append failed may still have landed, and a store that
+    /// failed over may have lost batches a copy already read; either way,
+    /// the next batch lands above every position this writer ever tried,
+    /// so no copy that read past a lost batch passes over a new one.
     async fn append(
         &self,
         room: &RoomId,
         fence: &Fence,
+        after: LogPos,
         batch: &[u8],
     ) -> Result<LogPos, StoreError>;
 

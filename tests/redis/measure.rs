@@ -334,25 +334,32 @@ async fn measure_log_appends() {
             .query_async(&mut redis.client().await)
             .await
             .unwrap();
-        let first = RedisStore::new(redis.client().await, redis.client().await);
-        let fence = first
-            .acquire(&sale, "owner", Duration::from_secs(60))
-            .await
-            .unwrap()
-            .unwrap();
+        // A room per connection: each log has one writer, which numbers
+        // its own appends, as an owner does.
+        let mut owners = Vec::new();
+        for c in 0..CONNECTIONS {
+            let room = RoomId::new(&format!("sale-{c}")).unwrap();
+            let store = RedisStore::new(redis.client().await, redis.client().await);
+            let fence = store
+                .acquire(&room, "owner", Duration::from_secs(60))
+                .await
+                .unwrap()
+                .unwrap();
+            owners.push((store, room, fence));
+        }
         let before = redis_cpu(&redis).await;
         let appended = Arc::new(AtomicU64::new(0));
         let start = Instant::now();
         let mut tasks = Vec::new();
-        for c in 0..CONNECTIONS {
-            let store = RedisStore::new(redis.client().await, redis.client().await);
-            let (fence, sale, appended) = (fence.clone(), sale.clone(), appended.clone());
+        for (c, (store, room, fence)) in owners.into_iter().enumerate() {
+            let appended = appended.clone();
             let bytes: Vec<u8> = (0..batch)
                 .flat_map(|i| record((c * batch + i) as u32))
                 .collect();
             tasks.push(tokio::spawn(async move {
+                let mut after = fence.mark;
                 while start.elapsed() < RUN {
-                    store.append(&sale, &fence, &bytes).await.unwrap();
+                    after = store.append(&room, &fence, after, &bytes).await.unwrap();
                     appended.fetch_add(batch as u64, Ordering::Relaxed);
                 }
             }));

@@ -47,7 +47,7 @@ async fn a_lapsed_owner_is_fenced_out_and_cannot_touch_its_successors_lease() {
     let first = a.acquire(&sale(), "a", ttl).await.unwrap().unwrap();
     assert!(b.acquire(&sale(), "b", ttl).await.unwrap().is_none());
     assert_eq!(b.holder(&sale()).await.unwrap(), Some(first.lease_value()));
-    let p1 = a.append(&sale(), &first, b"one").await.unwrap();
+    let p1 = a.append(&sale(), &first, first.mark, b"one").await.unwrap();
     assert!(a.renew(&sale(), &first, ttl).await.unwrap());
 
     // `a` stalls past its lease; `b` takes it with a higher token.
@@ -56,7 +56,7 @@ async fn a_lapsed_owner_is_fenced_out_and_cannot_touch_its_successors_lease() {
     assert!(second.token > first.token);
 
     assert_eq!(
-        a.append(&sale(), &first, b"late").await,
+        a.append(&sale(), &first, p1, b"late").await,
         Err(StoreError::Fenced)
     );
     let image = Image {
@@ -75,7 +75,10 @@ async fn a_lapsed_owner_is_fenced_out_and_cannot_touch_its_successors_lease() {
         "the old owner's release left the successor's lease alone"
     );
 
-    let p2 = b.append(&sale(), &second, b"two").await.unwrap();
+    let p2 = b
+        .append(&sale(), &second, second.mark, b"two")
+        .await
+        .unwrap();
     assert!(p2 > p1);
     let log = a
         .read(&sale(), LogPos::START, 10, Duration::ZERO)
@@ -103,13 +106,17 @@ async fn many_would_be_owners_never_interleave_an_older_fence_after_a_newer_one(
         let store = Arc::new(store(&redis).await);
         tasks.push(tokio::spawn(async move {
             let name = format!("i{t}");
-            let mut held: Option<Fence> = None;
+            // The lease held, and where its holder last appended.
+            let mut held: Option<(Fence, LogPos)> = None;
             let mut written = Vec::new();
             for round in 0..ROUNDS {
-                let fence = match held.clone() {
+                let (fence, after) = match held.clone() {
                     Some(f) => f,
                     None => match store.acquire(&sale(), &name, ttl).await.unwrap() {
-                        Some(f) => f,
+                        Some(f) => {
+                            let mark = f.mark;
+                            (f, mark)
+                        }
                         None => {
                             tokio::time::sleep(Duration::from_millis(5)).await;
                             continue;
@@ -117,12 +124,12 @@ async fn many_would_be_owners_never_interleave_an_older_fence_after_a_newer_one(
                     },
                 };
                 match store
-                    .append(&sale(), &fence, &fence.token.to_be_bytes())
+                    .append(&sale(), &fence, after, &fence.token.to_be_bytes())
                     .await
                 {
                     Ok(pos) => {
                         written.push((pos, fence.token));
-                        held = Some(fence);
+                        held = Some((fence, pos));
                     }
                     Err(StoreError::Fenced) => held = None,
                     Err(e) => panic!("{e}"),
@@ -132,7 +139,7 @@ async fn many_would_be_owners_never_interleave_an_older_fence_after_a_newer_one(
                 match (t + round) % 7 {
                     0 => tokio::time::sleep(ttl * 2).await,
                     3 => {
-                        if let Some(f) = held.take() {
+                        if let Some((f, _)) = held.take() {
                             store.release(&sale(), &f).await.unwrap();
                         }
                     }
@@ -190,8 +197,10 @@ async fn an_image_covers_the_log_it_trims_and_a_newcomer_starts_from_both() {
         .unwrap()
         .unwrap();
     let mut positions = Vec::new();
+    let mut after = fence.mark;
     for i in 0..10u8 {
-        positions.push(owner.append(&sale(), &fence, &[i]).await.unwrap());
+        after = owner.append(&sale(), &fence, after, &[i]).await.unwrap();
+        positions.push(after);
     }
     assert_eq!(owner.last(&sale()).await.unwrap(), Some(positions[9]));
     assert_eq!(owner.image(&sale()).await.unwrap(), None);
@@ -394,7 +403,7 @@ async fn on_a_cluster_every_room_keeps_its_lease_log_and_bus_on_its_slot() {
             .unwrap()
             .unwrap();
         let p = store
-            .append(room, &fence, room.as_str().as_bytes())
+            .append(room, &fence, fence.mark, room.as_str().as_bytes())
             .await
             .unwrap();
         store
@@ -423,7 +432,7 @@ async fn on_a_cluster_every_room_keeps_its_lease_log_and_bus_on_its_slot() {
             mark: LogPos::START,
         };
         assert_eq!(
-            store.append(room, &stale, b"late").await,
+            store.append(room, &stale, stale.mark, b"late").await,
             Err(StoreError::Fenced)
         );
     }

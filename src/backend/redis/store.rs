@@ -11,12 +11,14 @@
 //! and the fenced image (`store_*.lua`): no admission rule.
 //!
 //! The log is fenced by its entries' ids: an owner appends with plain
-//! `XADD <token>-*`, its fencing token as the id's first part, and a new
+//! `XADD <token>-<n>`, its fencing token as the id's first part, and a new
 //! owner's acquisition puts its mark (`<token>-0`) in the log, so Redis
 //! refuses an earlier owner's late append as an id below the stream's
 //! last. An append is then one command with no script to run, the
-//! cheapest write a stream has; it needs Redis 7.0 (an id's sequence left
-//! to Redis).
+//! cheapest write a stream has. The owner counts `<n>` itself rather than
+//! leaving it to Redis: a primary that took over from one that failed may
+//! lack the last entries, and would number the next ones as those were,
+//! below where a copy already read.
 //!
 //! A batch is one stream entry, whatever the number of records in it: one
 //! `XADD` is the store's cost of a batch, which is why owners gather the
@@ -466,13 +468,14 @@ where
         &self,
         room: &RoomId,
         fence: &Fence,
+        after: LogPos,
         batch: &[u8],
     ) -> Result<LogPos, StoreError> {
         // Fenced by the entry's id: a successor's lease marked the log
         // with its higher token, after which XADD refuses this lower one.
         let mut xadd = redis::cmd("XADD");
         xadd.arg(Keys::new(room).log)
-            .arg(format!("{}-*", fence.token))
+            .arg(after.next_for(fence.token).to_string())
             .arg(BATCH)
             .arg(batch);
         let fenced = |e: RedisError| {
