@@ -40,13 +40,13 @@ pub struct TuneView {
     /// The requests the reading stands on.
     pub samples: u32,
     /// Why the last decision was what it was (`errors`, `slow`,
-    /// `recovering`, `headroom`, `hold`, `idle`, `too_soon`, `no_signal`,
-    /// `bounds`).
+    /// `recovering`, `rising`, `headroom`, `hold`, `idle`, `too_soon`,
+    /// `no_signal`, `bounds`).
     pub verdict: Option<&'static str>,
     /// The admission rate a minute the tuner keeps.
     pub rate: Option<u32>,
-    /// The last rate at which the origin was too slow or failed: where
-    /// the tuner found the origin's limit, and creeps up towards.
+    /// The rate the latest run of cuts (for latency or errors) began at:
+    /// where the tuner found the origin's limit, and searches towards.
     pub ceiling: Option<u32>,
     /// When the tuner last changed the room.
     pub changed_at: Option<Timestamp>,
@@ -81,8 +81,10 @@ struct Tuned {
     judged_ms: Option<u64>,
     /// What that judgement read.
     judged_latency_ms: Option<f64>,
-    /// The last rate a cut was judged at.
+    /// What the controller remembers: where the latest run of cuts began,
+    /// and whether it goes on.
     ceiling: Option<u32>,
+    cutting: bool,
     changed_ms: Option<u64>,
 }
 
@@ -180,6 +182,7 @@ impl Tuner {
                     judged_ms: None,
                     judged_latency_ms: None,
                     ceiling: None,
+                    cutting: false,
                     changed_ms: None,
                 },
             );
@@ -196,6 +199,7 @@ impl Tuner {
             last_judged_ms: t.judged_ms,
             previous_latency_ms: t.judged_latency_ms,
             ceiling: t.ceiling,
+            cutting: t.cutting,
             now_ms,
         };
         let controller = section.controller();
@@ -206,6 +210,8 @@ impl Tuner {
                 verdict: Verdict::Idle,
                 rate: current.rate.unwrap_or(controller.max_rate),
                 capacity: current.capacity,
+                ceiling: current.ceiling,
+                cutting: current.cutting,
             }
         };
         // A judgement read a signal and decided on it: the next one reads
@@ -215,9 +221,7 @@ impl Tuner {
             t.judged_latency_ms = signal.latency_ms;
             t.since_ms = now_ms;
         }
-        if matches!(decision.verdict, Verdict::Slow | Verdict::Errors) {
-            t.ceiling = current.rate;
-        }
+        (t.ceiling, t.cutting) = (decision.ceiling, decision.cutting);
         let changes = current.rate != Some(decision.rate) || current.capacity != decision.capacity;
         let mut applied = false;
         if changes {

@@ -10,25 +10,43 @@
 //!
 //! The controller is additive increase, multiplicative decrease (the rule
 //! TCP uses to find a link's capacity without being told it), with a band
-//! of rest below the target:
+//! of rest below the target, and it remembers where the origin last got
+//! into trouble (the *ceiling*: the rate the latest run of cuts started
+//! from), since an origin's latency answers a change late: the visitors
+//! admitted before a cut keep loading pages after it, so a reading can
+//! still show the old rate's crowd.
 //!
 //! - errors over the target: back off by the whole step (`rate × (1 −
 //!   step)`), since an origin that fails is past helping by degrees;
-//! - latency over the target: back off in proportion to the overshoot
-//!   (`rate × target / latency`), by at least one and at most the step, so
-//!   a slight overshoot costs a slight cut and the rate settles near the
-//!   knee rather than sawing far below it; unless latency fell by a tenth
-//!   or more since the last reading: the origin is working off what an
-//!   earlier rate sent it, and cutting again would overshoot to the floor;
-//! - latency under `target × (1 − headroom)` while people are waiting:
-//!   add `increase` a minute, at most the step (and at least one). Left
-//!   unset, the increase is a twentieth of the ceiling (the last rate at
-//!   which the origin was too slow or failing), or the whole step while no
-//!   ceiling is known: a rate far too low grows by the step each time
-//!   (TCP's slow start), and near the origin's limit it creeps, so it
-//!   overshoots the knee by little;
-//! - otherwise (inside the band, or nobody is held back by the rate, when
-//!   a higher rate would show nothing and only wind up) it holds.
+//! - latency over the target: back off in proportion to the overshoot, to
+//!   `rate × target / latency`, by at least one and at most the step, so a
+//!   slight overshoot costs a slight cut and the rate settles near the
+//!   knee rather than sawing far below it. While a run of cuts goes on and
+//!   latency is still rising, the proportion is taken of the ceiling
+//!   rather than of the rate already cut: the rise is the ceiling's crowd
+//!   arriving late, and cutting again what was cut for it would slide to
+//!   the floor; once the rate is down to that share it holds (and a
+//!   latency no longer rising but still over counts against the rate as
+//!   it is, so a stuck origin is cut on). Held, too, while latency fell by
+//!   a tenth or more since the last reading: the origin is working off
+//!   what an earlier rate sent it;
+//! - latency inside the band of rest (`target × (1 − headroom)` to the
+//!   target) and up by a tenth or more since the last reading: eased off
+//!   the same way, in proportion to how far it is over the band's lower
+//!   edge, before the late readings carry it over the target;
+//! - latency under the band while people are waiting: raised. With an
+//!   `increase` set, by that much a minute; otherwise by binary search
+//!   towards the ceiling (half the way there, at least a fiftieth of the
+//!   ceiling), and past it by doubling the distance (the ceiling is old
+//!   news once the origin copes above it), or by the whole step while no
+//!   ceiling is known (TCP's slow start). A rise is never more than the
+//!   step, nor less than one, and shrinks as latency nears the band: in
+//!   full while latency is under half the band's lower edge, to nothing
+//!   at the edge, since an origin past its knee shows it first as latency
+//!   climbing towards the band;
+//! - otherwise (steady inside the band, or nobody is held back by the
+//!   rate, when a higher rate would show nothing and only wind up) it
+//!   holds.
 //!
 //! The controller judges at most once every `interval` (a sampled loop:
 //! each judgement reads the origin since the one before), and a signal of
@@ -37,7 +55,10 @@
 //! once. With capacity bounds the capacity moves by the same factor as the
 //! rate, within its own bounds. Nothing here revokes anyone: a lower rate
 //! or capacity only admits fewer from now on (the capacity rule,
-//! `rules::capacity`, lets those already admitted finish).
+//! `rules::capacity`, lets those already admitted finish). What the
+//! controller remembers (the ceiling, whether a run of cuts is going on,
+//! the last reading) the caller keeps and hands back: [`Decision`] says
+//! what to keep next.
 
 use serde::{Deserialize, Serialize};
 
@@ -59,7 +80,8 @@ pub struct Controller {
     /// The most one change moves the rate, as a share of it.
     pub step: f64,
     /// Admissions a minute added by one increase (before the step's
-    /// limit); `None`: a twentieth of the ceiling, or the step without one.
+    /// limit); `None`: a binary search towards the ceiling, or the step
+    /// without one.
     pub increase: Option<u32>,
     /// The band of rest: no increase while latency is within this share
     /// under the target.
@@ -93,9 +115,12 @@ pub struct Current {
     pub last_judged_ms: Option<u64>,
     /// The latency that judgement read.
     pub previous_latency_ms: Option<f64>,
-    /// The last rate at which the origin was too slow or failed (a cut
-    /// was judged), if any.
+    /// The rate the latest run of cuts (for latency or errors) started
+    /// from: where the origin last got into trouble, if it has.
     pub ceiling: Option<u32>,
+    /// Whether a run of cuts is going on: the origin has not been under
+    /// the band of rest since the last cut.
+    pub cutting: bool,
     pub now_ms: u64,
 }
 
@@ -115,12 +140,16 @@ pub enum Verdict {
     /// floor).
     Slow,
     /// Latency over the target but down by a tenth or more since the last
-    /// reading: held while earlier cuts take effect.
+    /// reading, or the rate already cut in proportion to it: held while
+    /// earlier cuts take effect.
     Recovering,
-    /// Latency well under the target with people waiting: increased (held
-    /// at the ceiling).
+    /// Latency inside the band of rest and rising: eased off before it
+    /// crosses the target (held at the floor).
+    Rising,
+    /// Latency under the band of rest with people waiting: increased
+    /// (held at `max_rate`).
     Headroom,
-    /// Inside the band: held.
+    /// Inside the band and not rising: held.
     Hold,
     /// Nobody waiting: held, since a higher rate would go unmeasured.
     Idle,
@@ -136,6 +165,7 @@ impl Verdict {
             Self::Errors => "errors",
             Self::Slow => "slow",
             Self::Recovering => "recovering",
+            Self::Rising => "rising",
             Self::Headroom => "headroom",
             Self::Hold => "hold",
             Self::Idle => "idle",
@@ -144,12 +174,15 @@ impl Verdict {
 }
 
 /// The rate and capacity to set, and why; a change when they differ from
-/// the current ones.
+/// the current ones. With it, what the controller remembers for the next
+/// judgement (`Current::ceiling` and `Current::cutting`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Decision {
     pub verdict: Verdict,
     pub rate: u32,
     pub capacity: u32,
+    pub ceiling: Option<u32>,
+    pub cutting: bool,
 }
 
 impl Controller {
@@ -170,8 +203,13 @@ impl Controller {
 /// count as recovering.
 pub const RECOVERING: f64 = 0.1;
 
-/// The share of the ceiling one increase adds when `increase` is unset.
-pub const CREEP: f64 = 0.05;
+/// How much latency must rise between two readings inside the band of
+/// rest for the rate to ease off.
+pub const RISING: f64 = 0.1;
+
+/// The least share of the ceiling one increase adds when `increase` is
+/// unset: the binary search's last steps, and the first past the ceiling.
+pub const CREEP: f64 = 0.02;
 
 /// The next rate and capacity (see the module's comment for the rule).
 pub fn decide(c: &Controller, now: &Current, signal: &Signal) -> Decision {
@@ -180,14 +218,16 @@ pub fn decide(c: &Controller, now: &Current, signal: &Signal) -> Decision {
         verdict,
         rate,
         capacity: now.capacity,
+        ceiling: now.ceiling,
+        cutting: now.cutting,
     };
     let in_bounds = c.clamp_rate(f64::from(rate));
     let capacity_in_bounds = c.clamp_capacity(f64::from(now.capacity), now.capacity);
     if now.rate != Some(in_bounds) || capacity_in_bounds != now.capacity {
         return Decision {
-            verdict: Verdict::Bounds,
             rate: in_bounds,
             capacity: capacity_in_bounds,
+            ..hold(Verdict::Bounds)
         };
     }
     if now
@@ -200,6 +240,20 @@ pub fn decide(c: &Controller, now: &Current, signal: &Signal) -> Decision {
         return hold(Verdict::NoSignal);
     }
     let r = f64::from(rate);
+    let edge = c.target_ms * (1.0 - c.headroom);
+    // A cut in proportion to how far latency `l` is over `goal`: of the
+    // ceiling while a run of cuts goes on and latency still climbs (the
+    // climb is the ceiling's crowd, read late), else of the rate; `None`
+    // when the rate is already there.
+    let cut = |l: f64, goal: f64| {
+        let rising = now.previous_latency_ms.is_some_and(|p| l > p);
+        let of = match now.ceiling {
+            Some(ceiling) if now.cutting && rising => f64::from(ceiling),
+            _ => r,
+        };
+        let want = of * goal / l;
+        (want < r).then(|| want.max(r * (1.0 - c.step)).min(r - 1.0))
+    };
     let (verdict, next) = match (signal.error_ratio, signal.latency_ms) {
         (Some(e), _) if e > c.max_error_ratio => (Verdict::Errors, r * (1.0 - c.step)),
         (_, Some(l)) if l > c.target_ms => {
@@ -209,37 +263,77 @@ pub fn decide(c: &Controller, now: &Current, signal: &Signal) -> Decision {
             {
                 return hold(Verdict::Recovering);
             }
-            let cut = (r * c.target_ms / l).max(r * (1.0 - c.step));
-            (Verdict::Slow, cut.min(r - 1.0))
+            match cut(l, c.target_ms) {
+                Some(next) => (Verdict::Slow, next),
+                None => return hold(Verdict::Recovering),
+            }
         }
-        (_, Some(l)) if l < c.target_ms * (1.0 - c.headroom) => {
+        (_, Some(l)) if l < edge => {
+            let calm = Decision {
+                cutting: false,
+                ..hold(Verdict::Idle)
+            };
             if !now.demand {
-                return hold(Verdict::Idle);
+                return calm;
             }
             let additive = match (c.increase, now.ceiling) {
                 (Some(n), _) => f64::from(n),
-                (None, Some(ceiling)) => f64::from(ceiling) * CREEP,
+                (None, Some(ceiling)) => {
+                    let ceiling = f64::from(ceiling);
+                    // Under the ceiling half the gap, over it as much again.
+                    let search = if r < ceiling {
+                        (ceiling - r) / 2.0
+                    } else {
+                        r - ceiling
+                    };
+                    search.max(ceiling * CREEP)
+                }
                 (None, None) => r * c.step,
             };
-            let up = additive.min(r * c.step).max(1.0);
-            (Verdict::Headroom, r + up)
+            // Latency climbs towards the band before it enters it: the
+            // nearer it is, the smaller the rise, so the late readings of
+            // a rise cannot carry the rate far past the origin's knee.
+            let approach = (2.0 * (edge - l) / edge).min(1.0);
+            let up = (additive.min(r * c.step) * approach).max(1.0);
+            let next = c.clamp_rate(r + up);
+            return Decision {
+                verdict: Verdict::Headroom,
+                ..with_rate(c, now, next, calm)
+            };
+        }
+        (_, Some(l))
+            if now
+                .previous_latency_ms
+                .is_some_and(|p| l > p * (1.0 + RISING)) =>
+        {
+            match cut(l, edge) {
+                Some(next) => (Verdict::Rising, next),
+                None => return hold(Verdict::Hold),
+            }
         }
         (_, None) if signal.error_ratio.is_none() => return hold(Verdict::NoSignal),
         _ => return hold(Verdict::Hold),
     };
-    let next = c.clamp_rate(next);
-    if next == rate {
-        // At a bound: the verdict still says what the origin showed.
-        return hold(verdict);
-    }
-    let capacity = c.clamp_capacity(
-        f64::from(now.capacity) * f64::from(next) / r.max(1.0),
-        now.capacity,
-    );
+    // A cut: the first of a run marks where the trouble began.
+    let cutting = Decision {
+        ceiling: if now.cutting { now.ceiling } else { Some(rate) },
+        cutting: true,
+        ..hold(verdict)
+    };
+    with_rate(c, now, c.clamp_rate(next), cutting)
+}
+
+/// `decision` with the rate `next` (held at a bound, the verdict still
+/// says what the origin showed) and the capacity following it.
+fn with_rate(c: &Controller, now: &Current, next: u32, decision: Decision) -> Decision {
+    let r = f64::from(decision.rate);
     Decision {
-        verdict,
         rate: next,
-        capacity,
+        capacity: c.clamp_capacity(
+            f64::from(now.capacity) * f64::from(next) / r.max(1.0),
+            now.capacity,
+        ),
+        ..decision
     }
 }
 
@@ -271,6 +365,7 @@ mod tests {
             last_judged_ms: Some(0),
             previous_latency_ms: None,
             ceiling: None,
+            cutting: false,
             now_ms: 10_000,
         }
     }
@@ -387,19 +482,20 @@ mod tests {
         }
     }
 
-    /// The rate the controller reaches after `rounds` intervals.
-    fn run(c: &Controller, start: u32, rounds: usize) -> Vec<u32> {
+    /// The rates the controller sets over `rounds` intervals, each
+    /// reading showing the rate of `lag` intervals before (the visitors a
+    /// rate let in keep loading pages after it changed).
+    fn run(c: &Controller, start: u32, rounds: usize, lag: usize) -> Vec<u32> {
         let mut now = current(start);
         let mut rates = Vec::new();
-        for _ in 0..rounds {
+        for round in 0..rounds {
             let rate = now.rate.unwrap();
-            let reading = origin(rate);
+            let shown = round.checked_sub(lag + 1).map_or(start, |i| rates[i]);
+            let reading = origin(if lag == 0 { rate } else { shown });
             let d = decide(c, &now, &latency(reading));
             now.last_judged_ms = Some(now.now_ms);
             now.previous_latency_ms = Some(reading);
-            if matches!(d.verdict, Verdict::Slow | Verdict::Errors) {
-                now.ceiling = Some(rate);
-            }
+            (now.ceiling, now.cutting) = (d.ceiling, d.cutting);
             now.rate = Some(d.rate);
             now.now_ms += c.interval_ms;
             rates.push(d.rate);
@@ -408,15 +504,78 @@ mod tests {
     }
 
     #[test]
-    fn without_an_increase_it_grows_by_the_step_then_creeps_under_the_ceiling() {
+    fn without_an_increase_it_grows_by_the_step_then_searches_for_the_ceiling() {
         let mut c = controller();
         c.increase = None;
         let mut now = current(1000);
         assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1250);
+        // Under the ceiling: half the way there, at least a fiftieth of it.
         now.ceiling = Some(1200);
-        assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1060);
+        assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1100);
+        now.rate = Some(1190);
+        assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1214);
+        // Past it (the origin copes there now): doubling the distance.
+        now.rate = Some(1300);
+        assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1400);
+        // Never more than the step.
         now.rate = Some(100);
         assert_eq!(decide(&c, &now, &latency(100.0)).rate, 125);
+        // Latency nearing the band (640 ms) slows the rise: at 480 ms, half.
+        now.rate = Some(1000);
+        assert_eq!(decide(&c, &now, &latency(480.0)).rate, 1050);
+        assert_eq!(decide(&c, &now, &latency(639.0)).rate, 1001);
+    }
+
+    #[test]
+    fn a_run_of_cuts_remembers_where_it_began_and_reads_late_latency_against_it() {
+        let c = controller();
+        let d = decide(&c, &current(1000), &latency(1000.0));
+        assert_eq!((d.rate, d.ceiling, d.cutting), (800, Some(1000), true));
+        // The next reading is higher still: the crowd the ceiling let in,
+        // measured late. The cut is taken of the ceiling, not compounded.
+        let mut now = current(800);
+        (now.ceiling, now.cutting, now.previous_latency_ms) = (d.ceiling, d.cutting, Some(900.0));
+        let d = decide(&c, &now, &latency(1100.0));
+        assert_eq!(
+            (d.verdict, d.rate, d.ceiling),
+            (Verdict::Slow, 727, Some(1000))
+        );
+        // Already cut that far: held while the cut takes effect.
+        let d = decide(&c, &now, &latency(1000.0));
+        assert_eq!((d.verdict, d.rate), (Verdict::Recovering, 800));
+        // No longer rising yet still over: the rate as it is is too high.
+        let d = decide(&c, &now, &latency(900.0));
+        assert_eq!(
+            (d.verdict, d.rate, d.ceiling),
+            (Verdict::Slow, 711, Some(1000))
+        );
+        // Back under the band: the run is over, the ceiling stays.
+        let d = decide(&c, &now, &latency(100.0));
+        assert_eq!(
+            (d.verdict, d.ceiling, d.cutting),
+            (Verdict::Headroom, Some(1000), false)
+        );
+        // The next run marks a new ceiling.
+        now.cutting = false;
+        let d = decide(&c, &now, &latency(1000.0));
+        assert_eq!((d.rate, d.ceiling), (640, Some(800)));
+    }
+
+    #[test]
+    fn latency_rising_inside_the_band_eases_off_before_the_target() {
+        let c = controller();
+        // The band is 640 to 800 ms.
+        let mut now = current(1000);
+        now.previous_latency_ms = Some(600.0);
+        let d = decide(&c, &now, &latency(700.0));
+        assert_eq!(
+            (d.verdict, d.rate, d.ceiling),
+            (Verdict::Rising, 914, Some(1000))
+        );
+        // Up by less than a tenth, or down: held.
+        assert_eq!(decide(&c, &now, &latency(650.0)).verdict, Verdict::Hold);
+        now.previous_latency_ms = Some(780.0);
+        assert_eq!(decide(&c, &now, &latency(700.0)).verdict, Verdict::Hold);
     }
 
     #[test]
@@ -425,7 +584,7 @@ mod tests {
         // The best fixed rate keeps latency at 800 ms: 1500 a minute.
         for (increase, start) in [(Some(120), 6000), (Some(120), 60), (None, 6000), (None, 60)] {
             c.increase = increase;
-            let rates = run(&c, start, 60);
+            let rates = run(&c, start, 60, 0);
             let settled = &rates[40..];
             for &r in settled {
                 assert!(
@@ -437,6 +596,28 @@ mod tests {
                     "from {start}, {increase:?}, too far under: {rates:?}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn readings_that_lag_neither_slide_it_to_the_floor_nor_keep_it_past_the_knee() {
+        let mut c = controller();
+        c.increase = None;
+        // Each reading shows the rate of two judgements before: the sawtooth
+        // this makes must damp out around the best fixed rate (1500).
+        for start in [6000, 60] {
+            let rates = run(&c, start, 80, 2);
+            let settled = &rates[50..];
+            let low = settled.iter().min().copied().unwrap_or(0);
+            assert!(low >= 800, "from {start}, slid to {low}: {rates:?}");
+            let mean = settled.iter().map(|&r| f64::from(r)).sum::<f64>() / settled.len() as f64;
+            assert!(mean >= 1275.0, "from {start}, mean {mean}: {rates:?}");
+            let end = &rates[70..];
+            let latency = end.iter().map(|&r| origin(r)).sum::<f64>() / end.len() as f64;
+            assert!(
+                latency <= c.target_ms,
+                "from {start}, {latency} ms at the end: {rates:?}"
+            );
         }
     }
 
@@ -452,6 +633,7 @@ mod tests {
             step in 0.01f64..0.5,
             increase in proptest::option::of(1u32..10_000),
             ceiling in proptest::option::of(1u32..100_000),
+            cutting: bool,
             demand: bool,
             since in 0u64..20_000,
             previous in proptest::option::of(0.0f64..20_000.0),
@@ -464,6 +646,7 @@ mod tests {
                 last_judged_ms: Some(0),
                 previous_latency_ms: previous,
                 ceiling,
+                cutting,
                 now_ms: since,
             };
             let signal = Signal { latency_ms: latency, error_ratio: errors, samples };
@@ -475,14 +658,24 @@ mod tests {
                 prop_assert!(moved <= (f64::from(before) * step).max(1.0) + 0.5, "{before} -> {d:?}");
             }
             match d.verdict {
-                Verdict::Errors | Verdict::Slow => {
+                Verdict::Errors | Verdict::Slow | Verdict::Rising => {
                     prop_assert!(d.rate < before || d.rate == c.min_rate);
+                    // A run of cuts marks where it began, and goes on.
+                    let began = if cutting { ceiling } else { Some(before) };
+                    prop_assert_eq!((d.ceiling, d.cutting), (began, true));
                 }
                 Verdict::Headroom => {
                     prop_assert!(demand && (d.rate > before || d.rate == c.max_rate));
                 }
                 Verdict::Bounds => {}
                 _ => prop_assert_eq!(d.rate, before),
+            }
+            // Only a cut sets the ceiling, and only latency under the band
+            // of rest ends a run of cuts.
+            if !matches!(d.verdict, Verdict::Errors | Verdict::Slow | Verdict::Rising) {
+                prop_assert_eq!(d.ceiling, ceiling);
+                let calm = matches!(d.verdict, Verdict::Headroom | Verdict::Idle);
+                prop_assert_eq!(d.cutting, cutting && !calm);
             }
             if since < c.interval_ms && d.verdict != Verdict::Bounds {
                 prop_assert_eq!(d.rate, before);
