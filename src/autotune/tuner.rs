@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::Autotune;
 use super::signal::Sources;
 use crate::backend::{Backend, RoomSnapshot};
-use crate::engine::rules::{Current, Mode, Signal, Verdict, decide};
+use crate::engine::rules::{Current, Memory, Mode, Signal, Verdict, decide};
 use crate::engine::{Patch, RoomId, RoomPatch, Timestamp};
 use crate::locks::lock;
 use crate::metrics::Metrics;
@@ -45,8 +45,10 @@ pub struct TuneView {
     pub verdict: Option<&'static str>,
     /// The admission rate a minute the tuner keeps.
     pub rate: Option<u32>,
-    /// The rate the latest run of cuts (for latency or errors) began at:
-    /// where the tuner found the origin's limit, and searches towards.
+    /// The rate the latest run of cuts (for latency or errors) began at,
+    /// a tenth lower once that run was for latency over the target or
+    /// errors: where the tuner found the origin's limit, and searches
+    /// towards.
     pub ceiling: Option<u32>,
     /// When the tuner last changed the room.
     pub changed_at: Option<Timestamp>,
@@ -81,10 +83,8 @@ struct Tuned {
     judged_ms: Option<u64>,
     /// What that judgement read.
     judged_latency_ms: Option<f64>,
-    /// What the controller remembers: where the latest run of cuts began,
-    /// and whether it goes on.
-    ceiling: Option<u32>,
-    cutting: bool,
+    /// What the controller remembers between judgements.
+    memory: Memory,
     changed_ms: Option<u64>,
 }
 
@@ -181,8 +181,7 @@ impl Tuner {
                     since_ms: now_ms,
                     judged_ms: None,
                     judged_latency_ms: None,
-                    ceiling: None,
-                    cutting: false,
+                    memory: Memory::default(),
                     changed_ms: None,
                 },
             );
@@ -198,8 +197,7 @@ impl Tuner {
             demand: s.view.waiting > 0,
             last_judged_ms: t.judged_ms,
             previous_latency_ms: t.judged_latency_ms,
-            ceiling: t.ceiling,
-            cutting: t.cutting,
+            memory: t.memory,
             now_ms,
         };
         let controller = section.controller();
@@ -210,8 +208,7 @@ impl Tuner {
                 verdict: Verdict::Idle,
                 rate: current.rate.unwrap_or(controller.max_rate),
                 capacity: current.capacity,
-                ceiling: current.ceiling,
-                cutting: current.cutting,
+                memory: current.memory,
             }
         };
         // A judgement read a signal and decided on it: the next one reads
@@ -221,7 +218,7 @@ impl Tuner {
             t.judged_latency_ms = signal.latency_ms;
             t.since_ms = now_ms;
         }
-        (t.ceiling, t.cutting) = (decision.ceiling, decision.cutting);
+        t.memory = decision.memory;
         let changes = current.rate != Some(decision.rate) || current.capacity != decision.capacity;
         let mut applied = false;
         if changes {
@@ -244,7 +241,7 @@ impl Tuner {
         let (changed_ms, ceiling) = self
             .rooms
             .get(id)
-            .map_or((None, None), |t| (t.changed_ms, t.ceiling));
+            .map_or((None, None), |t| (t.changed_ms, t.memory.ceiling));
         let mut book = lock(&self.book.rooms);
         let view = book.entry(id.clone()).or_default();
         if decision.verdict == Verdict::TooSoon && view.verdict.is_some() {

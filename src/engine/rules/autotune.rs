@@ -11,10 +11,10 @@
 //! The controller is additive increase, multiplicative decrease (the rule
 //! TCP uses to find a link's capacity without being told it), with a band
 //! of rest below the target, and it remembers where the origin last got
-//! into trouble (the *ceiling*: the rate the latest run of cuts started
-//! from), since an origin's latency answers a change late: the visitors
-//! admitted before a cut keep loading pages after it, so a reading can
-//! still show the old rate's crowd.
+//! into trouble (the *ceiling*), since an origin's latency answers a
+//! change late: the visitors admitted before a cut keep loading pages
+//! after it, so a reading can still show the old rate's crowd, and a rise
+//! shows only once the crowd it lets in has built up.
 //!
 //! - errors over the target: back off by the whole step (`rate × (1 −
 //!   step)`), since an origin that fails is past helping by degrees;
@@ -23,10 +23,10 @@
 //!   slight overshoot costs a slight cut and the rate settles near the
 //!   knee rather than sawing far below it. While a run of cuts goes on and
 //!   latency is still rising, the proportion is taken of the ceiling
-//!   rather than of the rate already cut: the rise is the ceiling's crowd
-//!   arriving late, and cutting again what was cut for it would slide to
-//!   the floor; once the rate is down to that share it holds (and a
-//!   latency no longer rising but still over counts against the rate as
+//!   rather than of the rate already cut: the rise is the crowd of the
+//!   rates before, read late, and cutting again what was cut for it would
+//!   slide to the floor; once the rate is down to that share it holds (and
+//!   a latency no longer rising but still over counts against the rate as
 //!   it is, so a stuck origin is cut on). Held, too, while latency fell by
 //!   a tenth or more since the last reading: the origin is working off
 //!   what an earlier rate sent it;
@@ -34,11 +34,22 @@
 //!   target) and up by a tenth or more since the last reading: eased off
 //!   the same way, in proportion to how far it is over the band's lower
 //!   edge, before the late readings carry it over the target;
-//! - latency under the band while people are waiting: raised. With an
-//!   `increase` set, by that much a minute; otherwise by binary search
-//!   towards the ceiling (half the way there, at least a fiftieth of the
-//!   ceiling), and past it by doubling the distance (the ceiling is old
-//!   news once the origin copes above it), or by the whole step while no
+//! - the first cut of a run (a run lasts until latency is back under the
+//!   band) marks the rate it began at as the ceiling. The first cut of a
+//!   run for errors or latency over the target (an overshoot: that rate was
+//!   past the origin's limit) puts the ceiling a tenth ([`BELOW`]) under
+//!   the rate the run began at, once a run, and cuts the rate at least to
+//!   it (by no more than the step), so the climb back aims under the rate
+//!   that overshot rather than straight back into the knee;
+//! - latency under the band while people are waiting: raised, but only
+//!   once [`CALM`] readings in a row have been under the band at the rate
+//!   as it is (a reading over the band, or a change, starts the count
+//!   again), so each rise shows what it does before the next. With an
+//!   `increase` set, by that much; otherwise by half the distance to the
+//!   ceiling, whether under it (a binary search) or past it (the distance
+//!   grows by half each time: the ceiling is old news once the origin
+//!   copes above it, yet a rate just past it only creeps), at least a
+//!   fiftieth of the ceiling ([`CREEP`]); or by the whole step while no
 //!   ceiling is known (TCP's slow start). A rise is never more than the
 //!   step, nor less than one, and shrinks as latency nears the band: in
 //!   full while latency is under half the band's lower edge, to nothing
@@ -56,9 +67,10 @@
 //! rate, within its own bounds. Nothing here revokes anyone: a lower rate
 //! or capacity only admits fewer from now on (the capacity rule,
 //! `rules::capacity`, lets those already admitted finish). What the
-//! controller remembers (the ceiling, whether a run of cuts is going on,
-//! the last reading) the caller keeps and hands back: [`Decision`] says
-//! what to keep next.
+//! controller remembers ([`Memory`]: the ceiling, whether a run of cuts is
+//! going on and has overshot, the calm readings in a row; and the last
+//! reading) the caller keeps and hands back: [`Decision`] says what to
+//! keep next.
 
 use serde::{Deserialize, Serialize};
 
@@ -115,13 +127,29 @@ pub struct Current {
     pub last_judged_ms: Option<u64>,
     /// The latency that judgement read.
     pub previous_latency_ms: Option<f64>,
-    /// The rate the latest run of cuts (for latency or errors) started
-    /// from: where the origin last got into trouble, if it has.
+    /// What the controller remembers from earlier judgements.
+    pub memory: Memory,
+    pub now_ms: u64,
+}
+
+/// What the controller remembers between judgements; the caller keeps
+/// it and hands it back ([`Decision::memory`] says what to keep next).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Memory {
+    /// The rate to search towards: where the latest run of cuts began,
+    /// lowered by [`BELOW`] once that run was cut for latency over the
+    /// target or errors (that rate was past the origin's limit). `None`
+    /// until a first run of cuts.
     pub ceiling: Option<u32>,
     /// Whether a run of cuts is going on: the origin has not been under
     /// the band of rest since the last cut.
     pub cutting: bool,
-    pub now_ms: u64,
+    /// Whether the run of cuts going on has been cut for latency over the
+    /// target or errors (its ceiling is lowered once, the first time).
+    pub overshot: bool,
+    /// Readings in a row under the band of rest at the rate as it is: a
+    /// change, or a reading that is not under the band, starts again.
+    pub calm: u32,
 }
 
 /// Why the controller chose what it chose.
@@ -149,7 +177,8 @@ pub enum Verdict {
     /// Latency under the band of rest with people waiting: increased
     /// (held at `max_rate`).
     Headroom,
-    /// Inside the band and not rising: held.
+    /// Inside the band and not rising, or under it for fewer than
+    /// [`CALM`] readings in a row: held.
     Hold,
     /// Nobody waiting: held, since a higher rate would go unmeasured.
     Idle,
@@ -175,14 +204,13 @@ impl Verdict {
 
 /// The rate and capacity to set, and why; a change when they differ from
 /// the current ones. With it, what the controller remembers for the next
-/// judgement (`Current::ceiling` and `Current::cutting`).
+/// judgement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Decision {
     pub verdict: Verdict,
     pub rate: u32,
     pub capacity: u32,
-    pub ceiling: Option<u32>,
-    pub cutting: bool,
+    pub memory: Memory,
 }
 
 impl Controller {
@@ -208,18 +236,26 @@ pub const RECOVERING: f64 = 0.1;
 pub const RISING: f64 = 0.1;
 
 /// The least share of the ceiling one increase adds when `increase` is
-/// unset: the binary search's last steps, and the first past the ceiling.
+/// unset, and all it adds at the ceiling and past it.
 pub const CREEP: f64 = 0.02;
+
+/// How far under the rate a run of cuts began at its ceiling is put once
+/// the run sees latency over the target or errors.
+pub const BELOW: f64 = 0.1;
+
+/// Readings in a row under the band of rest, at the rate as it is, before
+/// it is raised.
+pub const CALM: u32 = 2;
 
 /// The next rate and capacity (see the module's comment for the rule).
 pub fn decide(c: &Controller, now: &Current, signal: &Signal) -> Decision {
     let rate = now.rate.unwrap_or(c.max_rate);
+    let memory = now.memory;
     let hold = |verdict| Decision {
         verdict,
         rate,
         capacity: now.capacity,
-        ceiling: now.ceiling,
-        cutting: now.cutting,
+        memory,
     };
     let in_bounds = c.clamp_rate(f64::from(rate));
     let capacity_in_bounds = c.clamp_capacity(f64::from(now.capacity), now.capacity);
@@ -227,6 +263,7 @@ pub fn decide(c: &Controller, now: &Current, signal: &Signal) -> Decision {
         return Decision {
             rate: in_bounds,
             capacity: capacity_in_bounds,
+            memory: Memory { calm: 0, ..memory },
             ..hold(Verdict::Bounds)
         };
     }
@@ -239,16 +276,21 @@ pub fn decide(c: &Controller, now: &Current, signal: &Signal) -> Decision {
     if signal.samples < c.min_samples.max(1) {
         return hold(Verdict::NoSignal);
     }
+    // A judgement that is not calm breaks a calm spell.
+    let unsettled = |verdict| Decision {
+        memory: Memory { calm: 0, ..memory },
+        ..hold(verdict)
+    };
     let r = f64::from(rate);
     let edge = c.target_ms * (1.0 - c.headroom);
     // A cut in proportion to how far latency `l` is over `goal`: of the
     // ceiling while a run of cuts goes on and latency still climbs (the
-    // climb is the ceiling's crowd, read late), else of the rate; `None`
-    // when the rate is already there.
+    // climb is the crowd of the rates before, read late), else of the
+    // rate; `None` when the rate is already there.
     let cut = |l: f64, goal: f64| {
         let rising = now.previous_latency_ms.is_some_and(|p| l > p);
-        let of = match now.ceiling {
-            Some(ceiling) if now.cutting && rising => f64::from(ceiling),
+        let of = match memory.ceiling {
+            Some(ceiling) if memory.cutting && rising => f64::from(ceiling),
             _ => r,
         };
         let want = of * goal / l;
@@ -261,38 +303,46 @@ pub fn decide(c: &Controller, now: &Current, signal: &Signal) -> Decision {
                 .previous_latency_ms
                 .is_some_and(|p| l <= p * (1.0 - RECOVERING))
             {
-                return hold(Verdict::Recovering);
+                return unsettled(Verdict::Recovering);
             }
             match cut(l, c.target_ms) {
                 Some(next) => (Verdict::Slow, next),
-                None => return hold(Verdict::Recovering),
+                None => return unsettled(Verdict::Recovering),
             }
         }
         (_, Some(l)) if l < edge => {
             let calm = Decision {
-                cutting: false,
+                memory: Memory {
+                    cutting: false,
+                    overshot: false,
+                    calm: memory.calm.saturating_add(1),
+                    ..memory
+                },
                 ..hold(Verdict::Idle)
             };
             if !now.demand {
                 return calm;
             }
-            let additive = match (c.increase, now.ceiling) {
+            if calm.memory.calm < CALM {
+                return Decision {
+                    verdict: Verdict::Hold,
+                    ..calm
+                };
+            }
+            let additive = match (c.increase, memory.ceiling) {
                 (Some(n), _) => f64::from(n),
+                // Half the distance, under the ceiling or past it: near it
+                // a creep, so the late readings of a rise carry the rate
+                // little past where the origin got into trouble, and far
+                // past it (an origin that copes better now) a stride.
                 (None, Some(ceiling)) => {
                     let ceiling = f64::from(ceiling);
-                    // Under the ceiling half the gap, over it as much again.
-                    let search = if r < ceiling {
-                        (ceiling - r) / 2.0
-                    } else {
-                        r - ceiling
-                    };
-                    search.max(ceiling * CREEP)
+                    ((ceiling - r).abs() / 2.0).max(ceiling * CREEP)
                 }
                 (None, None) => r * c.step,
             };
             // Latency climbs towards the band before it enters it: the
-            // nearer it is, the smaller the rise, so the late readings of
-            // a rise cannot carry the rate far past the origin's knee.
+            // nearer it is, the smaller the rise.
             let approach = (2.0 * (edge - l) / edge).min(1.0);
             let up = (additive.min(r * c.step) * approach).max(1.0);
             let next = c.clamp_rate(r + up);
@@ -308,31 +358,66 @@ pub fn decide(c: &Controller, now: &Current, signal: &Signal) -> Decision {
         {
             match cut(l, edge) {
                 Some(next) => (Verdict::Rising, next),
-                None => return hold(Verdict::Hold),
+                None => return unsettled(Verdict::Hold),
             }
         }
         (_, None) if signal.error_ratio.is_none() => return hold(Verdict::NoSignal),
-        _ => return hold(Verdict::Hold),
+        _ => return unsettled(Verdict::Hold),
     };
-    // A cut: the first of a run marks where the trouble began.
+    // A cut. The first of a run marks where the trouble began; the first
+    // overshoot of a run (latency over the target, or errors) puts the
+    // ceiling under that, since the rate it began at was past the limit.
+    let began = if memory.cutting {
+        memory.ceiling
+    } else {
+        Some(rate)
+    };
+    let overshoots = verdict != Verdict::Rising;
+    let first_overshoot = overshoots && !(memory.cutting && memory.overshot);
+    let ceiling = match began {
+        Some(ceiling) if first_overshoot => Some(c.clamp_rate(f64::from(ceiling) * (1.0 - BELOW))),
+        began => began,
+    };
+    // The first overshoot also cuts at least to the lowered ceiling (by
+    // no more than the step): a slight overshoot would otherwise cost a
+    // slight cut and leave the rate past the limit while the crowd it let
+    // in builds up.
+    let next = match ceiling {
+        Some(ceiling) if first_overshoot => next.min(f64::from(ceiling)).max(r * (1.0 - c.step)),
+        _ => next,
+    };
     let cutting = Decision {
-        ceiling: if now.cutting { now.ceiling } else { Some(rate) },
-        cutting: true,
+        memory: Memory {
+            ceiling,
+            cutting: true,
+            overshot: overshoots || memory.cutting && memory.overshot,
+            calm: 0,
+        },
         ..hold(verdict)
     };
     with_rate(c, now, c.clamp_rate(next), cutting)
 }
 
 /// `decision` with the rate `next` (held at a bound, the verdict still
-/// says what the origin showed) and the capacity following it.
+/// says what the origin showed) and the capacity following it. A new rate
+/// starts a new calm spell: it has yet to show what it does.
 fn with_rate(c: &Controller, now: &Current, next: u32, decision: Decision) -> Decision {
     let r = f64::from(decision.rate);
+    let calm = if next == decision.rate {
+        decision.memory.calm
+    } else {
+        0
+    };
     Decision {
         rate: next,
         capacity: c.clamp_capacity(
             f64::from(now.capacity) * f64::from(next) / r.max(1.0),
             now.capacity,
         ),
+        memory: Memory {
+            calm,
+            ..decision.memory
+        },
         ..decision
     }
 }
@@ -364,10 +449,16 @@ mod tests {
             demand: true,
             last_judged_ms: Some(0),
             previous_latency_ms: None,
-            ceiling: None,
-            cutting: false,
+            memory: Memory::default(),
             now_ms: 10_000,
         }
+    }
+
+    /// The room at `rate`, one calm reading short of a rise.
+    fn calm(rate: u32) -> Current {
+        let mut now = current(rate);
+        now.memory.calm = CALM - 1;
+        now
     }
 
     fn latency(ms: f64) -> Signal {
@@ -388,10 +479,10 @@ mod tests {
         let d = decide(&c, &current(1000), &latency(10_000.0));
         assert_eq!((d.verdict, d.rate), (Verdict::Slow, 750));
         // Well under: the additive increase.
-        let d = decide(&c, &current(1000), &latency(100.0));
+        let d = decide(&c, &calm(1000), &latency(100.0));
         assert_eq!((d.verdict, d.rate), (Verdict::Headroom, 1120));
         // Low rates grow by the step rather than the increase.
-        let d = decide(&c, &current(100), &latency(100.0));
+        let d = decide(&c, &calm(100), &latency(100.0));
         assert_eq!((d.verdict, d.rate), (Verdict::Headroom, 125));
         // Inside the band of rest: held.
         let d = decide(&c, &current(1000), &latency(700.0));
@@ -463,7 +554,7 @@ mod tests {
         c.capacity = Some((50, 400));
         let d = decide(&c, &current(1000), &latency(1000.0));
         assert_eq!((d.rate, d.capacity), (800, 80));
-        let d = decide(&c, &current(1000), &latency(100.0));
+        let d = decide(&c, &calm(1000), &latency(100.0));
         assert_eq!((d.rate, d.capacity), (1120, 112));
         let mut small = current(1000);
         small.capacity = 10;
@@ -495,7 +586,7 @@ mod tests {
             let d = decide(c, &now, &latency(reading));
             now.last_judged_ms = Some(now.now_ms);
             now.previous_latency_ms = Some(reading);
-            (now.ceiling, now.cutting) = (d.ceiling, d.cutting);
+            now.memory = d.memory;
             now.rate = Some(d.rate);
             now.now_ms += c.interval_ms;
             rates.push(d.rate);
@@ -507,16 +598,19 @@ mod tests {
     fn without_an_increase_it_grows_by_the_step_then_searches_for_the_ceiling() {
         let mut c = controller();
         c.increase = None;
-        let mut now = current(1000);
+        let mut now = calm(1000);
         assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1250);
         // Under the ceiling: half the way there, at least a fiftieth of it.
-        now.ceiling = Some(1200);
+        now.memory.ceiling = Some(1200);
         assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1100);
         now.rate = Some(1190);
         assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1214);
-        // Past it (the origin copes there now): doubling the distance.
+        // Just past it: a fiftieth; further past (the origin copes there
+        // now), half the distance gone past.
+        now.rate = Some(1210);
+        assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1234);
         now.rate = Some(1300);
-        assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1400);
+        assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1350);
         // Never more than the step.
         now.rate = Some(100);
         assert_eq!(decide(&c, &now, &latency(100.0)).rate, 125);
@@ -529,36 +623,117 @@ mod tests {
     #[test]
     fn a_run_of_cuts_remembers_where_it_began_and_reads_late_latency_against_it() {
         let c = controller();
-        let d = decide(&c, &current(1000), &latency(1000.0));
-        assert_eq!((d.rate, d.ceiling, d.cutting), (800, Some(1000), true));
-        // The next reading is higher still: the crowd the ceiling let in,
-        // measured late. The cut is taken of the ceiling, not compounded.
-        let mut now = current(800);
-        (now.ceiling, now.cutting, now.previous_latency_ms) = (d.ceiling, d.cutting, Some(900.0));
-        let d = decide(&c, &now, &latency(1100.0));
+        // Eased off inside the band: the run's start is the ceiling.
+        let mut now = current(1000);
+        now.previous_latency_ms = Some(600.0);
+        let d = decide(&c, &now, &latency(700.0));
         assert_eq!(
-            (d.verdict, d.rate, d.ceiling),
-            (Verdict::Slow, 727, Some(1000))
+            (d.verdict, d.rate, d.memory.ceiling, d.memory.cutting),
+            (Verdict::Rising, 914, Some(1000), true)
+        );
+        // The next reading is over the target: the crowd of the rates
+        // before, measured late. The cut is taken of the ceiling, not
+        // compounded on the rate already cut; and this run has now
+        // overshot, so its ceiling goes a tenth under where it began.
+        let mut now = current(914);
+        (now.memory, now.previous_latency_ms) = (d.memory, Some(700.0));
+        let d = decide(&c, &now, &latency(1000.0));
+        assert_eq!(
+            (d.verdict, d.rate, d.memory.ceiling),
+            (Verdict::Slow, 800, Some(900))
         );
         // Already cut that far: held while the cut takes effect.
-        let d = decide(&c, &now, &latency(1000.0));
+        let mut now = current(800);
+        (now.memory, now.previous_latency_ms) = (d.memory, Some(850.0));
+        let d = decide(&c, &now, &latency(880.0));
         assert_eq!((d.verdict, d.rate), (Verdict::Recovering, 800));
         // No longer rising yet still over: the rate as it is is too high.
-        let d = decide(&c, &now, &latency(900.0));
+        let d = decide(&c, &now, &latency(840.0));
         assert_eq!(
-            (d.verdict, d.rate, d.ceiling),
-            (Verdict::Slow, 711, Some(1000))
+            (d.verdict, d.rate, d.memory.ceiling),
+            (Verdict::Slow, 762, Some(900))
         );
         // Back under the band: the run is over, the ceiling stays.
         let d = decide(&c, &now, &latency(100.0));
         assert_eq!(
-            (d.verdict, d.ceiling, d.cutting),
-            (Verdict::Headroom, Some(1000), false)
+            (d.verdict, d.memory.ceiling, d.memory.cutting),
+            (Verdict::Hold, Some(900), false)
         );
         // The next run marks a new ceiling.
-        now.cutting = false;
-        let d = decide(&c, &now, &latency(1000.0));
-        assert_eq!((d.rate, d.ceiling), (640, Some(800)));
+        now.memory = d.memory;
+        now.previous_latency_ms = Some(600.0);
+        let d = decide(&c, &now, &latency(700.0));
+        assert_eq!((d.rate, d.memory.ceiling), (731, Some(800)));
+    }
+
+    #[test]
+    fn an_overshoot_lowers_the_ceiling_under_the_rate_that_overshot() {
+        let mut c = controller();
+        c.increase = None;
+        // Slightly over at 1000: the proportional cut would be to 941, but
+        // 1000 was past the limit; the ceiling goes a tenth under it, and
+        // the rate at least as far.
+        let d = decide(&c, &current(1000), &latency(850.0));
+        assert_eq!(
+            (d.verdict, d.rate, d.memory.ceiling, d.memory.overshot),
+            (Verdict::Slow, 900, Some(900), true)
+        );
+        // Once a run: a later overshoot in the same run leaves it.
+        let mut now = current(900);
+        (now.memory, now.previous_latency_ms) = (d.memory, Some(850.0));
+        let d = decide(&c, &now, &latency(840.0));
+        assert_eq!((d.rate, d.memory.ceiling), (857, Some(900)));
+        // Never more than the step, even to reach the lowered ceiling.
+        let mut now = current(1000);
+        now.memory = Memory {
+            ceiling: Some(1200),
+            cutting: true,
+            overshot: false,
+            calm: 0,
+        };
+        let d = decide(&c, &now, &latency(850.0));
+        assert_eq!((d.rate, d.memory.ceiling), (941, Some(1080)));
+        now.memory.ceiling = Some(400);
+        let d = decide(&c, &now, &latency(850.0));
+        assert_eq!((d.rate, d.memory.ceiling), (750, Some(360)));
+        // Errors lower it as well.
+        let failing = Signal {
+            error_ratio: Some(0.5),
+            ..latency(100.0)
+        };
+        assert_eq!(
+            decide(&c, &current(1000), &failing).memory.ceiling,
+            Some(900)
+        );
+        // The climb back aims at the lowered ceiling, not the rate that
+        // overshot: from 700, half the way to 900.
+        let mut now = calm(700);
+        now.memory.ceiling = Some(900);
+        assert_eq!(decide(&c, &now, &latency(100.0)).rate, 800);
+    }
+
+    #[test]
+    fn it_rises_only_after_calm_readings_in_a_row() {
+        let c = controller();
+        // A first reading under the band: held, counted.
+        let d = decide(&c, &current(1000), &latency(100.0));
+        assert_eq!((d.verdict, d.rate, d.memory.calm), (Verdict::Hold, 1000, 1));
+        // The next: raised, and the new rate starts its own count.
+        let mut now = current(1000);
+        now.memory = d.memory;
+        let d = decide(&c, &now, &latency(100.0));
+        assert_eq!(
+            (d.verdict, d.rate, d.memory.calm),
+            (Verdict::Headroom, 1120, 0)
+        );
+        // A reading inside the band breaks the count.
+        let d = decide(&c, &now, &latency(700.0));
+        assert_eq!((d.verdict, d.memory.calm), (Verdict::Hold, 0));
+        // Nobody waiting: still counted, so a rise can follow at once.
+        let mut idle = current(1000);
+        idle.demand = false;
+        let d = decide(&c, &idle, &latency(100.0));
+        assert_eq!((d.verdict, d.memory.calm), (Verdict::Idle, 1));
     }
 
     #[test]
@@ -569,7 +744,7 @@ mod tests {
         now.previous_latency_ms = Some(600.0);
         let d = decide(&c, &now, &latency(700.0));
         assert_eq!(
-            (d.verdict, d.rate, d.ceiling),
+            (d.verdict, d.rate, d.memory.ceiling),
             (Verdict::Rising, 914, Some(1000))
         );
         // Up by less than a tenth, or down: held.
@@ -634,6 +809,8 @@ mod tests {
             increase in proptest::option::of(1u32..10_000),
             ceiling in proptest::option::of(1u32..100_000),
             cutting: bool,
+            overshot: bool,
+            calm in 0u32..4,
             demand: bool,
             since in 0u64..20_000,
             previous in proptest::option::of(0.0f64..20_000.0),
@@ -645,8 +822,7 @@ mod tests {
                 demand,
                 last_judged_ms: Some(0),
                 previous_latency_ms: previous,
-                ceiling,
-                cutting,
+                memory: Memory { ceiling, cutting, overshot, calm },
                 now_ms: since,
             };
             let signal = Signal { latency_ms: latency, error_ratio: errors, samples };
@@ -660,23 +836,50 @@ mod tests {
             match d.verdict {
                 Verdict::Errors | Verdict::Slow | Verdict::Rising => {
                     prop_assert!(d.rate < before || d.rate == c.min_rate);
-                    // A run of cuts marks where it began, and goes on.
+                    // A run of cuts marks where it began, and goes on; its
+                    // first overshoot puts the ceiling a tenth under that,
+                    // and the rate at least as low unless the step forbids.
                     let began = if cutting { ceiling } else { Some(before) };
-                    prop_assert_eq!((d.ceiling, d.cutting), (began, true));
+                    let first = d.verdict != Verdict::Rising && !(cutting && overshot);
+                    let expected = if first {
+                        began.map(|b| c.clamp_rate(f64::from(b) * (1.0 - BELOW)))
+                    } else {
+                        began
+                    };
+                    prop_assert_eq!((d.memory.ceiling, d.memory.cutting), (expected, true));
+                    prop_assert_eq!(d.memory.overshot, d.verdict != Verdict::Rising || cutting && overshot);
+                    if first && let Some(lowered) = expected {
+                        let floor = (f64::from(before) * (1.0 - step)).round() as u32;
+                        prop_assert!(d.rate <= lowered.max(floor).max(c.min_rate), "{before} -> {d:?}");
+                    }
                 }
                 Verdict::Headroom => {
                     prop_assert!(demand && (d.rate > before || d.rate == c.max_rate));
+                    // Only after calm readings in a row.
+                    prop_assert!(calm + 1 >= CALM);
                 }
                 Verdict::Bounds => {}
                 _ => prop_assert_eq!(d.rate, before),
             }
             // Only a cut sets the ceiling, and only latency under the band
-            // of rest ends a run of cuts.
+            // of rest ends a run of cuts (and counts as calm).
+            let under = latency.is_some_and(|l| l < c.target_ms * (1.0 - c.headroom));
             if !matches!(d.verdict, Verdict::Errors | Verdict::Slow | Verdict::Rising) {
-                prop_assert_eq!(d.ceiling, ceiling);
-                let calm = matches!(d.verdict, Verdict::Headroom | Verdict::Idle);
-                prop_assert_eq!(d.cutting, cutting && !calm);
+                prop_assert_eq!(d.memory.ceiling, ceiling);
+                if matches!(d.verdict, Verdict::Headroom | Verdict::Idle) {
+                    prop_assert!(!d.memory.cutting);
+                }
+                if cutting && !d.memory.cutting {
+                    prop_assert!(under);
+                }
             }
+            // The count of calm readings goes up by one on a calm reading
+            // at an unchanged rate, is kept when nothing was judged, and
+            // otherwise starts again.
+            let counted = d.memory.calm == calm + 1 && under && d.rate == before;
+            let kept = d.memory.calm == calm
+                && matches!(d.verdict, Verdict::TooSoon | Verdict::NoSignal);
+            prop_assert!(d.memory.calm == 0 || counted || kept, "{calm} -> {d:?}");
             if since < c.interval_ms && d.verdict != Verdict::Bounds {
                 prop_assert_eq!(d.rate, before);
             }
