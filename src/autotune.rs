@@ -73,7 +73,9 @@ pub struct Autotune {
     pub step: f64,
     /// Admissions a minute one increase adds (before the step's limit);
     /// by default a binary search towards the ceiling (the rate the
-    /// latest run of cuts began at), or the step while none is known.
+    /// latest run of cuts began at, a tenth lower if that run was for
+    /// latency over the target or errors), or the step while none is
+    /// known.
     #[serde(default)]
     #[schema(minimum = 1)]
     pub increase: Option<u32>,
