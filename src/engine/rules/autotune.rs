@@ -240,7 +240,7 @@ pub const RISING: f64 = 0.1;
 pub const CREEP: f64 = 0.02;
 
 /// How far under the rate a run of cuts began at its ceiling is put once
-/// the run sees latency over the target or errors.
+/// the run is cut for latency over the target or errors.
 pub const BELOW: f64 = 0.1;
 
 /// Readings in a row under the band of rest, at the rate as it is, before
