@@ -12,7 +12,10 @@
 //! ```
 //!
 //! Prints a Markdown table (`scripts/bench-autotune` wraps it with the
-//! machine's load). Measure on a quiet machine: the origin's latencies are
+//! machine's load). With `TRACE` set, each tuned run also writes a line a
+//! second to stderr: the start, the second, the origin's p95 over the last
+//! five seconds (ms), the tuner's last reading (ms) and verdict, the rate,
+//! and the visitors admitted so far, to chart how the rate moved. Measure on a quiet machine: the origin's latencies are
 //! timers, but a busy machine delays them.
 
 use std::sync::atomic::Ordering;
@@ -85,6 +88,7 @@ async fn tuned(start: u64, secs: u64) -> Tuned {
     let (app, origin, crowd) =
         run(|o| room_body(o, start, TARGET_MS, Some((MIN_RATE, MAX_RATE)))).await;
     let target = Duration::from_millis(TARGET_MS);
+    let trace = std::env::var_os("TRACE").is_some();
     // Each second: admitted so far, the p95 of the last five seconds,
     // the rate the tuner keeps.
     let mut seconds = Vec::new();
@@ -92,9 +96,18 @@ async fn tuned(start: u64, secs: u64) -> Tuned {
     for s in 1..=secs {
         tokio::time::sleep_until((started + Duration::from_secs(s)).into()).await;
         let (p95, _) = origin.quantile(0.95, NOW);
-        let rate = app.admin_room("tuned").await["settings"]["admit_per_minute"]
-            .as_u64()
-            .unwrap_or(0);
+        let room = app.admin_room("tuned").await;
+        let rate = room["settings"]["admit_per_minute"].as_u64().unwrap_or(0);
+        if trace {
+            let a = &room["autotune"];
+            eprintln!(
+                "{start}\t{s}\t{}\t{}\t{}\t{rate}\t{}",
+                p95.map_or(0, |p| p.as_millis()),
+                a["latency_ms"].as_f64().map_or(0.0, f64::round),
+                a["verdict"].as_str().unwrap_or("-"),
+                crowd.counts.admitted.load(Ordering::Acquire),
+            );
+        }
         seconds.push((crowd.counts.admitted.load(Ordering::Acquire), p95, rate));
     }
     let rate_at_end = seconds.last().map_or(0, |s| s.2);

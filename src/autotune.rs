@@ -72,8 +72,10 @@ pub struct Autotune {
     #[schema(example = 0.25)]
     pub step: f64,
     /// Admissions a minute one increase adds (before the step's limit);
-    /// by default a twentieth of the ceiling (the last rate at which the
-    /// origin was too slow), or the step while none is known.
+    /// by default a binary search towards the ceiling (the rate the
+    /// latest run of cuts began at, a tenth lower if that run was for
+    /// latency over the target or errors), or the step while none is
+    /// known.
     #[serde(default)]
     #[schema(minimum = 1)]
     pub increase: Option<u32>,

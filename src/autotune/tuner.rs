@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::Autotune;
 use super::signal::Sources;
 use crate::backend::{Backend, RoomSnapshot};
-use crate::engine::rules::{Current, Mode, Signal, Verdict, decide};
+use crate::engine::rules::{Current, Memory, Mode, Signal, Verdict, decide};
 use crate::engine::{Patch, RoomId, RoomPatch, Timestamp};
 use crate::locks::lock;
 use crate::metrics::Metrics;
@@ -40,13 +40,15 @@ pub struct TuneView {
     /// The requests the reading stands on.
     pub samples: u32,
     /// Why the last decision was what it was (`errors`, `slow`,
-    /// `recovering`, `headroom`, `hold`, `idle`, `too_soon`, `no_signal`,
-    /// `bounds`).
+    /// `recovering`, `rising`, `headroom`, `hold`, `idle`, `too_soon`,
+    /// `no_signal`, `bounds`).
     pub verdict: Option<&'static str>,
     /// The admission rate a minute the tuner keeps.
     pub rate: Option<u32>,
-    /// The last rate at which the origin was too slow or failed: where
-    /// the tuner found the origin's limit, and creeps up towards.
+    /// The rate the latest run of cuts (for latency or errors) began at,
+    /// a tenth lower once that run was for latency over the target or
+    /// errors: where the tuner found the origin's limit, and searches
+    /// towards.
     pub ceiling: Option<u32>,
     /// When the tuner last changed the room.
     pub changed_at: Option<Timestamp>,
@@ -81,8 +83,8 @@ struct Tuned {
     judged_ms: Option<u64>,
     /// What that judgement read.
     judged_latency_ms: Option<f64>,
-    /// The last rate a cut was judged at.
-    ceiling: Option<u32>,
+    /// What the controller remembers between judgements.
+    memory: Memory,
     changed_ms: Option<u64>,
 }
 
@@ -179,7 +181,7 @@ impl Tuner {
                     since_ms: now_ms,
                     judged_ms: None,
                     judged_latency_ms: None,
-                    ceiling: None,
+                    memory: Memory::default(),
                     changed_ms: None,
                 },
             );
@@ -195,7 +197,7 @@ impl Tuner {
             demand: s.view.waiting > 0,
             last_judged_ms: t.judged_ms,
             previous_latency_ms: t.judged_latency_ms,
-            ceiling: t.ceiling,
+            memory: t.memory,
             now_ms,
         };
         let controller = section.controller();
@@ -206,6 +208,7 @@ impl Tuner {
                 verdict: Verdict::Idle,
                 rate: current.rate.unwrap_or(controller.max_rate),
                 capacity: current.capacity,
+                memory: current.memory,
             }
         };
         // A judgement read a signal and decided on it: the next one reads
@@ -215,9 +218,7 @@ impl Tuner {
             t.judged_latency_ms = signal.latency_ms;
             t.since_ms = now_ms;
         }
-        if matches!(decision.verdict, Verdict::Slow | Verdict::Errors) {
-            t.ceiling = current.rate;
-        }
+        t.memory = decision.memory;
         let changes = current.rate != Some(decision.rate) || current.capacity != decision.capacity;
         let mut applied = false;
         if changes {
@@ -240,7 +241,7 @@ impl Tuner {
         let (changed_ms, ceiling) = self
             .rooms
             .get(id)
-            .map_or((None, None), |t| (t.changed_ms, t.ceiling));
+            .map_or((None, None), |t| (t.changed_ms, t.memory.ceiling));
         let mut book = lock(&self.book.rooms);
         let view = book.entry(id.clone()).or_default();
         if decision.verdict == Verdict::TooSoon && view.verdict.is_some() {

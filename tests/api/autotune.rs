@@ -60,6 +60,8 @@ async fn receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
 }
 
 struct Tuned {
+    /// The rate the room started at, to tell the runs' lines apart.
+    from: u64,
     app: TestApp,
     origin: Origin,
     crowd: Crowd,
@@ -94,6 +96,7 @@ async fn start(start_rate: u64) -> Tuned {
     );
     let crowd = Crowd::start(app.backend.clone(), "tuned", &origin.base, 40, 4);
     Tuned {
+        from: start_rate,
         app,
         origin,
         crowd,
@@ -141,7 +144,8 @@ impl Tuned {
             let (p95, pages) = self.origin.quantile(0.95, Duration::from_secs(5));
             // The trajectory, shown when the test fails.
             eprintln!(
-                "{:?}: rate {rate}, origin p95 {p95:?} over {pages} pages; tuner {reading}",
+                "from {}, {:?}: rate {rate}, origin p95 {p95:?} over {pages} pages; tuner {reading}",
+                self.from,
                 started.elapsed()
             );
             // Settled: the tuner has met the origin's limit (from below,
@@ -154,7 +158,14 @@ impl Tuned {
                 && p95.is_some_and(|p| p <= limit);
             match (good, good_since) {
                 (true, None) => good_since = Some(Instant::now()),
-                (true, Some(since)) if since.elapsed() >= Duration::from_secs(10) => return rate,
+                (true, Some(since)) if since.elapsed() >= Duration::from_secs(10) => {
+                    eprintln!(
+                        "from {}: settled at {rate} a minute after {:?}",
+                        self.from,
+                        started.elapsed()
+                    );
+                    return rate;
+                }
                 (false, _) => good_since = None,
                 _ => {}
             }
@@ -179,6 +190,10 @@ impl Tuned {
         }
         let (p95, pages) = self.origin.quantile(0.95, stretch);
         let p95 = p95.unwrap();
+        eprintln!(
+            "from {}: origin p95 {p95:?} over {pages} pages in the {stretch:?} after settling",
+            self.from
+        );
         assert!(pages > 50, "only {pages} pages in {stretch:?}");
         assert!(
             p95 <= Duration::from_millis(TARGET_MS * 3 / 2),

@@ -10,25 +10,54 @@
 //!
 //! The controller is additive increase, multiplicative decrease (the rule
 //! TCP uses to find a link's capacity without being told it), with a band
-//! of rest below the target:
+//! of rest below the target, and it remembers where the origin last got
+//! into trouble (the *ceiling*), since an origin's latency answers a
+//! change late: the visitors admitted before a cut keep loading pages
+//! after it, so a reading can still show the old rate's crowd, and a rise
+//! shows only once the crowd it lets in has built up.
 //!
 //! - errors over the target: back off by the whole step (`rate × (1 −
 //!   step)`), since an origin that fails is past helping by degrees;
-//! - latency over the target: back off in proportion to the overshoot
-//!   (`rate × target / latency`), by at least one and at most the step, so
-//!   a slight overshoot costs a slight cut and the rate settles near the
-//!   knee rather than sawing far below it; unless latency fell by a tenth
-//!   or more since the last reading: the origin is working off what an
-//!   earlier rate sent it, and cutting again would overshoot to the floor;
-//! - latency under `target × (1 − headroom)` while people are waiting:
-//!   add `increase` a minute, at most the step (and at least one). Left
-//!   unset, the increase is a twentieth of the ceiling (the last rate at
-//!   which the origin was too slow or failing), or the whole step while no
-//!   ceiling is known: a rate far too low grows by the step each time
-//!   (TCP's slow start), and near the origin's limit it creeps, so it
-//!   overshoots the knee by little;
-//! - otherwise (inside the band, or nobody is held back by the rate, when
-//!   a higher rate would show nothing and only wind up) it holds.
+//! - latency over the target: back off in proportion to the overshoot, to
+//!   `rate × target / latency`, by at least one and at most the step, so a
+//!   slight overshoot costs a slight cut and the rate settles near the
+//!   knee rather than sawing far below it. While a run of cuts goes on and
+//!   latency is still rising, the proportion is taken of the ceiling
+//!   rather than of the rate already cut: the rise is the crowd of the
+//!   rates before, read late, and cutting again what was cut for it would
+//!   slide to the floor; once the rate is down to that share it holds (and
+//!   a latency no longer rising but still over counts against the rate as
+//!   it is, so a stuck origin is cut on). Held, too, while latency fell by
+//!   a tenth or more since the last reading: the origin is working off
+//!   what an earlier rate sent it;
+//! - latency inside the band of rest (`target × (1 − headroom)` to the
+//!   target) and up by a tenth or more since the last reading: eased off
+//!   the same way, in proportion to how far it is over the band's lower
+//!   edge, before the late readings carry it over the target;
+//! - the first cut of a run (a run lasts until latency is back under the
+//!   band) marks the rate it began at as the ceiling. The first cut of a
+//!   run for errors or latency over the target (an overshoot: that rate was
+//!   past the origin's limit) puts the ceiling a tenth ([`BELOW`]) under
+//!   the rate the run began at, once a run, and cuts the rate at least to
+//!   it (by no more than the step), so the climb back aims under the rate
+//!   that overshot rather than straight back into the knee;
+//! - latency under the band while people are waiting: raised, but only
+//!   once [`CALM`] readings in a row have been under the band at the rate
+//!   as it is (a reading over the band, or a change, starts the count
+//!   again), so each rise shows what it does before the next. With an
+//!   `increase` set, by that much; otherwise by half the distance to the
+//!   ceiling, whether under it (a binary search) or past it (the distance
+//!   grows by half each time: the ceiling is old news once the origin
+//!   copes above it, yet a rate just past it only creeps), at least a
+//!   fiftieth of the ceiling ([`CREEP`]); or by the whole step while no
+//!   ceiling is known (TCP's slow start). A rise is never more than the
+//!   step, nor less than one, and shrinks as latency nears the band: in
+//!   full while latency is under half the band's lower edge, to nothing
+//!   at the edge, since an origin past its knee shows it first as latency
+//!   climbing towards the band;
+//! - otherwise (steady inside the band, or nobody is held back by the
+//!   rate, when a higher rate would show nothing and only wind up) it
+//!   holds.
 //!
 //! The controller judges at most once every `interval` (a sampled loop:
 //! each judgement reads the origin since the one before), and a signal of
@@ -37,7 +66,11 @@
 //! once. With capacity bounds the capacity moves by the same factor as the
 //! rate, within its own bounds. Nothing here revokes anyone: a lower rate
 //! or capacity only admits fewer from now on (the capacity rule,
-//! `rules::capacity`, lets those already admitted finish).
+//! `rules::capacity`, lets those already admitted finish). What the
+//! controller remembers ([`Memory`]: the ceiling, whether a run of cuts is
+//! going on and has overshot, the calm readings in a row; and the last
+//! reading) the caller keeps and hands back: [`Decision`] says what to
+//! keep next.
 
 use serde::{Deserialize, Serialize};
 
@@ -59,7 +92,8 @@ pub struct Controller {
     /// The most one change moves the rate, as a share of it.
     pub step: f64,
     /// Admissions a minute added by one increase (before the step's
-    /// limit); `None`: a twentieth of the ceiling, or the step without one.
+    /// limit); `None`: a binary search towards the ceiling, or the step
+    /// without one.
     pub increase: Option<u32>,
     /// The band of rest: no increase while latency is within this share
     /// under the target.
@@ -93,10 +127,29 @@ pub struct Current {
     pub last_judged_ms: Option<u64>,
     /// The latency that judgement read.
     pub previous_latency_ms: Option<f64>,
-    /// The last rate at which the origin was too slow or failed (a cut
-    /// was judged), if any.
-    pub ceiling: Option<u32>,
+    /// What the controller remembers from earlier judgements.
+    pub memory: Memory,
     pub now_ms: u64,
+}
+
+/// What the controller remembers between judgements; the caller keeps
+/// it and hands it back ([`Decision::memory`] says what to keep next).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Memory {
+    /// The rate to search towards: where the latest run of cuts began,
+    /// lowered by [`BELOW`] once that run was cut for latency over the
+    /// target or errors (that rate was past the origin's limit). `None`
+    /// until a first run of cuts.
+    pub ceiling: Option<u32>,
+    /// Whether a run of cuts is going on: the origin has not been under
+    /// the band of rest since the last cut.
+    pub cutting: bool,
+    /// Whether the run of cuts going on has been cut for latency over the
+    /// target or errors (its ceiling is lowered once, the first time).
+    pub overshot: bool,
+    /// Readings in a row under the band of rest at the rate as it is: a
+    /// change, or a reading that is not under the band, starts again.
+    pub calm: u32,
 }
 
 /// Why the controller chose what it chose.
@@ -115,12 +168,17 @@ pub enum Verdict {
     /// floor).
     Slow,
     /// Latency over the target but down by a tenth or more since the last
-    /// reading: held while earlier cuts take effect.
+    /// reading, or the rate already cut in proportion to it: held while
+    /// earlier cuts take effect.
     Recovering,
-    /// Latency well under the target with people waiting: increased (held
-    /// at the ceiling).
+    /// Latency inside the band of rest and rising: eased off before it
+    /// crosses the target (held at the floor).
+    Rising,
+    /// Latency under the band of rest with people waiting: increased
+    /// (held at `max_rate`).
     Headroom,
-    /// Inside the band: held.
+    /// Inside the band and not rising, or under it for fewer than
+    /// [`CALM`] readings in a row: held.
     Hold,
     /// Nobody waiting: held, since a higher rate would go unmeasured.
     Idle,
@@ -136,6 +194,7 @@ impl Verdict {
             Self::Errors => "errors",
             Self::Slow => "slow",
             Self::Recovering => "recovering",
+            Self::Rising => "rising",
             Self::Headroom => "headroom",
             Self::Hold => "hold",
             Self::Idle => "idle",
@@ -144,12 +203,14 @@ impl Verdict {
 }
 
 /// The rate and capacity to set, and why; a change when they differ from
-/// the current ones.
+/// the current ones. With it, what the controller remembers for the next
+/// judgement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Decision {
     pub verdict: Verdict,
     pub rate: u32,
     pub capacity: u32,
+    pub memory: Memory,
 }
 
 impl Controller {
@@ -170,24 +231,40 @@ impl Controller {
 /// count as recovering.
 pub const RECOVERING: f64 = 0.1;
 
-/// The share of the ceiling one increase adds when `increase` is unset.
-pub const CREEP: f64 = 0.05;
+/// How much latency must rise between two readings inside the band of
+/// rest for the rate to ease off.
+pub const RISING: f64 = 0.1;
+
+/// The least share of the ceiling one increase adds when `increase` is
+/// unset, and all it adds at the ceiling and past it.
+pub const CREEP: f64 = 0.02;
+
+/// How far under the rate a run of cuts began at its ceiling is put once
+/// the run is cut for latency over the target or errors.
+pub const BELOW: f64 = 0.1;
+
+/// Readings in a row under the band of rest, at the rate as it is, before
+/// it is raised.
+pub const CALM: u32 = 2;
 
 /// The next rate and capacity (see the module's comment for the rule).
 pub fn decide(c: &Controller, now: &Current, signal: &Signal) -> Decision {
     let rate = now.rate.unwrap_or(c.max_rate);
+    let memory = now.memory;
     let hold = |verdict| Decision {
         verdict,
         rate,
         capacity: now.capacity,
+        memory,
     };
     let in_bounds = c.clamp_rate(f64::from(rate));
     let capacity_in_bounds = c.clamp_capacity(f64::from(now.capacity), now.capacity);
     if now.rate != Some(in_bounds) || capacity_in_bounds != now.capacity {
         return Decision {
-            verdict: Verdict::Bounds,
             rate: in_bounds,
             capacity: capacity_in_bounds,
+            memory: Memory { calm: 0, ..memory },
+            ..hold(Verdict::Bounds)
         };
     }
     if now
@@ -199,7 +276,26 @@ pub fn decide(c: &Controller, now: &Current, signal: &Signal) -> Decision {
     if signal.samples < c.min_samples.max(1) {
         return hold(Verdict::NoSignal);
     }
+    // A judgement that is not calm breaks a calm spell.
+    let unsettled = |verdict| Decision {
+        memory: Memory { calm: 0, ..memory },
+        ..hold(verdict)
+    };
     let r = f64::from(rate);
+    let edge = c.target_ms * (1.0 - c.headroom);
+    // A cut in proportion to how far latency `l` is over `goal`: of the
+    // ceiling while a run of cuts goes on and latency still climbs (the
+    // climb is the crowd of the rates before, read late), else of the
+    // rate; `None` when the rate is already there.
+    let cut = |l: f64, goal: f64| {
+        let rising = now.previous_latency_ms.is_some_and(|p| l > p);
+        let of = match memory.ceiling {
+            Some(ceiling) if memory.cutting && rising => f64::from(ceiling),
+            _ => r,
+        };
+        let want = of * goal / l;
+        (want < r).then(|| want.max(r * (1.0 - c.step)).min(r - 1.0))
+    };
     let (verdict, next) = match (signal.error_ratio, signal.latency_ms) {
         (Some(e), _) if e > c.max_error_ratio => (Verdict::Errors, r * (1.0 - c.step)),
         (_, Some(l)) if l > c.target_ms => {
@@ -207,39 +303,122 @@ pub fn decide(c: &Controller, now: &Current, signal: &Signal) -> Decision {
                 .previous_latency_ms
                 .is_some_and(|p| l <= p * (1.0 - RECOVERING))
             {
-                return hold(Verdict::Recovering);
+                return unsettled(Verdict::Recovering);
             }
-            let cut = (r * c.target_ms / l).max(r * (1.0 - c.step));
-            (Verdict::Slow, cut.min(r - 1.0))
+            match cut(l, c.target_ms) {
+                Some(next) => (Verdict::Slow, next),
+                None => return unsettled(Verdict::Recovering),
+            }
         }
-        (_, Some(l)) if l < c.target_ms * (1.0 - c.headroom) => {
+        (_, Some(l)) if l < edge => {
+            let calm = Decision {
+                memory: Memory {
+                    cutting: false,
+                    overshot: false,
+                    calm: memory.calm.saturating_add(1),
+                    ..memory
+                },
+                ..hold(Verdict::Idle)
+            };
             if !now.demand {
-                return hold(Verdict::Idle);
+                return calm;
             }
-            let additive = match (c.increase, now.ceiling) {
+            if calm.memory.calm < CALM {
+                return Decision {
+                    verdict: Verdict::Hold,
+                    ..calm
+                };
+            }
+            let additive = match (c.increase, memory.ceiling) {
                 (Some(n), _) => f64::from(n),
-                (None, Some(ceiling)) => f64::from(ceiling) * CREEP,
+                // Half the distance, under the ceiling or past it: near it
+                // a creep, so the late readings of a rise carry the rate
+                // little past where the origin got into trouble, and far
+                // past it (an origin that copes better now) a stride.
+                (None, Some(ceiling)) => {
+                    let ceiling = f64::from(ceiling);
+                    ((ceiling - r).abs() / 2.0).max(ceiling * CREEP)
+                }
                 (None, None) => r * c.step,
             };
-            let up = additive.min(r * c.step).max(1.0);
-            (Verdict::Headroom, r + up)
+            // Latency climbs towards the band before it enters it: the
+            // nearer it is, the smaller the rise.
+            let approach = (2.0 * (edge - l) / edge).min(1.0);
+            let up = (additive.min(r * c.step) * approach).max(1.0);
+            let next = c.clamp_rate(r + up);
+            return Decision {
+                verdict: Verdict::Headroom,
+                ..with_rate(c, now, next, calm)
+            };
+        }
+        (_, Some(l))
+            if now
+                .previous_latency_ms
+                .is_some_and(|p| l > p * (1.0 + RISING)) =>
+        {
+            match cut(l, edge) {
+                Some(next) => (Verdict::Rising, next),
+                None => return unsettled(Verdict::Hold),
+            }
         }
         (_, None) if signal.error_ratio.is_none() => return hold(Verdict::NoSignal),
-        _ => return hold(Verdict::Hold),
+        _ => return unsettled(Verdict::Hold),
     };
-    let next = c.clamp_rate(next);
-    if next == rate {
-        // At a bound: the verdict still says what the origin showed.
-        return hold(verdict);
-    }
-    let capacity = c.clamp_capacity(
-        f64::from(now.capacity) * f64::from(next) / r.max(1.0),
-        now.capacity,
-    );
+    // A cut. The first of a run marks where the trouble began; the first
+    // overshoot of a run (latency over the target, or errors) puts the
+    // ceiling under that, since the rate it began at was past the limit.
+    let began = if memory.cutting {
+        memory.ceiling
+    } else {
+        Some(rate)
+    };
+    let overshoots = verdict != Verdict::Rising;
+    let first_overshoot = overshoots && !(memory.cutting && memory.overshot);
+    let ceiling = match began {
+        Some(ceiling) if first_overshoot => Some(c.clamp_rate(f64::from(ceiling) * (1.0 - BELOW))),
+        began => began,
+    };
+    // The first overshoot also cuts at least to the lowered ceiling (by
+    // no more than the step): a slight overshoot would otherwise cost a
+    // slight cut and leave the rate past the limit while the crowd it let
+    // in builds up.
+    let next = match ceiling {
+        Some(ceiling) if first_overshoot => next.min(f64::from(ceiling)).max(r * (1.0 - c.step)),
+        _ => next,
+    };
+    let cutting = Decision {
+        memory: Memory {
+            ceiling,
+            cutting: true,
+            overshot: overshoots || memory.cutting && memory.overshot,
+            calm: 0,
+        },
+        ..hold(verdict)
+    };
+    with_rate(c, now, c.clamp_rate(next), cutting)
+}
+
+/// `decision` with the rate `next` (held at a bound, the verdict still
+/// says what the origin showed) and the capacity following it. A new rate
+/// starts a new calm spell: it has yet to show what it does.
+fn with_rate(c: &Controller, now: &Current, next: u32, decision: Decision) -> Decision {
+    let r = f64::from(decision.rate);
+    let calm = if next == decision.rate {
+        decision.memory.calm
+    } else {
+        0
+    };
     Decision {
-        verdict,
         rate: next,
-        capacity,
+        capacity: c.clamp_capacity(
+            f64::from(now.capacity) * f64::from(next) / r.max(1.0),
+            now.capacity,
+        ),
+        memory: Memory {
+            calm,
+            ..decision.memory
+        },
+        ..decision
     }
 }
 
@@ -270,9 +449,16 @@ mod tests {
             demand: true,
             last_judged_ms: Some(0),
             previous_latency_ms: None,
-            ceiling: None,
+            memory: Memory::default(),
             now_ms: 10_000,
         }
+    }
+
+    /// The room at `rate`, one calm reading short of a rise.
+    fn calm(rate: u32) -> Current {
+        let mut now = current(rate);
+        now.memory.calm = CALM - 1;
+        now
     }
 
     fn latency(ms: f64) -> Signal {
@@ -293,10 +479,10 @@ mod tests {
         let d = decide(&c, &current(1000), &latency(10_000.0));
         assert_eq!((d.verdict, d.rate), (Verdict::Slow, 750));
         // Well under: the additive increase.
-        let d = decide(&c, &current(1000), &latency(100.0));
+        let d = decide(&c, &calm(1000), &latency(100.0));
         assert_eq!((d.verdict, d.rate), (Verdict::Headroom, 1120));
         // Low rates grow by the step rather than the increase.
-        let d = decide(&c, &current(100), &latency(100.0));
+        let d = decide(&c, &calm(100), &latency(100.0));
         assert_eq!((d.verdict, d.rate), (Verdict::Headroom, 125));
         // Inside the band of rest: held.
         let d = decide(&c, &current(1000), &latency(700.0));
@@ -368,7 +554,7 @@ mod tests {
         c.capacity = Some((50, 400));
         let d = decide(&c, &current(1000), &latency(1000.0));
         assert_eq!((d.rate, d.capacity), (800, 80));
-        let d = decide(&c, &current(1000), &latency(100.0));
+        let d = decide(&c, &calm(1000), &latency(100.0));
         assert_eq!((d.rate, d.capacity), (1120, 112));
         let mut small = current(1000);
         small.capacity = 10;
@@ -387,19 +573,20 @@ mod tests {
         }
     }
 
-    /// The rate the controller reaches after `rounds` intervals.
-    fn run(c: &Controller, start: u32, rounds: usize) -> Vec<u32> {
+    /// The rates the controller sets over `rounds` intervals, each
+    /// reading showing the rate of `lag` intervals before (the visitors a
+    /// rate let in keep loading pages after it changed).
+    fn run(c: &Controller, start: u32, rounds: usize, lag: usize) -> Vec<u32> {
         let mut now = current(start);
         let mut rates = Vec::new();
-        for _ in 0..rounds {
+        for round in 0..rounds {
             let rate = now.rate.unwrap();
-            let reading = origin(rate);
+            let shown = round.checked_sub(lag + 1).map_or(start, |i| rates[i]);
+            let reading = origin(if lag == 0 { rate } else { shown });
             let d = decide(c, &now, &latency(reading));
             now.last_judged_ms = Some(now.now_ms);
             now.previous_latency_ms = Some(reading);
-            if matches!(d.verdict, Verdict::Slow | Verdict::Errors) {
-                now.ceiling = Some(rate);
-            }
+            now.memory = d.memory;
             now.rate = Some(d.rate);
             now.now_ms += c.interval_ms;
             rates.push(d.rate);
@@ -408,15 +595,162 @@ mod tests {
     }
 
     #[test]
-    fn without_an_increase_it_grows_by_the_step_then_creeps_under_the_ceiling() {
+    fn without_an_increase_it_grows_by_the_step_then_searches_for_the_ceiling() {
         let mut c = controller();
         c.increase = None;
-        let mut now = current(1000);
+        let mut now = calm(1000);
         assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1250);
-        now.ceiling = Some(1200);
-        assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1060);
+        // Under the ceiling: half the way there, at least a fiftieth of it.
+        now.memory.ceiling = Some(1200);
+        assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1100);
+        now.rate = Some(1190);
+        assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1214);
+        // Just past it: a fiftieth; further past (the origin copes there
+        // now), half the distance gone past.
+        now.rate = Some(1210);
+        assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1234);
+        now.rate = Some(1300);
+        assert_eq!(decide(&c, &now, &latency(100.0)).rate, 1350);
+        // Never more than the step.
         now.rate = Some(100);
         assert_eq!(decide(&c, &now, &latency(100.0)).rate, 125);
+        // Latency nearing the band (640 ms) slows the rise: at 480 ms, half.
+        now.rate = Some(1000);
+        assert_eq!(decide(&c, &now, &latency(480.0)).rate, 1050);
+        assert_eq!(decide(&c, &now, &latency(639.0)).rate, 1001);
+    }
+
+    #[test]
+    fn a_run_of_cuts_remembers_where_it_began_and_reads_late_latency_against_it() {
+        let c = controller();
+        // Eased off inside the band: the run's start is the ceiling.
+        let mut now = current(1000);
+        now.previous_latency_ms = Some(600.0);
+        let d = decide(&c, &now, &latency(700.0));
+        assert_eq!(
+            (d.verdict, d.rate, d.memory.ceiling, d.memory.cutting),
+            (Verdict::Rising, 914, Some(1000), true)
+        );
+        // The next reading is over the target: the crowd of the rates
+        // before, measured late. The cut is taken of the ceiling, not
+        // compounded on the rate already cut; and this run has now
+        // overshot, so its ceiling goes a tenth under where it began.
+        let mut now = current(914);
+        (now.memory, now.previous_latency_ms) = (d.memory, Some(700.0));
+        let d = decide(&c, &now, &latency(1000.0));
+        assert_eq!(
+            (d.verdict, d.rate, d.memory.ceiling),
+            (Verdict::Slow, 800, Some(900))
+        );
+        // Already cut that far: held while the cut takes effect.
+        let mut now = current(800);
+        (now.memory, now.previous_latency_ms) = (d.memory, Some(850.0));
+        let d = decide(&c, &now, &latency(880.0));
+        assert_eq!((d.verdict, d.rate), (Verdict::Recovering, 800));
+        // No longer rising yet still over: the rate as it is is too high.
+        let d = decide(&c, &now, &latency(840.0));
+        assert_eq!(
+            (d.verdict, d.rate, d.memory.ceiling),
+            (Verdict::Slow, 762, Some(900))
+        );
+        // Back under the band: the run is over, the ceiling stays.
+        let d = decide(&c, &now, &latency(100.0));
+        assert_eq!(
+            (d.verdict, d.memory.ceiling, d.memory.cutting),
+            (Verdict::Hold, Some(900), false)
+        );
+        // The next run marks a new ceiling.
+        now.memory = d.memory;
+        now.previous_latency_ms = Some(600.0);
+        let d = decide(&c, &now, &latency(700.0));
+        assert_eq!((d.rate, d.memory.ceiling), (731, Some(800)));
+    }
+
+    #[test]
+    fn an_overshoot_lowers_the_ceiling_under_the_rate_that_overshot() {
+        let mut c = controller();
+        c.increase = None;
+        // Slightly over at 1000: the proportional cut would be to 941, but
+        // 1000 was past the limit; the ceiling goes a tenth under it, and
+        // the rate at least as far.
+        let d = decide(&c, &current(1000), &latency(850.0));
+        assert_eq!(
+            (d.verdict, d.rate, d.memory.ceiling, d.memory.overshot),
+            (Verdict::Slow, 900, Some(900), true)
+        );
+        // Once a run: a later overshoot in the same run leaves it.
+        let mut now = current(900);
+        (now.memory, now.previous_latency_ms) = (d.memory, Some(850.0));
+        let d = decide(&c, &now, &latency(840.0));
+        assert_eq!((d.rate, d.memory.ceiling), (857, Some(900)));
+        // Never more than the step, even to reach the lowered ceiling.
+        let mut now = current(1000);
+        now.memory = Memory {
+            ceiling: Some(1200),
+            cutting: true,
+            overshot: false,
+            calm: 0,
+        };
+        let d = decide(&c, &now, &latency(850.0));
+        assert_eq!((d.rate, d.memory.ceiling), (941, Some(1080)));
+        now.memory.ceiling = Some(400);
+        let d = decide(&c, &now, &latency(850.0));
+        assert_eq!((d.rate, d.memory.ceiling), (750, Some(360)));
+        // Errors lower it as well.
+        let failing = Signal {
+            error_ratio: Some(0.5),
+            ..latency(100.0)
+        };
+        assert_eq!(
+            decide(&c, &current(1000), &failing).memory.ceiling,
+            Some(900)
+        );
+        // The climb back aims at the lowered ceiling, not the rate that
+        // overshot: from 700, half the way to 900.
+        let mut now = calm(700);
+        now.memory.ceiling = Some(900);
+        assert_eq!(decide(&c, &now, &latency(100.0)).rate, 800);
+    }
+
+    #[test]
+    fn it_rises_only_after_calm_readings_in_a_row() {
+        let c = controller();
+        // A first reading under the band: held, counted.
+        let d = decide(&c, &current(1000), &latency(100.0));
+        assert_eq!((d.verdict, d.rate, d.memory.calm), (Verdict::Hold, 1000, 1));
+        // The next: raised, and the new rate starts its own count.
+        let mut now = current(1000);
+        now.memory = d.memory;
+        let d = decide(&c, &now, &latency(100.0));
+        assert_eq!(
+            (d.verdict, d.rate, d.memory.calm),
+            (Verdict::Headroom, 1120, 0)
+        );
+        // A reading inside the band breaks the count.
+        let d = decide(&c, &now, &latency(700.0));
+        assert_eq!((d.verdict, d.memory.calm), (Verdict::Hold, 0));
+        // Nobody waiting: still counted, so a rise can follow at once.
+        let mut idle = current(1000);
+        idle.demand = false;
+        let d = decide(&c, &idle, &latency(100.0));
+        assert_eq!((d.verdict, d.memory.calm), (Verdict::Idle, 1));
+    }
+
+    #[test]
+    fn latency_rising_inside_the_band_eases_off_before_the_target() {
+        let c = controller();
+        // The band is 640 to 800 ms.
+        let mut now = current(1000);
+        now.previous_latency_ms = Some(600.0);
+        let d = decide(&c, &now, &latency(700.0));
+        assert_eq!(
+            (d.verdict, d.rate, d.memory.ceiling),
+            (Verdict::Rising, 914, Some(1000))
+        );
+        // Up by less than a tenth, or down: held.
+        assert_eq!(decide(&c, &now, &latency(650.0)).verdict, Verdict::Hold);
+        now.previous_latency_ms = Some(780.0);
+        assert_eq!(decide(&c, &now, &latency(700.0)).verdict, Verdict::Hold);
     }
 
     #[test]
@@ -425,7 +759,7 @@ mod tests {
         // The best fixed rate keeps latency at 800 ms: 1500 a minute.
         for (increase, start) in [(Some(120), 6000), (Some(120), 60), (None, 6000), (None, 60)] {
             c.increase = increase;
-            let rates = run(&c, start, 60);
+            let rates = run(&c, start, 60, 0);
             let settled = &rates[40..];
             for &r in settled {
                 assert!(
@@ -437,6 +771,28 @@ mod tests {
                     "from {start}, {increase:?}, too far under: {rates:?}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn readings_that_lag_neither_slide_it_to_the_floor_nor_keep_it_past_the_knee() {
+        let mut c = controller();
+        c.increase = None;
+        // Each reading shows the rate of two judgements before: the sawtooth
+        // this makes must damp out around the best fixed rate (1500).
+        for start in [6000, 60] {
+            let rates = run(&c, start, 80, 2);
+            let settled = &rates[50..];
+            let low = settled.iter().min().copied().unwrap_or(0);
+            assert!(low >= 800, "from {start}, slid to {low}: {rates:?}");
+            let mean = settled.iter().map(|&r| f64::from(r)).sum::<f64>() / settled.len() as f64;
+            assert!(mean >= 1275.0, "from {start}, mean {mean}: {rates:?}");
+            let end = &rates[70..];
+            let latency = end.iter().map(|&r| origin(r)).sum::<f64>() / end.len() as f64;
+            assert!(
+                latency <= c.target_ms,
+                "from {start}, {latency} ms at the end: {rates:?}"
+            );
         }
     }
 
@@ -452,6 +808,9 @@ mod tests {
             step in 0.01f64..0.5,
             increase in proptest::option::of(1u32..10_000),
             ceiling in proptest::option::of(1u32..100_000),
+            cutting: bool,
+            overshot: bool,
+            calm in 0u32..4,
             demand: bool,
             since in 0u64..20_000,
             previous in proptest::option::of(0.0f64..20_000.0),
@@ -463,7 +822,7 @@ mod tests {
                 demand,
                 last_judged_ms: Some(0),
                 previous_latency_ms: previous,
-                ceiling,
+                memory: Memory { ceiling, cutting, overshot, calm },
                 now_ms: since,
             };
             let signal = Signal { latency_ms: latency, error_ratio: errors, samples };
@@ -475,15 +834,52 @@ mod tests {
                 prop_assert!(moved <= (f64::from(before) * step).max(1.0) + 0.5, "{before} -> {d:?}");
             }
             match d.verdict {
-                Verdict::Errors | Verdict::Slow => {
+                Verdict::Errors | Verdict::Slow | Verdict::Rising => {
                     prop_assert!(d.rate < before || d.rate == c.min_rate);
+                    // A run of cuts marks where it began, and goes on; its
+                    // first overshoot puts the ceiling a tenth under that,
+                    // and the rate at least as low unless the step forbids.
+                    let began = if cutting { ceiling } else { Some(before) };
+                    let first = d.verdict != Verdict::Rising && !(cutting && overshot);
+                    let expected = if first {
+                        began.map(|b| c.clamp_rate(f64::from(b) * (1.0 - BELOW)))
+                    } else {
+                        began
+                    };
+                    prop_assert_eq!((d.memory.ceiling, d.memory.cutting), (expected, true));
+                    prop_assert_eq!(d.memory.overshot, d.verdict != Verdict::Rising || cutting && overshot);
+                    if first && let Some(lowered) = expected {
+                        let floor = (f64::from(before) * (1.0 - step)).round() as u32;
+                        prop_assert!(d.rate <= lowered.max(floor).max(c.min_rate), "{before} -> {d:?}");
+                    }
                 }
                 Verdict::Headroom => {
                     prop_assert!(demand && (d.rate > before || d.rate == c.max_rate));
+                    // Only after calm readings in a row.
+                    prop_assert!(calm + 1 >= CALM);
                 }
                 Verdict::Bounds => {}
                 _ => prop_assert_eq!(d.rate, before),
             }
+            // Only a cut sets the ceiling, and only latency under the band
+            // of rest ends a run of cuts (and counts as calm).
+            let under = latency.is_some_and(|l| l < c.target_ms * (1.0 - c.headroom));
+            if !matches!(d.verdict, Verdict::Errors | Verdict::Slow | Verdict::Rising) {
+                prop_assert_eq!(d.memory.ceiling, ceiling);
+                if matches!(d.verdict, Verdict::Headroom | Verdict::Idle) {
+                    prop_assert!(!d.memory.cutting);
+                }
+                if cutting && !d.memory.cutting {
+                    prop_assert!(under);
+                }
+            }
+            // The count of calm readings goes up by one on a calm reading
+            // at an unchanged rate, is kept when nothing was judged, and
+            // otherwise starts again.
+            let counted = d.memory.calm == calm + 1 && under && d.rate == before;
+            let kept = d.memory.calm == calm
+                && matches!(d.verdict, Verdict::TooSoon | Verdict::NoSignal);
+            prop_assert!(d.memory.calm == 0 || counted || kept, "{calm} -> {d:?}");
             if since < c.interval_ms && d.verdict != Verdict::Bounds {
                 prop_assert_eq!(d.rate, before);
             }

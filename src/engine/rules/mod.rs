@@ -41,7 +41,7 @@ pub use mode::Mode;
 pub use state::TicketState;
 pub use status::TicketStatus;
 
-pub(crate) use autotune::{Controller, Current, Decision, Signal, Verdict, decide};
+pub(crate) use autotune::{Controller, Current, Decision, Memory, Signal, Verdict, decide};
 pub(crate) use cadence::{Due, MIN_GAP_MS, REFRESH_MS, WaitUnit, due, moves_needed, wait_shown};
 pub(crate) use callback::ahead_distance;
 pub(crate) use capacity::{Counter, Transfer, resize};
