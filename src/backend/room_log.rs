@@ -549,6 +549,11 @@ pub struct Replica {
     pub at: LogPos,
     /// The room's admission record, exactly as of `last`.
     pub record: AdmissionRecord,
+    /// The last owner's takeover this replica applied: its number and
+    /// fencing token. A takeover's batch may be in the log twice (appended
+    /// again after the store failed to confirm it), and the second is
+    /// passed over rather than taken for a log that began again.
+    taken_over: Option<(u64, u64)>,
 }
 
 /// A room's image as stored: the number of the last record it holds
@@ -609,6 +614,7 @@ impl Replica {
             last: 0,
             tally: None,
             at: LogPos::START,
+            taken_over: None,
         }
     }
 
@@ -632,6 +638,7 @@ impl Replica {
             last,
             tally,
             at: stored.at,
+            taken_over: None,
         }))
     }
 
@@ -662,11 +669,12 @@ impl Replica {
         // A successor numbers its takeover after the last record; one
         // numbered at or before it starts a log that began again (the
         // store lost its data and a new line was made), which only the new
-        // image describes. (A batch appended twice after a lost reply comes
-        // here too, and costs only the reload.)
-        let restarted = (first..)
-            .zip(records)
-            .any(|(n, r)| n <= self.last && matches!(r, LogRecord::Owner { .. }));
+        // image describes, unless it is the takeover this replica applied
+        // at that number, appended again.
+        let restarted = (first..).zip(records).any(|(n, r)| match r {
+            LogRecord::Owner { token } => n <= self.last && self.taken_over != Some((n, *token)),
+            _ => false,
+        });
         if restarted {
             return Err(StoreError::Damaged(format!(
                 "log entry {}: the room's log started again",
@@ -690,7 +698,8 @@ impl Replica {
                         self.record = AdmissionRecord::new(image.settings.id.as_str(), image.epoch);
                         self.tally = None;
                     }
-                    LogRecord::Owner { .. } | LogRecord::Spent { .. } => {}
+                    LogRecord::Owner { token } => self.taken_over = Some((n, *token)),
+                    LogRecord::Spent { .. } => {}
                 }
                 self.last = n;
             }
@@ -1018,6 +1027,37 @@ mod tests {
             Some(&[0u8][..]),
             "a repeat keeps one entry"
         );
+    }
+
+    /// A log entry at `seq` holding `records`, numbered from `first`.
+    fn entry(seq: u64, first: u64, records: &[LogRecord]) -> Entry {
+        let mut batch = postcard::to_allocvec(&(first, records.len() as u64)).unwrap();
+        for r in records {
+            batch = postcard::to_extend(r, batch).unwrap();
+        }
+        Entry {
+            pos: LogPos { ms: 7, seq },
+            batch,
+        }
+    }
+
+    #[test]
+    fn a_takeover_appended_twice_is_passed_over_but_another_at_its_number_starts_again() {
+        let settings = crate::engine::RoomSettings::new(RoomId::new("r").unwrap());
+        let room = Room::create(settings, Arc::new(crate::engine::SystemClock), 1, None);
+        let mut replica = Replica::new(room.image());
+        let takeover = [LogRecord::Owner { token: 7 }];
+        replica.apply(&entry(1, 1, &takeover)).unwrap();
+        // Appended again after the store did not confirm it: the same
+        // takeover at the same number, which follows on as before.
+        replica.apply(&entry(2, 1, &takeover)).unwrap();
+        assert_eq!((replica.last, replica.at.seq), (1, 2));
+        // Another owner numbered at or before the last record: the log began
+        // again (a store that lost its data), which only its image mends.
+        let again = replica
+            .apply(&entry(3, 1, &[LogRecord::Owner { token: 9 }]))
+            .unwrap_err();
+        assert!(again.to_string().contains("started again"), "{again}");
     }
 
     #[test]
