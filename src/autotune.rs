@@ -16,8 +16,8 @@
 //! room (`Backend::decides`), and tells of every change in the log, in
 //! `/metrics` and as a `room.autotuned` webhook.
 
-pub mod signal;
-pub mod tuner;
+pub(crate) mod signal;
+pub(crate) mod tuner;
 
 use std::fmt;
 use std::time::Duration;
@@ -37,40 +37,40 @@ use crate::secret::RedactedUrl;
 pub struct Autotune {
     /// Off keeps the section but leaves the rate where it is.
     #[serde(default = "yes")]
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// The lowest admission rate (a minute) the tuner may set.
     #[schema(minimum = 1, example = 60)]
-    pub min_rate: u32,
+    pub(crate) min_rate: u32,
     /// The highest admission rate (a minute) the tuner may set.
     #[schema(minimum = 1, example = 6000)]
-    pub max_rate: u32,
+    pub(crate) max_rate: u32,
     /// With `max_capacity`: the capacity moves with the rate, between them.
     #[serde(default)]
     #[schema(minimum = 1, maximum = 1_000_000)]
-    pub min_capacity: Option<u32>,
+    pub(crate) min_capacity: Option<u32>,
     #[serde(default)]
     #[schema(minimum = 1, maximum = 1_000_000)]
-    pub max_capacity: Option<u32>,
+    pub(crate) max_capacity: Option<u32>,
     /// The latency the origin's `quantile` should stay under.
     #[serde(default = "default_target", with = "duration")]
     #[schema(value_type = String, example = "800ms")]
-    pub target_latency: Duration,
+    pub(crate) target_latency: Duration,
     /// Which latency quantile is held to the target (0.5 to 0.999).
     #[serde(default = "default_quantile")]
     #[schema(example = 0.95)]
-    pub quantile: f64,
+    pub(crate) quantile: f64,
     /// The share of failed requests (0 to 1) past which the rate backs off.
     #[serde(default = "default_error_ratio")]
     #[schema(example = 0.02)]
-    pub max_error_ratio: f64,
+    pub(crate) max_error_ratio: f64,
     /// The least time between two changes (1s to 10m).
     #[serde(default = "default_interval", with = "duration")]
     #[schema(value_type = String, example = "5s")]
-    pub interval: Duration,
+    pub(crate) interval: Duration,
     /// The most one change moves the rate, as a share of it (0.01 to 0.5).
     #[serde(default = "default_step")]
     #[schema(example = 0.25)]
-    pub step: f64,
+    pub(crate) step: f64,
     /// Admissions a minute one increase adds (before the step's limit);
     /// by default a binary search towards the ceiling (the rate the
     /// latest run of cuts began at, a tenth lower if that run was for
@@ -78,22 +78,22 @@ pub struct Autotune {
     /// known.
     #[serde(default)]
     #[schema(minimum = 1)]
-    pub increase: Option<u32>,
+    pub(crate) increase: Option<u32>,
     /// How far under the target (a share of it, 0 to 0.9) latency must be
     /// before the rate rises: the band between holds it steady.
     #[serde(default = "default_headroom")]
     #[schema(example = 0.2)]
-    pub headroom: f64,
+    pub(crate) headroom: f64,
     /// Requests measured since the last change before anything changes.
     #[serde(default = "default_min_samples")]
     #[schema(minimum = 1, maximum = 100_000)]
-    pub min_samples: u32,
+    pub(crate) min_samples: u32,
     /// Time an origin URL.
     #[serde(default)]
-    pub probe: Option<ProbeSource>,
+    pub(crate) probe: Option<ProbeSource>,
     /// Read a latency histogram from the origin's Prometheus metrics.
     #[serde(default)]
-    pub metrics: Option<MetricsSource>,
+    pub(crate) metrics: Option<MetricsSource>,
 }
 
 /// Validation refuses NaN, so every stored section equals itself.
@@ -103,20 +103,20 @@ impl Eq for Autotune {}
 /// `5xx`, a `429`, a timeout or a failed connection is an error.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ProbeSource {
+pub(crate) struct ProbeSource {
     /// An http:// or https:// URL (credentials in it are never logged).
     #[schema(example = "http://origin.internal/health")]
-    pub url: String,
+    pub(crate) url: String,
     #[serde(default = "default_probe_every", with = "duration")]
     #[schema(value_type = String, example = "500ms")]
-    pub every: Duration,
+    pub(crate) every: Duration,
     #[serde(default = "default_timeout", with = "duration")]
     #[schema(value_type = String, example = "2s")]
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// The longest stretch of answers the signal covers.
     #[serde(default = "default_probe_window", with = "duration")]
     #[schema(value_type = String, example = "30s")]
-    pub window: Duration,
+    pub(crate) window: Duration,
 }
 
 /// A histogram in the origin's Prometheus text (`{histogram}_bucket`
@@ -124,21 +124,21 @@ pub struct ProbeSource {
 /// taken over the bucket counts' growth within `window`.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct MetricsSource {
+pub(crate) struct MetricsSource {
     #[schema(example = "http://origin.internal/metrics")]
-    pub url: String,
+    pub(crate) url: String,
     /// The histogram's name, without `_bucket`; its unit is seconds.
     #[schema(example = "http_request_duration_seconds")]
-    pub histogram: String,
+    pub(crate) histogram: String,
     #[serde(default = "default_scrape_every", with = "duration")]
     #[schema(value_type = String, example = "5s")]
-    pub every: Duration,
+    pub(crate) every: Duration,
     #[serde(default = "default_timeout", with = "duration")]
     #[schema(value_type = String, example = "2s")]
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     #[serde(default = "default_scrape_window", with = "duration")]
     #[schema(value_type = String, example = "1m")]
-    pub window: Duration,
+    pub(crate) window: Duration,
 }
 
 // The configuration is logged whole at start: a source's URL, which may
@@ -207,7 +207,7 @@ fn default_scrape_window() -> Duration {
 }
 
 /// What is wrong with a section: the field under `autotune` and why.
-pub type Invalid = (String, String);
+pub(crate) type Invalid = (String, String);
 
 fn invalid(field: &str, message: impl Into<String>) -> Invalid {
     (format!("autotune.{field}"), message.into())
@@ -260,7 +260,7 @@ fn metric_name(name: &str) -> bool {
 
 impl Autotune {
     /// Every limit, the failing field named (`autotune.max_rate`).
-    pub fn validate(&self) -> Result<(), Invalid> {
+    pub(crate) fn validate(&self) -> Result<(), Invalid> {
         if self.min_rate == 0 {
             return Err(invalid("min_rate", "must be at least 1"));
         }
@@ -351,7 +351,7 @@ impl Autotune {
     }
 
     /// The engine's controller for this section.
-    pub fn controller(&self) -> Controller {
+    pub(crate) fn controller(&self) -> Controller {
         Controller {
             min_rate: self.min_rate,
             max_rate: self.max_rate,
@@ -374,7 +374,7 @@ mod duration {
 
     use serde::{Deserialize, Deserializer, Serializer, de};
 
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         if s.is_human_readable() {
             s.collect_str(&humantime::format_duration(*d))
         } else {
@@ -382,7 +382,7 @@ mod duration {
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         if !d.is_human_readable() {
             return u64::deserialize(d).map(Duration::from_millis);
         }

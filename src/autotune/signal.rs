@@ -44,7 +44,7 @@ struct Log {
 
 /// The running sources of one room; dropping it stops them.
 #[derive(Debug)]
-pub struct Sources {
+pub(crate) struct Sources {
     log: Arc<Mutex<Log>>,
     probe_window_ms: u64,
     scrape_window_ms: u64,
@@ -63,7 +63,7 @@ fn ms(d: Duration) -> u64 {
 
 impl Sources {
     /// Start the section's probe and scrape (whichever it has).
-    pub fn start(
+    pub(crate) fn start(
         a: &Autotune,
         client: &reqwest::Client,
         clock: Arc<dyn Clock>,
@@ -93,7 +93,7 @@ impl Sources {
     /// The origin since `since_ms` (and within each source's window): the
     /// worse latency of the two sources at `quantile`, the probe's error
     /// ratio, and how many requests that stands on.
-    pub fn signal(&self, since_ms: u64, now_ms: u64, quantile: f64) -> Signal {
+    pub(crate) fn signal(&self, since_ms: u64, now_ms: u64, quantile: f64) -> Signal {
         let log = lock(&self.log);
         let from = since_ms.max(now_ms.saturating_sub(self.probe_window_ms));
         let probed = probe_signal(log.timings.iter().filter(|t| t.at_ms >= from), quantile);

@@ -29,45 +29,45 @@ use crate::monitor::Monitor;
 
 /// What a room's tuner read and chose, as the admin API shows it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct TuneView {
+pub(crate) struct TuneView {
     /// Whether this instance tunes the room (on Redis, its owner does;
     /// another instance shows the section but no readings).
-    pub tuned_here: bool,
+    pub(crate) tuned_here: bool,
     /// The latency quantile held to the target (ms), as last read.
-    pub latency_ms: Option<f64>,
+    pub(crate) latency_ms: Option<f64>,
     /// The share of failed requests, as last read.
-    pub error_ratio: Option<f64>,
+    pub(crate) error_ratio: Option<f64>,
     /// The requests the reading stands on.
-    pub samples: u32,
+    pub(crate) samples: u32,
     /// Why the last decision was what it was (`errors`, `slow`,
     /// `recovering`, `rising`, `headroom`, `hold`, `idle`, `too_soon`,
     /// `no_signal`, `bounds`).
-    pub verdict: Option<&'static str>,
+    pub(crate) verdict: Option<&'static str>,
     /// The admission rate a minute the tuner keeps.
-    pub rate: Option<u32>,
+    pub(crate) rate: Option<u32>,
     /// The rate the latest run of cuts (for latency or errors) began at,
     /// a tenth lower once that run was for latency over the target or
     /// errors: where the tuner found the origin's limit, and searches
     /// towards.
-    pub ceiling: Option<u32>,
+    pub(crate) ceiling: Option<u32>,
     /// When the tuner last changed the room.
-    pub changed_at: Option<Timestamp>,
+    pub(crate) changed_at: Option<Timestamp>,
     /// When it last judged a reading (changed or held).
-    pub decided_at: Option<Timestamp>,
+    pub(crate) decided_at: Option<Timestamp>,
     /// Changes made since this instance began tuning the room.
-    pub changes: u64,
+    pub(crate) changes: u64,
 }
 
 /// Each tuned room's latest reading and choice on this instance.
 #[derive(Debug, Default)]
-pub struct TuneBook {
+pub(crate) struct TuneBook {
     rooms: Mutex<HashMap<RoomId, TuneView>>,
 }
 
 impl TuneBook {
     /// The room's tuning as this instance knows it; `None` when it does
     /// not tune it.
-    pub fn view(&self, room: &RoomId) -> Option<TuneView> {
+    pub(crate) fn view(&self, room: &RoomId) -> Option<TuneView> {
         lock(&self.rooms).get(room).cloned()
     }
 }
@@ -89,7 +89,7 @@ struct Tuned {
 }
 
 /// Start tuning; the task ends with `stop`.
-pub fn start(
+pub(crate) fn start(
     backend: Arc<dyn Backend>,
     monitor: Arc<Monitor>,
     metrics: Arc<Metrics>,

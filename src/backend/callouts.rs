@@ -30,14 +30,14 @@ pub struct CallbackDue {
 
 /// The backend's end of the calls.
 #[derive(Debug)]
-pub struct CallbackTap {
+pub(crate) struct CallbackTap {
     tx: mpsc::Sender<CallbackDue>,
     rx: std::sync::Mutex<Option<mpsc::Receiver<CallbackDue>>>,
     dropped: dashmap::DashMap<RoomId, u64>,
 }
 
 impl CallbackTap {
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         let (tx, rx) = mpsc::channel(QUEUE);
         Arc::new(Self {
             tx,
@@ -47,12 +47,12 @@ impl CallbackTap {
     }
 
     /// The receiving end, to the first who asks.
-    pub fn take(&self) -> Option<mpsc::Receiver<CallbackDue>> {
+    pub(crate) fn take(&self) -> Option<mpsc::Receiver<CallbackDue>> {
         crate::locks::lock(&self.rx).take()
     }
 
     /// `room`'s calls dropped because nobody took them in time.
-    pub fn dropped(&self, room: &RoomId) -> u64 {
+    pub(crate) fn dropped(&self, room: &RoomId) -> u64 {
         self.dropped.get(room).map_or(0, |n| *n)
     }
 }

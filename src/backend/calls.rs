@@ -23,10 +23,10 @@ use crate::engine::{
 /// What a join did, and the record to wait for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct JoinDone {
-    pub ticket: TicketId,
-    pub is_new: bool,
+    pub(crate) ticket: TicketId,
+    pub(crate) is_new: bool,
     /// Wait until this record is durable (0: nothing to wait for).
-    pub wait_for: u64,
+    pub(crate) wait_for: u64,
 }
 
 /// The join procedure's order of checks: a carried live ticket answers

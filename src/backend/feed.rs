@@ -57,13 +57,13 @@ pub trait RoomFeed: Send + Sync {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LineMoves {
     /// Which copy of the room counted (`Room::copy`; 0: none).
-    pub copy: u64,
-    pub count: u64,
+    pub(crate) copy: u64,
+    pub(crate) count: u64,
 }
 
 impl LineMoves {
     /// Of a room's copy.
-    pub fn of(room: &crate::engine::Room, lane: u8) -> Self {
+    pub(crate) fn of(room: &crate::engine::Room, lane: u8) -> Self {
         Self {
             copy: room.copy(),
             count: room.lane(lane).map_or(0, |l| l.moves()),
@@ -109,21 +109,16 @@ impl Tracker {
 
     /// A reconnecting client last saw `ahead` (from its `Last-Event-ID`):
     /// never show more than that.
-    pub fn seen(&mut self, ahead: u64) {
+    pub(crate) fn seen(&mut self, ahead: u64) {
         self.floor = Some(self.floor.map_or(ahead, |f| f.min(ahead)));
     }
 
-    /// The least count ahead shown so far.
-    pub fn floor(&self) -> Option<u64> {
-        self.floor
-    }
-
-    pub fn state(&self) -> TicketState {
+    pub(crate) fn state(&self) -> TicketState {
         self.facts.state
     }
 
     /// The store's newer word on the ticket (after its signal fired).
-    pub fn update(&mut self, read: TicketRead) {
+    pub(crate) fn update(&mut self, read: TicketRead) {
         self.facts = read.facts;
         if let Some(ahead) = read.ahead {
             self.seen(ahead);

@@ -22,7 +22,7 @@ impl JoinLog {
     /// `issue` runs, and if it makes a ticket the join is logged. Two joins
     /// from one address are decided one after the other. `Err` says how
     /// long until one more would fit.
-    pub fn admit<T, E>(
+    pub(crate) fn admit<T, E>(
         &self,
         room: &RoomId,
         client: IpAddr,
@@ -54,12 +54,12 @@ impl JoinLog {
     }
 
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.joins.len()
     }
 
     #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.joins.is_empty()
     }
 }

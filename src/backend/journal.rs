@@ -122,13 +122,13 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> JournalError + '_ {
 /// What start-up found.
 #[derive(Debug, Default)]
 pub(crate) struct Recovered {
-    pub rooms: Vec<RoomImage>,
+    pub(crate) rooms: Vec<RoomImage>,
     /// Each room's admission record, with every record replayed.
-    pub records: BTreeMap<RoomId, AdmissionRecord>,
+    pub(crate) records: BTreeMap<RoomId, AdmissionRecord>,
     /// Records replayed after the snapshot.
-    pub replayed: u64,
+    pub(crate) replayed: u64,
     /// The torn tail that was dropped, if any: (file, offset).
-    pub torn: Option<(PathBuf, u64)>,
+    pub(crate) torn: Option<(PathBuf, u64)>,
 }
 
 /// Progress of the writer, as published to waiting joins.
@@ -234,7 +234,7 @@ fn numbered(dir: &Path, prefix: &str, ext: &str) -> Result<Vec<(u64, PathBuf)>, 
 impl Journal {
     /// Open (creating it if needed) the journal in `dir`, recover what it
     /// holds, and start the writer on a fresh segment.
-    pub fn open(
+    pub(crate) fn open(
         dir: &Path,
         durability: Durability,
     ) -> Result<(Arc<Self>, Recovered), JournalError> {
@@ -294,12 +294,12 @@ impl Journal {
         Ok((journal, recovered))
     }
 
-    pub fn durability(&self) -> Durability {
+    pub(crate) fn durability(&self) -> Durability {
         self.durability
     }
 
     /// Add a record; returns its sequence number. Never blocks on I/O.
-    pub fn append(&self, record: &Record) -> u64 {
+    pub(crate) fn append(&self, record: &Record) -> u64 {
         let mut frame = Vec::with_capacity(64);
         format::encode_frame(record, &mut frame);
         self.shared
@@ -318,13 +318,13 @@ impl Journal {
     }
 
     /// The number of the last record appended so far.
-    pub fn appended(&self) -> u64 {
+    pub(crate) fn appended(&self) -> u64 {
         lock(&self.shared.pending).last_seq
     }
 
     /// Wait until every record up to `seq` is on disk. Errors when the
     /// journal cannot be written (disk full, I/O error).
-    pub async fn wait_durable(&self, seq: u64) -> Result<(), ()> {
+    pub(crate) async fn wait_durable(&self, seq: u64) -> Result<(), ()> {
         let mut rx = self.shared.progress.subscribe();
         match rx.wait_for(|p| p.durable >= seq || p.failed).await {
             Ok(p) if !p.failed => Ok(()),
@@ -394,7 +394,7 @@ impl Journal {
     }
 
     /// Write out what is pending and stop the writer.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         {
             let mut p = lock(&self.shared.pending);
             p.stop = true;

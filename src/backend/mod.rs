@@ -18,12 +18,12 @@
 //! so ([`BackendError::LineReset`]) rather than taken for another.
 
 pub mod bus;
-pub mod callouts;
+pub(crate) mod callouts;
 mod calls;
 pub mod embedded;
 pub mod feed;
-pub mod join_log;
-pub mod journal;
+pub(crate) mod join_log;
+pub(crate) mod journal;
 mod kept_reports;
 pub mod owned;
 pub mod owner;
@@ -52,11 +52,11 @@ use feed::{Follow, RoomFeed, TicketRead};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KeptReport {
     /// The line's epoch.
-    pub epoch: u64,
+    pub(crate) epoch: u64,
     /// When the line was replaced, and when its report goes (Unix ms).
-    pub ended_at: u64,
-    pub expires_at: u64,
-    pub report: crate::report::Report,
+    pub(crate) ended_at: u64,
+    pub(crate) expires_at: u64,
+    pub(crate) report: crate::report::Report,
 }
 
 /// A ticket of one incarnation of a room.
@@ -126,9 +126,9 @@ pub struct JoinRequest {
 /// A proof-of-work nonce to remember until its challenge expires.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NonceSpend {
-    pub nonce: [u8; 16],
+    pub(crate) nonce: [u8; 16],
     /// Unix ms.
-    pub until_ms: u64,
+    pub(crate) until_ms: u64,
 }
 
 impl JoinRequest {
@@ -244,7 +244,7 @@ pub struct TicketSignal {
 }
 
 impl TicketSignal {
-    pub fn new(
+    pub(crate) fn new(
         notify: Arc<Notify>,
         on_drop: impl FnOnce(Arc<Notify>) + Send + Sync + 'static,
     ) -> Self {
@@ -270,7 +270,7 @@ impl TicketSignal {
 }
 
 /// A [`TicketSignal`]'s next firing, already registered.
-pub type Armed = std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>;
+pub(crate) type Armed = std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>;
 
 impl Drop for TicketSignal {
     fn drop(&mut self) {

@@ -97,7 +97,7 @@ impl Owned {
     /// tickets are void), as one record of the log. The old engine is
     /// closed, and whatever it still does is kept out of the log, so no
     /// replica applies the old line's changes to the new one.
-    pub fn replace(&self, settings: RoomSettings) -> Arc<Room> {
+    pub(crate) fn replace(&self, settings: RoomSettings) -> Arc<Room> {
         let mut current = crate::locks::write(&self.incarnation);
         *current += 1;
         let sink = Arc::new(IncarnationSink {

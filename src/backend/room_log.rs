@@ -231,7 +231,7 @@ impl LogWriter {
 
     /// Buffer one of the engine's changes; its number. Never waits on the
     /// store.
-    pub fn append(&self, record: &EventRecord) -> u64 {
+    pub(crate) fn append(&self, record: &EventRecord) -> u64 {
         // Encoded borrowed: the same bytes as `LogRecord::Event(record)`.
         let n = self.push(&LogRecordRef::Event(record));
         super::journal::note_appended(n);
@@ -248,17 +248,17 @@ impl LogWriter {
     }
 
     /// Note that a new owner, with this fencing token, goes on from here.
-    pub fn owner(&self, token: u64) -> u64 {
+    pub(crate) fn owner(&self, token: u64) -> u64 {
         self.push(&LogRecordRef::Owner { token })
     }
 
     /// Note that a join spent this proof-of-work nonce.
-    pub fn spent(&self, nonce: [u8; 16], until_ms: u64) -> u64 {
+    pub(crate) fn spent(&self, nonce: [u8; 16], until_ms: u64) -> u64 {
         self.push(&LogRecordRef::Spent { nonce, until_ms })
     }
 
     /// Start the room again as this new incarnation; its number.
-    pub fn created(&self, image: &RoomImage) -> u64 {
+    pub(crate) fn created(&self, image: &RoomImage) -> u64 {
         let n = self.push(&LogRecordRef::Created(image));
         super::journal::note_appended(n);
         n
@@ -357,7 +357,7 @@ impl LogWriter {
 
     /// The batches made durable from now on, in log order, while this
     /// writer is its room's; `None` once it is not.
-    pub fn feed(&self) -> Option<broadcast::Receiver<Arc<Entry>>> {
+    pub(crate) fn feed(&self) -> Option<broadcast::Receiver<Arc<Entry>>> {
         self.feed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -367,7 +367,7 @@ impl LogWriter {
 
     /// End the feed: this instance no longer owns the room, so another
     /// writer's batches may follow in the log, which only the store shows.
-    pub fn end_feed(&self) {
+    pub(crate) fn end_feed(&self) {
         self.feed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -514,7 +514,7 @@ const UNREACHABLE_GRACE: Duration = Duration::from_millis(500);
 const TALLY_TRIES: usize = 8;
 
 /// A batch's records, with the number of the first.
-pub fn decode(entry: &Entry) -> Result<(u64, Vec<LogRecord>), StoreError> {
+pub(crate) fn decode(entry: &Entry) -> Result<(u64, Vec<LogRecord>), StoreError> {
     let damaged = |what: &str| StoreError::Damaged(format!("log entry {}: {what}", entry.pos));
     // A new owner's mark in the log, which fences the owners before it.
     if entry.batch.is_empty() {
@@ -580,7 +580,7 @@ pub fn encode_image(
 /// image may still hold batches its owner appended afterwards, and a new
 /// line must answer those commands as they were answered, not apply them
 /// again (they would join tickets nobody holds).
-pub async fn applied_before(
+pub(crate) async fn applied_before(
     store: &dyn RoomStore,
     room: &RoomId,
     mark: LogPos,
@@ -606,7 +606,8 @@ pub async fn applied_before(
 
 impl Replica {
     /// A replica of a room just created: its first image, before any log.
-    pub fn new(image: RoomImage) -> Self {
+    #[cfg(test)]
+    pub(crate) fn new(image: RoomImage) -> Self {
         Self {
             record: AdmissionRecord::new(image.settings.id.as_str(), image.epoch),
             image,
@@ -645,7 +646,7 @@ impl Replica {
     /// Apply one batch. Records already applied are passed over; a batch
     /// that starts past the next record means some were lost to this
     /// replica (a trimmed log), which only a newer image can mend.
-    pub fn apply(&mut self, entry: &Entry) -> Result<(), StoreError> {
+    pub(crate) fn apply(&mut self, entry: &Entry) -> Result<(), StoreError> {
         let (first, records) = decode(entry)?;
         self.apply_decoded(entry, first, &records).map(|_| ())
     }
@@ -976,11 +977,6 @@ impl Follower {
             tokio::time::timeout(within, rx.wait_for(|in_touch| *in_touch)).await,
             Ok(Ok(_))
         )
-    }
-
-    /// The log position the replica has reached, whenever it moves.
-    pub fn subscribe(&self) -> watch::Receiver<LogPos> {
-        self.reached.subscribe()
     }
 
     /// Read the replica as it is now (`None` before the room's image is

@@ -86,7 +86,7 @@ impl LogPos {
     pub const START: LogPos = LogPos { ms: 0, seq: 0 };
     /// After every position: a read after it waits its whole wait (or
     /// fails at once with the store), a sign that the store is there.
-    pub const END: LogPos = LogPos {
+    pub(crate) const END: LogPos = LogPos {
         ms: u64::MAX,
         seq: u64::MAX,
     };
@@ -97,7 +97,7 @@ impl LogPos {
     /// fencing token `token`: each holder's positions begin with its token
     /// (its mark, [`Fence::mark`], is `<token>-0`), so a later holder's
     /// are all above an earlier one's.
-    pub fn next_for(self, token: u64) -> LogPos {
+    pub(crate) fn next_for(self, token: u64) -> LogPos {
         if self.ms == token {
             LogPos {
                 ms: token,

@@ -79,9 +79,9 @@ pub(crate) enum Damage {
 
 /// The frames of a file after its header, decoded, and how the file ends.
 pub(crate) struct Frames<T> {
-    pub items: Vec<T>,
+    pub(crate) items: Vec<T>,
     /// `None` when the file ends exactly after its last frame.
-    pub damage: Option<Damage>,
+    pub(crate) damage: Option<Damage>,
 }
 
 /// Check a file header; returns the sequence number in it.

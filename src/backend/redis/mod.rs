@@ -13,7 +13,7 @@
 mod conn;
 mod primary;
 pub mod store;
-pub mod target;
+pub(crate) mod target;
 
 use std::sync::Arc;
 use std::time::Duration;

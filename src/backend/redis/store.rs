@@ -217,7 +217,7 @@ where
 
     /// A store whose reads that wait each take a pooled connection, opened
     /// by `connector` when none is free: any number of readers wait at once.
-    pub async fn pooled(conn: C, connector: Connector<B>) -> redis::RedisResult<Self> {
+    pub(crate) async fn pooled(conn: C, connector: Connector<B>) -> redis::RedisResult<Self> {
         let first = connector().await?;
         let mut store = Self::new(conn, first);
         store.connector = Some(connector);
@@ -227,7 +227,7 @@ where
     /// Acknowledge an append only once `wait.replicas` replicas confirm it
     /// (`WAIT`), on a connection of the append's own so the wait holds up
     /// no other command.
-    pub fn waiting(mut self, wait: super::target::RedisWait) -> Self {
+    pub(crate) fn waiting(mut self, wait: super::target::RedisWait) -> Self {
         self.wait = wait;
         self
     }
