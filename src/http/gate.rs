@@ -52,7 +52,7 @@ use super::state::AppState;
 use super::ticket;
 use crate::backend::BackendError;
 use crate::config::OnBackendError;
-use crate::engine::{RoomId, TicketState};
+use crate::engine::{RoomId, TicketState, TicketStatus};
 use crate::metrics::HttpLabels;
 use crate::rules::{Action, RequestView};
 use crate::token::PassClaim;
@@ -317,37 +317,7 @@ async fn decide(
     };
     match status {
         Ok(status) if status.state == TicketState::Admitted && !status.closed => {
-            let mut response = Response::new(axum::body::Body::empty());
-            *response.status_mut() = StatusCode::NO_CONTENT;
-            // First among the cookies: nginx hands the first on.
-            if pass && let Some(minted) = passes::mint(state, room, visitor.ticket, &status).await {
-                passes::set_cookie(state, room, &minted, &mut response);
-            }
-            if let Some(expires) = status.pass_expires_at {
-                if let Ok(v) = HeaderValue::from_str(&expires.to_string()) {
-                    response.headers_mut().insert(PASS_EXPIRES.clone(), v);
-                }
-                // Failing open needs something to trust while the backend
-                // is away: a signed pass that runs out with the real one,
-                // or sooner, a short while after this check (see
-                // FAIL_OPEN_PASS_MS).
-                if state.settings.on_backend_error == OnBackendError::Open {
-                    let now = state.clock.now_ms();
-                    let pass = PassClaim {
-                        room: room.clone(),
-                        epoch: visitor.ticket.epoch,
-                        ticket: visitor.ticket.id,
-                        expires_at_ms: expires
-                            .ms()
-                            .min(now.saturating_add(ticket::FAIL_OPEN_PASS_MS)),
-                    };
-                    let cookie = ticket::pass_cookie(state, &pass, now);
-                    if let Ok(v) = HeaderValue::from_str(&cookie.to_string()) {
-                        response.headers_mut().append(header::SET_COOKIE, v);
-                    }
-                }
-            }
-            response
+            let_through(state, room, &visitor, &status, pass).await
         }
         // A reset line sends the visitor to the queue page, which says so.
         Ok(_) | Err(BackendError::NoSuchTicket | BackendError::LineReset) => {
@@ -366,14 +336,60 @@ async fn decide(
                 && ticket::live_pass(state, room, visitor.ticket, headers, state.clock.now_ms())
                     .is_some();
             if open {
-                let mut response = Response::new(axum::body::Body::empty());
-                *response.status_mut() = StatusCode::NO_CONTENT;
-                response
+                no_content()
             } else {
                 refuse(state, room, headers, redirect)
             }
         }
     }
+}
+
+fn no_content() -> Response {
+    let mut response = Response::new(axum::body::Body::empty());
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    response
+}
+
+/// The answer for an admitted visitor: through, with the pass the proxy
+/// asked for and, when the gate fails open, a signed pass to trust while
+/// the state store is away.
+async fn let_through(
+    state: &AppState,
+    room: &RoomId,
+    visitor: &ticket::VisitorTicket,
+    status: &TicketStatus,
+    pass: bool,
+) -> Response {
+    let mut response = no_content();
+    // First among the cookies: nginx hands the first on.
+    if pass && let Some(minted) = passes::mint(state, room, visitor.ticket, status).await {
+        passes::set_cookie(state, room, &minted, &mut response);
+    }
+    let Some(expires) = status.pass_expires_at else {
+        return response;
+    };
+    if let Ok(v) = HeaderValue::from_str(&expires.to_string()) {
+        response.headers_mut().insert(PASS_EXPIRES.clone(), v);
+    }
+    // Failing open needs something to trust while the backend is away: a
+    // signed pass that runs out with the real one, or sooner, a short while
+    // after this check (see FAIL_OPEN_PASS_MS).
+    if state.settings.on_backend_error == OnBackendError::Open {
+        let now = state.clock.now_ms();
+        let pass = PassClaim {
+            room: room.clone(),
+            epoch: visitor.ticket.epoch,
+            ticket: visitor.ticket.id,
+            expires_at_ms: expires
+                .ms()
+                .min(now.saturating_add(ticket::FAIL_OPEN_PASS_MS)),
+        };
+        let cookie = ticket::pass_cookie(state, &pass, now);
+        if let Ok(v) = HeaderValue::from_str(&cookie.to_string()) {
+            response.headers_mut().append(header::SET_COOKIE, v);
+        }
+    }
+    response
 }
 
 /// The gate's own metric handles, one pair per answer it gives, resolved
