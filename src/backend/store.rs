@@ -90,9 +90,7 @@ impl LogPos {
         ms: u64::MAX,
         seq: u64::MAX,
     };
-}
 
-impl LogPos {
     /// The first position after this one that belongs to the holder of
     /// fencing token `token`: each holder's positions begin with its token
     /// (its mark, [`Fence::mark`], is `<token>-0`), so a later holder's
