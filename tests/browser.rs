@@ -39,8 +39,15 @@ fn e2e_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/e2e")
 }
 
-/// `axe.min.js`, installed from the npm registry when missing.
+/// `axe.min.js`, installed from the npm registry when missing: once per
+/// run, since the tests that use it run at once and two `npm install`s
+/// into one directory undo each other's files.
 fn axe_source() -> String {
+    static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SOURCE.get_or_init(install_axe).clone()
+}
+
+fn install_axe() -> String {
     let prefix = e2e_dir().join("node");
     let script = prefix.join("node_modules/axe-core/axe.min.js");
     if !script.exists() {
